@@ -1,0 +1,54 @@
+# One command surface for people and CI: make demo, make test, make bench, make lint.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test bench lint install system-packages clean
+
+demo: install
+	$(BIN)/launchdeck demo
+
+test: install system-packages
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python -m bench
+
+lint: install
+	$(BIN)/ruff check app tests bench migrations
+	$(BIN)/ruff format --check app tests bench migrations
+	$(BIN)/mypy app
+
+install: $(VENV)/.installed static/vendor/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# htmx and its SSE extension come from the npm registry, pinned in package.json, and are
+# served from static/vendor/<package>@<version>/.
+static/vendor/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	rm -rf static/vendor
+	for pkg in htmx.org htmx-ext-sse; do \
+		version=$$(node -p "require('./node_modules/$$pkg/package.json').version"); \
+		mkdir -p static/vendor/$$pkg@$$version; \
+		cp node_modules/$$pkg/dist/*.js static/vendor/$$pkg@$$version/; \
+	done
+	touch $@
+
+# The tests talk to a real OpenSSH sshd and drive Debian's chromium.
+system-packages:
+	@missing=""; \
+	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+clean:
+	rm -rf $(VENV) node_modules static/vendor

@@ -1,0 +1,99 @@
+"""The `launchdeck` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+import uvicorn
+from pydantic import ValidationError
+
+from app import db
+from app.config import Settings
+from app.errors import LaunchdeckError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="launchdeck", description="Launch and debug SGLang servers on GPU hosts.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("serve", help="run the dashboard (settings from LAUNCHDECK_* variables)")
+    commands.add_parser("demo", help="run the dashboard with a simulated GPU cluster")
+    db_parser = commands.add_parser("db", help="database maintenance")
+    db_commands = db_parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    db_commands.add_parser("upgrade", help="migrate the database to the latest schema")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        problems = "; ".join(f"LAUNCHDECK_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        print(f"launchdeck: bad setting: {problems}", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "serve":
+            return serve(settings)
+        if args.command == "demo":
+            return asyncio.run(demo(settings))
+        db.upgrade(settings.resolved_database_url())
+        print(f"launchdeck: database at {_redacted(settings.resolved_database_url())} is up to date")
+        return 0
+    except LaunchdeckError as exc:
+        print(f"launchdeck: {exc}", file=sys.stderr)
+        return 1
+
+
+def serve(settings: Settings) -> int:
+    from app.web.app import access_token, create_app
+
+    app = create_app(settings)
+    _print_access(settings, access_token(settings))
+    uvicorn.run(app, host=settings.bind, port=settings.port, log_level="info")
+    return 0
+
+
+async def demo(settings: Settings) -> int:
+    """Starts the simulated cluster, points the dashboard at it, and stops both on SIGTERM or Ctrl-C."""
+    from app.demo.cluster import SimCluster
+    from app.demo.inventory import parse_host_specs
+    from app.ssh import render_hosts
+    from app.web.app import access_token, create_app
+
+    try:
+        host_specs = parse_host_specs(settings.demo_hosts)
+    except ValueError as exc:
+        print(f"launchdeck: LAUNCHDECK_DEMO_HOSTS: {exc}", file=sys.stderr)
+        return 2
+    cluster = SimCluster(settings.data_dir.resolve() / "demo", host_specs)
+    specs = await cluster.start()
+    try:
+        hosts_file = cluster.root / "hosts.toml"
+        hosts_file.write_text(render_hosts(specs))
+        settings = settings.model_copy(update={"hosts_file": hosts_file})
+        for spec, sim in zip(specs, host_specs, strict=True):
+            print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.bind, port=settings.port))
+        _print_access(settings, access_token(settings))
+        # uvicorn re-raises the signal that stopped it once it is done; a no-op handler lets the
+        # cluster be stopped after it instead of the process dying with its servers still running.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: None)
+        await server.serve()
+    finally:
+        await cluster.stop()
+    return 0
+
+
+def _print_access(settings: Settings, token: str) -> None:
+    host = settings.bind if settings.bind not in ("0.0.0.0", "::") else "127.0.0.1"
+    print(f"\nlaunchdeck dashboard: http://{host}:{settings.port}/", flush=True)
+    print(f"access token:         {token}\n", flush=True)
+
+
+def _redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,51 @@
+"""Settings, read from the environment with the prefix LAUNCHDECK_."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LAUNCHDECK_", extra="ignore")
+
+    data_dir: Path = Field(Path("data"), description="Where the database, logs, keys and tokens live.")
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL; default a SQLite file in the data dir. "
+        "PostgreSQL: postgresql+psycopg://user@host/db.",
+    )
+    bind: str = Field("127.0.0.1", description="Address the dashboard listens on.")
+    port: int = Field(8000, ge=1, le=65535, description="Port the dashboard listens on.")
+    token: SecretStr | None = Field(
+        None,
+        description="API token accepted as given; default one generated into <data_dir>/access-token.",
+    )
+    hosts_file: Path | None = Field(
+        None, description="TOML file of GPU hosts; default <data_dir>/hosts.toml when it exists."
+    )
+    known_hosts: Path = Field(
+        Path("~/.ssh/known_hosts"), description="known_hosts file that host keys are checked against."
+    )
+    ssh_config: Path = Field(Path("~/.ssh/config"), description="OpenSSH client config whose aliases hosts may use.")
+    ssh_keepalive_interval: float = Field(
+        10.0, gt=0, description="Seconds between SSH keepalives; a host is offline after 3 unanswered."
+    )
+    ssh_connect_timeout: float = Field(10.0, gt=0, description="Seconds allowed for one SSH connection attempt.")
+    cookie_secure: bool = Field(True, description="Send the session cookie only over HTTPS (and to localhost).")
+    session_days: int = Field(14, ge=1, description="Days a browser login lasts.")
+    demo_hosts: str = Field(
+        "b200-01:b200:8,rtxpro-01:rtx-pro-6000:4",
+        description="Simulated hosts for `launchdeck demo`, as NAME:MODEL:COUNT,... (models: b200, rtx-pro-6000).",
+    )
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'launchdeck.db').resolve()}"
+
+    def resolved_hosts_file(self) -> Path | None:
+        if self.hosts_file is not None:
+            return self.hosts_file.expanduser()
+        default = self.data_dir / "hosts.toml"
+        return default if default.exists() else None

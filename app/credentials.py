@@ -1,0 +1,27 @@
+"""Secrets kept as files in the data dir (mode 0600), never in the database or the logs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from pathlib import Path
+
+
+def load_or_create(path: Path) -> str:
+    """Reads the secret at `path`, creating a new random one the first time."""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(value + "\n")
+    return value
+
+
+def fingerprint(secret: str) -> str:
+    """A short non-reversible tag of a secret, to tell which one a session was made with."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]

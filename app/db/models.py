@@ -1,0 +1,170 @@
+"""Tables. Every schema change is an Alembic migration in migrations/versions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given; use app.db.models.utcnow()")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Host(Base):
+    """A GPU host reachable over SSH. Address, port and user may be left to ~/.ssh/config."""
+
+    __tablename__ = "host"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    address: Mapped[str | None] = mapped_column(String(255))
+    port: Mapped[int | None]
+    user: Mapped[str | None] = mapped_column(String(64))
+    labels: Mapped[list[Any]] = mapped_column(default=list)
+    ssh_options: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    source: Mapped[str] = mapped_column(String(16), default="file")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Preset(Base):
+    __tablename__ = "preset"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    archived_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    revisions: Mapped[list[PresetRevision]] = relationship(
+        back_populates="preset", order_by="PresetRevision.number"
+    )
+
+
+class PresetRevision(Base):
+    """One immutable saved state of a preset; attempts point at the revision they ran."""
+
+    __tablename__ = "preset_revision"
+    __table_args__ = (UniqueConstraint("preset_id", "number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    preset_id: Mapped[int] = mapped_column(ForeignKey("preset.id", ondelete="CASCADE"))
+    number: Mapped[int]
+    model_path: Mapped[str] = mapped_column(Text)
+    launcher: Mapped[str] = mapped_column(String(64), default="python -m sglang.launch_server")
+    python: Mapped[str] = mapped_column(Text, default="python3")
+    port: Mapped[int] = mapped_column(default=30000)
+    args: Mapped[list[Any]] = mapped_column(default=list)
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(64), default="")
+
+    preset: Mapped[Preset] = relationship(back_populates="revisions")
+
+
+class Signature(Base):
+    """One failure cause, grouped across attempts by its fingerprint."""
+
+    __tablename__ = "signature"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    failure_class: Mapped[str] = mapped_column(String(32))
+    exception_type: Mapped[str] = mapped_column(String(255), default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    frames: Mapped[list[Any]] = mapped_column(default=list)
+    first_seen: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(default=utcnow)
+    count: Mapped[int] = mapped_column(default=1)
+
+
+class Attempt(Base):
+    """One launch of a preset revision on a host, recorded exactly as it ran."""
+
+    __tablename__ = "attempt"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("host.id"))
+    preset_revision_id: Mapped[int] = mapped_column(ForeignKey("preset_revision.id"))
+    gpus: Mapped[list[Any]] = mapped_column(default=list)
+    argv: Mapped[list[Any]] = mapped_column(default=list)
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    script: Mapped[str] = mapped_column(Text, default="")
+    script_sha256: Mapped[str] = mapped_column(String(64), default="")
+    remote_dir: Mapped[str] = mapped_column(Text, default="")
+    pid: Mapped[int | None]
+    pgid: Mapped[int | None]
+    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    stage: Mapped[str] = mapped_column(String(32), default="")
+    error: Mapped[str] = mapped_column(Text, default="")
+    exit_code: Mapped[int | None]
+    log_size: Mapped[int] = mapped_column(default=0)
+    signature_id: Mapped[int | None] = mapped_column(ForeignKey("signature.id"))
+    effective_args: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    gpu_snapshot: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    launched_by: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    ready_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+
+    host: Mapped[Host] = relationship()
+    revision: Mapped[PresetRevision] = relationship()
+    signature: Mapped[Signature | None] = relationship()
+
+
+class GpuSample(Base):
+    """One GPU's memory and load at one time; downsampled as it ages."""
+
+    __tablename__ = "gpu_sample"
+    __table_args__ = (Index("ix_gpu_sample_host_gpu_time", "host_id", "gpu_index", "taken_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("host.id", ondelete="CASCADE"))
+    gpu_index: Mapped[int]
+    taken_at: Mapped[datetime]
+    memory_total_mib: Mapped[int]
+    memory_used_mib: Mapped[int]
+    memory_reserved_mib: Mapped[int] = mapped_column(default=0)
+    utilization_pct: Mapped[int | None]
+    temperature_c: Mapped[int | None]
+    power_w: Mapped[float | None]
+
+
+class AuditEvent(Base):
+    """Who did what: logins, launches, stops. Never holds a secret."""
+
+    __tablename__ = "audit_event"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(255), default="")
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    remote_addr: Mapped[str] = mapped_column(String(64), default="")

@@ -1,0 +1,220 @@
+"""A simulated GPU host: a real SSH server on loopback that runs real shell commands and SFTP.
+
+Commands run under /bin/sh in the host's home directory, with the simulated nvidia-smi,
+pynvml and sglang first on PATH and PYTHONPATH, and the host's GPU state file named in the
+environment. Closing a channel hangs up its command, as sshd does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import posixpath
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncssh
+
+from app.demo.hostlib import simgpu
+
+log = logging.getLogger(__name__)
+
+HOSTBIN = Path(__file__).resolve().parent / "hostbin"
+HOSTLIB = Path(__file__).resolve().parent / "hostlib"
+HANGUP_GRACE = 2.0
+
+
+@dataclass
+class SimHost:
+    """The files of one simulated host and, once started, its SSH server."""
+
+    name: str
+    root: Path
+    port: int = 0
+    _server: asyncssh.SSHAcceptor | None = None
+    _connections: set[asyncssh.SSHServerConnection] = field(default_factory=set)
+    _process_groups: set[int] = field(default_factory=set)
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def host_key_path(self) -> Path:
+        return self.root / "ssh_host_ed25519_key"
+
+    @property
+    def gpu_state_path(self) -> Path:
+        return self.root / "gpu-state.json"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.root / "bin"
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "HOME": str(self.home),
+            "USER": os.environ.get("USER", "root"),
+            "LOGNAME": os.environ.get("USER", "root"),
+            "SHELL": "/bin/sh",
+            "LANG": "C.UTF-8",
+            "PATH": os.pathsep.join([str(self.bin_dir), str(HOSTBIN), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "PYTHONPATH": str(HOSTLIB),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            simgpu.STATE_ENV: str(self.gpu_state_path),
+            "LAUNCHDECK_SIM_HOST": self.name,
+        }
+
+    def prepare(self) -> None:
+        """Creates the host key, home and a `python3` on PATH that is this interpreter."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        if not self.host_key_path.exists():
+            asyncssh.generate_private_key("ssh-ed25519").write_private_key(self.host_key_path)
+            self.host_key_path.chmod(0o600)
+        for name in ("python3", "python"):
+            link = self.bin_dir / name
+            if not link.is_symlink() or os.readlink(link) != sys.executable:
+                link.unlink(missing_ok=True)
+                link.symlink_to(sys.executable)
+
+    def public_host_key(self) -> str:
+        return asyncssh.read_private_key(self.host_key_path).export_public_key().decode().strip()
+
+    async def start(self, *, authorized_keys: Path, port: int = 0) -> None:
+        self._server = await asyncssh.create_server(
+            lambda: _Server(self),
+            "127.0.0.1",
+            port,
+            server_host_keys=[str(self.host_key_path)],
+            authorized_client_keys=str(authorized_keys),
+            process_factory=self._run_process,
+            sftp_factory=_home_sftp_server(self.home),
+            encoding=None,
+            allow_scp=True,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stops the server, hangs up every session and kills what the sessions started."""
+        if self._server:
+            self._server.close()
+            await self._server.wait_closed()
+        self.drop_connections()
+        for pgid in list(self._process_groups):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+
+    def drop_connections(self) -> None:
+        """Closes every client connection at once, as a host restart would."""
+        for conn in list(self._connections):
+            conn.abort()
+        self._connections.clear()
+
+    async def _run_process(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
+        argv = ["/bin/sh", "-c", process.command] if process.command is not None else ["/bin/sh"]
+        child = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=self.home,
+            env=self.environment(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        self._process_groups.add(child.pid)
+        try:
+            await _relay(process, child)
+        finally:
+            self._process_groups.discard(child.pid)
+
+
+class _Server(asyncssh.SSHServer):
+    def __init__(self, host: SimHost):
+        self._host = host
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self._host._connections.add(conn)
+        self._conn = conn
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._host._connections.discard(self._conn)
+
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
+        """Local port forwards, to the host's own loopback only."""
+        return dest_host in ("127.0.0.1", "localhost", "::1")
+
+
+def _home_sftp_server(home: Path) -> type[asyncssh.SFTPServer]:
+    home_bytes = os.fsencode(home)
+
+    class HomeSFTPServer(asyncssh.SFTPServer):
+        """Relative paths start in the host's home, as with OpenSSH's sftp-server."""
+
+        def map_path(self, path: bytes) -> bytes:
+            return path if path.startswith(b"/") else posixpath.join(home_bytes, path)
+
+    return HomeSFTPServer
+
+
+async def _relay(process: asyncssh.SSHServerProcess[bytes], child: asyncio.subprocess.Process) -> None:
+    """Copies bytes between the channel and the command until both are done; passes signals on."""
+    assert child.stdin and child.stdout and child.stderr
+
+    async def feed_stdin() -> None:
+        assert child.stdin
+        while True:
+            try:
+                data = await process.stdin.read(65536)
+            except asyncssh.SignalReceived as exc:
+                _signal_group(child.pid, getattr(signal, f"SIG{exc.signal}", signal.SIGTERM))
+                continue
+            except (asyncssh.BreakReceived, asyncssh.TerminalSizeChanged):
+                continue
+            if not data:
+                break
+            child.stdin.write(data)
+            with contextlib.suppress(ConnectionError):
+                await child.stdin.drain()
+        child.stdin.close()
+
+    async def copy(source: asyncio.StreamReader, sink: asyncssh.SSHWriter[bytes]) -> None:
+        while data := await source.read(65536):
+            with contextlib.suppress(OSError, asyncssh.Error):
+                sink.write(data)
+                await sink.drain()
+
+    stdin_task = asyncio.create_task(feed_stdin())
+    output = asyncio.gather(copy(child.stdout, process.stdout), copy(child.stderr, process.stderr))
+    hangup = asyncio.create_task(process.wait_closed())
+    finished = asyncio.create_task(child.wait())
+    await asyncio.wait({hangup, finished}, return_when=asyncio.FIRST_COMPLETED)
+    if not finished.done():
+        _signal_group(child.pid, signal.SIGHUP)
+        try:
+            await asyncio.wait_for(asyncio.shield(finished), HANGUP_GRACE)
+        except TimeoutError:
+            _signal_group(child.pid, signal.SIGKILL)
+    returncode = await finished
+    if hangup.done():
+        # Nobody is listening; a detached grandchild may hold the pipes open forever.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(output, HANGUP_GRACE)
+    else:
+        await output
+    stdin_task.cancel()
+    hangup.cancel()
+    with contextlib.suppress(OSError, asyncssh.Error):
+        if returncode < 0:
+            process.exit_with_signal(signal.Signals(-returncode).name.removeprefix("SIG"))
+        else:
+            process.exit(returncode)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)

@@ -1,0 +1,51 @@
+"""Domain errors: one hierarchy, raised by the domain packages, turned into HTTP only in app/web.
+
+LaunchdeckError
+├── NotFound            a named thing does not exist                      (HTTP 404)
+├── InvalidInput        a value a user gave is wrong; the message says which (HTTP 422)
+└── HostError           something about a GPU host                        (HTTP 502/503)
+    ├── HostUnavailable     not connected now; the message says why and since when
+    ├── HostKeyRejected     its host key is unknown or does not match known_hosts
+    ├── RemoteCommandFailed a command on the host exited non-zero
+    └── UploadVerifyFailed  an uploaded file's sha256 on the host differs
+"""
+
+from __future__ import annotations
+
+
+class LaunchdeckError(Exception):
+    """Base of every error whose message is meant for the user."""
+
+
+class NotFound(LaunchdeckError):
+    pass
+
+
+class InvalidInput(LaunchdeckError):
+    pass
+
+
+class HostError(LaunchdeckError):
+    def __init__(self, host: str, message: str):
+        super().__init__(f"{host}: {message}")
+        self.host = host
+
+
+class HostUnavailable(HostError):
+    pass
+
+
+class HostKeyRejected(HostError):
+    pass
+
+
+class RemoteCommandFailed(HostError):
+    def __init__(self, host: str, command: str, exit_status: int | None, stderr: str):
+        detail = stderr.strip().splitlines()[-1] if stderr.strip() else "no output on stderr"
+        super().__init__(host, f"`{command}` exited with {exit_status}: {detail}")
+        self.exit_status = exit_status
+        self.stderr = stderr
+
+
+class UploadVerifyFailed(HostError):
+    pass

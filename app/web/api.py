@@ -1,0 +1,60 @@
+"""The JSON API under /api."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from app.gpu.overview import HostOverview, hosts_overview
+from app.web.deps import ApiUser, RuntimeDep
+
+router = APIRouter(prefix="/api")
+
+
+class Health(BaseModel):
+    status: str
+    hosts: int
+
+
+class GpuPublic(BaseModel):
+    index: int
+    name: str
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    memory_free_mib: int | None
+
+
+class HostPublic(BaseModel):
+    name: str
+    state: str
+    since: datetime
+    last_error: str | None
+    labels: list[str]
+    gpus: list[GpuPublic]
+    gpu_error: str | None
+
+    @classmethod
+    def from_overview(cls, overview: HostOverview) -> HostPublic:
+        return cls(
+            name=overview.name,
+            state=overview.status.state.value,
+            since=overview.status.since,
+            last_error=overview.status.last_error,
+            labels=list(overview.labels),
+            gpus=[GpuPublic.model_validate(gpu, from_attributes=True) for gpu in overview.gpus],
+            gpu_error=overview.gpu_error,
+        )
+
+
+@router.get("/health")
+async def health(runtime: RuntimeDep) -> Health:
+    """Liveness, without authentication, for load balancers and `make demo`."""
+    return Health(status="ok", hosts=len(runtime.ssh))
+
+
+@router.get("/hosts")
+async def list_hosts(runtime: RuntimeDep, _user: ApiUser) -> list[HostPublic]:
+    """Every configured host with its connection state and per-GPU memory from nvidia-smi."""
+    return [HostPublic.from_overview(overview) for overview in await hosts_overview(runtime.ssh)]

@@ -1,0 +1,97 @@
+"""The app factory: one lifespan owns the database engine and the SSH connections."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from starlette.middleware.sessions import SessionMiddleware
+
+from app import credentials, db
+from app.config import Settings
+from app.ssh import SSHManager, SSHOptions, load_hosts_file
+from app.ssh.registry import register_hosts
+from app.web import api, pages
+from app.web.deps import Runtime
+from app.web.errors import install_error_handlers
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+STATIC_DIR = ROOT / "static"
+
+
+def frontend_versions() -> dict[str, str]:
+    """Pinned versions of the front-end packages; static/vendor holds them under these names."""
+    dependencies: dict[str, str] = json.loads((ROOT / "package.json").read_text())["dependencies"]
+    return dependencies
+
+
+def access_token(settings: Settings) -> str:
+    if settings.token is not None:
+        return settings.token.get_secret_value()
+    return credentials.load_or_create(settings.data_dir / "access-token")
+
+
+def create_app(settings: Settings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        url = settings.resolved_database_url()
+        await asyncio.to_thread(db.upgrade, url)
+        engine = db.create_engine(url)
+        sessions = db.session_factory(engine)
+        hosts_file = settings.resolved_hosts_file()
+        specs = load_hosts_file(hosts_file) if hosts_file else []
+        async with sessions() as session:
+            await register_hosts(session, specs)
+        options = SSHOptions(
+            known_hosts=settings.known_hosts.expanduser(),
+            ssh_config=settings.ssh_config,
+            keepalive_interval=settings.ssh_keepalive_interval,
+            connect_timeout=settings.ssh_connect_timeout,
+        )
+        ssh = SSHManager(specs, options)
+        ssh.start()
+        versions = frontend_versions()
+        app.state.runtime = Runtime(
+            settings=settings,
+            token=access_token(settings),
+            sessions=sessions,
+            ssh=ssh,
+            htmx_version=versions["htmx.org"],
+            htmx_sse_version=versions["htmx-ext-sse"],
+        )
+        log.info("launchdeck: %d host(s) from %s", len(specs), hosts_file or "no hosts file")
+        try:
+            yield
+        finally:
+            await ssh.close()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="launchdeck",
+        lifespan=lifespan,
+        docs_url="/api/docs",
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+    )
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=credentials.load_or_create(settings.data_dir / "session-key"),
+        session_cookie="launchdeck_session",
+        max_age=settings.session_days * 86400,
+        same_site="strict",
+        https_only=settings.cookie_secure,
+    )
+    install_error_handlers(app)
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app

@@ -1,0 +1,111 @@
+"""Request dependencies: the app's runtime, database sessions, and who is asking."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Form, HTTPException, Request
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.config import Settings
+from app.credentials import fingerprint
+from app.ssh import SSHManager
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass
+class Runtime:
+    """Everything the lifespan opened; one per app."""
+
+    settings: Settings
+    token: str
+    sessions: async_sessionmaker[AsyncSession]
+    ssh: SSHManager
+    htmx_version: str
+    htmx_sse_version: str
+
+    def token_matches(self, candidate: str) -> bool:
+        return hmac.compare_digest(candidate.encode(), self.token.encode())
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+async def get_db(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
+    async with runtime.sessions() as session:
+        yield session
+
+
+DbSession = Annotated[AsyncSession, Depends(get_db)]
+
+
+class LoginRequired(Exception):
+    """A page was asked for without a login; the handler redirects to the login form."""
+
+
+def csrf_token(request: Request) -> str:
+    """The session's CSRF token, created on first use."""
+    token = request.session.get("csrf")
+    if not token:
+        token = request.session["csrf"] = secrets.token_urlsafe(24)
+    return str(token)
+
+
+def session_user(request: Request, runtime: Runtime) -> str | None:
+    """The user logged in with this browser session, if its login used the current token."""
+    if request.session.get("token_id") != fingerprint(runtime.token):
+        return None
+    user = request.session.get("user")
+    return str(user) if user else None
+
+
+def _bearer(request: Request) -> str | None:
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" and credentials.strip() else None
+
+
+def check_csrf(request: Request, submitted: str | None) -> None:
+    if request.method in SAFE_METHODS:
+        return
+    expected = request.session.get("csrf")
+    given = request.headers.get("x-csrf-token") or submitted
+    if not expected or not given or not hmac.compare_digest(str(expected), given):
+        raise HTTPException(403, "CSRF check failed: reload the page and try again")
+
+
+async def api_user(request: Request, runtime: RuntimeDep) -> str:
+    """An API caller: a bearer token, or a logged-in browser (which must pass the CSRF check)."""
+    bearer = _bearer(request)
+    if bearer is not None:
+        if runtime.token_matches(bearer):
+            return "token"
+        raise HTTPException(401, "invalid API token", headers={"WWW-Authenticate": "Bearer"})
+    user = session_user(request, runtime)
+    if user is None:
+        raise HTTPException(401, "authentication required: send Authorization: Bearer <token>",
+                            headers={"WWW-Authenticate": "Bearer"})
+    check_csrf(request, None)
+    return user
+
+
+async def page_user(request: Request, runtime: RuntimeDep, csrf_token: Annotated[str | None, Form()] = None) -> str:
+    """A logged-in browser; form posts must carry the session's CSRF token."""
+    user = session_user(request, runtime)
+    if user is None:
+        raise LoginRequired()
+    check_csrf(request, csrf_token)
+    return user
+
+
+ApiUser = Annotated[str, Depends(api_user)]
+PageUser = Annotated[str, Depends(page_user)]

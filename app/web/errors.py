@@ -1,0 +1,71 @@
+"""Turns domain errors and framework errors into answers: JSON for /api, pages for browsers."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException
+
+from app.errors import HostError, HostUnavailable, InvalidInput, LaunchdeckError, NotFound
+from app.web.deps import LoginRequired
+from app.web.templating import render
+
+log = logging.getLogger(__name__)
+
+STATUS_BY_ERROR: list[tuple[type[LaunchdeckError], int]] = [
+    (NotFound, 404),
+    (InvalidInput, 422),
+    (HostUnavailable, 503),
+    (HostError, 502),
+]
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(LaunchdeckError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(LoginRequired, _login_required)
+    app.add_exception_handler(Exception, _unexpected_error)
+
+
+def _answer(request: Request, status: int, message: str, **extra: object) -> Response:
+    if request.url.path.startswith("/api") or "text/html" not in request.headers.get("accept", ""):
+        return JSONResponse({"detail": message, **extra}, status_code=status)
+    return render(request, "error.html", {"status": status, "message": message}, status_code=status)
+
+
+async def _domain_error(request: Request, exc: Exception) -> Response:
+    status = next((code for kind, code in STATUS_BY_ERROR if isinstance(exc, kind)), 400)
+    return _answer(request, status, str(exc))
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    problems = []
+    for error in exc.errors():
+        location = ".".join(str(part) for part in error["loc"] if part not in ("body", "query", "path"))
+        problems.append(f"{location}: {error['msg']}" if location else error["msg"])
+    return _answer(request, 422, "; ".join(problems) or "invalid request", errors=problems)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    response = _answer(request, exc.status_code, str(exc.detail))
+    response.headers.update(exc.headers or {})
+    return response
+
+
+async def _login_required(request: Request, exc: Exception) -> Response:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    response = RedirectResponse(f"/login?next={target}", status_code=303)
+    if request.headers.get("hx-request"):
+        response.headers["HX-Redirect"] = "/login"
+    return response
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error in %s %s", request.method, request.url.path)
+    return _answer(request, 500, "internal error; the server log has the details")

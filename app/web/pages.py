@@ -1,0 +1,72 @@
+"""HTML pages. Each works as a plain GET/POST; htmx swaps fragments of it in place."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from app.credentials import fingerprint
+from app.db.models import AuditEvent
+from app.gpu.overview import hosts_overview
+from app.web.deps import DbSession, PageUser, RuntimeDep, check_csrf, session_user
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+USER = "admin"
+
+
+def _local_path(target: str | None) -> str:
+    """Only same-site paths are followed after login, so the form cannot bounce users elsewhere."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/hosts"
+
+
+@router.get("/")
+async def index() -> Response:
+    return RedirectResponse("/hosts", status_code=303)
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request, runtime: RuntimeDep, next: str | None = None) -> Response:
+    if session_user(request, runtime):
+        return RedirectResponse(_local_path(next), status_code=303)
+    return render(request, "login.html", {"next": _local_path(next), "error": None})
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(
+    request: Request,
+    runtime: RuntimeDep,
+    db: DbSession,
+    token: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/hosts",
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    check_csrf(request, csrf_token)
+    remote = request.client.host if request.client else ""
+    accepted = runtime.token_matches(token.strip())
+    db.add(AuditEvent(actor=USER if accepted else "anonymous", action="login" if accepted else "login-failed",
+                      remote_addr=remote))
+    await db.commit()
+    if not accepted:
+        context = {"next": _local_path(next), "error": "That token is not valid."}
+        return render(request, "login.html", context, status_code=401)
+    request.session.clear()
+    request.session.update({"user": USER, "token_id": fingerprint(runtime.token)})
+    return RedirectResponse(_local_path(next), status_code=303)
+
+
+@router.post("/logout")
+async def logout(request: Request, _user: PageUser) -> Response:
+    request.session.clear()
+    return RedirectResponse("/login", status_code=303)
+
+
+@router.get("/hosts", response_class=HTMLResponse)
+async def hosts_page(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
+    overviews = await hosts_overview(runtime.ssh)
+    return render(request, "hosts.html", {"hosts": overviews, "user": user}, block="host_list")

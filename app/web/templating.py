@@ -1,0 +1,43 @@
+"""Jinja2 templates; an htmx request gets one named block of the page instead of the whole page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from app.web.deps import csrf_token, get_runtime
+
+TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
+
+templates = Jinja2Templates(directory=TEMPLATES_DIR)
+
+
+def wants_fragment(request: Request) -> bool:
+    """An htmx swap (not a boosted page load) wants just its fragment."""
+    return request.headers.get("hx-request") == "true" and request.headers.get("hx-boosted") != "true"
+
+
+def render(
+    request: Request, name: str, context: dict[str, Any], *, block: str | None = None, status_code: int = 200
+) -> HTMLResponse:
+    """Renders a page, or only `block` of it for an htmx swap."""
+    runtime = get_runtime(request)
+    context = {
+        "request": request,
+        "csrf_token": csrf_token(request),
+        "htmx_version": runtime.htmx_version,
+        "htmx_sse_version": runtime.htmx_sse_version,
+        **context,
+    }
+    if block is not None and wants_fragment(request):
+        template = templates.get_template(name)
+        html = "".join(template.blocks[block](template.new_context(context)))
+        response = HTMLResponse(html, status_code=status_code)
+    else:
+        response = templates.TemplateResponse(request, name, context, status_code=status_code)
+    response.headers["Vary"] = "HX-Request"
+    return response

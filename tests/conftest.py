@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from httpx import ASGITransport, AsyncClient
+
+from app.config import Settings
+from app.demo.cluster import SimCluster
+from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
+from app.web.app import create_app
+from tests.support import STRICT, OpenSSHServer, require
+
+POSTGRES_ADMIN_URL = os.environ.get("LAUNCHDECK_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+TOKEN = "test-token-0123456789"
+
+
+@pytest.fixture(scope="session")
+async def sim_cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SimCluster]:
+    cluster = SimCluster(tmp_path_factory.mktemp("cluster"))
+    await cluster.start()
+    yield cluster
+    await cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def sim_specs(sim_cluster: SimCluster) -> list[HostSpec]:
+    return [sim_cluster.host_spec(spec) for spec in sim_cluster.specs]
+
+
+@pytest.fixture(scope="session")
+def openssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenSSHServer]:
+    server = OpenSSHServer.create(tmp_path_factory.mktemp("openssh"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def openssh_spec(openssh: OpenSSHServer) -> HostSpec:
+    known_hosts = openssh.root / "known_hosts"
+    known_hosts.write_text(openssh.known_hosts_line)
+    return HostSpec(
+        name="openssh",
+        address="127.0.0.1",
+        port=openssh.port,
+        user=os.environ.get("USER", "root"),
+        identity_files=(str(openssh.client_key_path),),
+        known_hosts=str(known_hosts),
+    )
+
+
+@pytest.fixture
+async def connect(tmp_path: Path) -> AsyncIterator[Callable[..., HostConnection]]:
+    """Opens HostConnections for specs; all are closed when the test ends."""
+    opened: list[HostConnection] = []
+
+    def open_connection(spec: HostSpec, **options: float) -> HostConnection:
+        host = HostConnection(spec, SSHOptions(known_hosts=tmp_path / "known_hosts", ssh_config=None, **options))
+        host.start()
+        opened.append(host)
+        return host
+
+    yield open_connection
+    await asyncio.gather(*(host.close() for host in opened))
+
+
+def postgres_available() -> bool:
+    try:
+        with psycopg.connect(POSTGRES_ADMIN_URL, connect_timeout=2):
+            return True
+    except psycopg.OperationalError:
+        return False
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of each kind: a SQLite file, and a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'test.db'}"
+        return
+    require(postgres_available(), f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL}")
+    name = f"launchdeck_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def make_settings(tmp_path: Path, specs: list[HostSpec], **overrides: object) -> Settings:
+    hosts_file = tmp_path / "hosts.toml"
+    hosts_file.write_text(render_hosts(specs))
+    values: dict[str, object] = {
+        "data_dir": tmp_path / "data",
+        "hosts_file": hosts_file,
+        "token": TOKEN,
+        "known_hosts": tmp_path / "known_hosts",
+        "ssh_config": tmp_path / "no-ssh-config",
+        "cookie_secure": False,
+        **overrides,
+    }
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def app_client(tmp_path: Path, sim_specs: list[HostSpec]) -> AsyncIterator[AsyncClient]:
+    """The app over ASGI, with its lifespan running, connected to the simulated cluster."""
+    app = create_app(make_settings(tmp_path, sim_specs))
+    async with app.router.lifespan_context(app):
+        for host in app.state.runtime.ssh:
+            await host.wait_online(10)
+        async with AsyncClient(transport=ASGITransport(app=app), base_url="http://testserver") as client:
+            yield client
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In strict runs (CI) a skipped test is a failure: every group must really run."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if STRICT and reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
