@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
     try:
         settings = Settings()
     except ValidationError as exc:
@@ -46,9 +47,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _check_startup(settings: Settings) -> None:
+    """Fails with a sentence, before the server starts, on an unreachable database or bad hosts file."""
+    from app.ssh import load_hosts_file
+
+    db.upgrade(settings.resolved_database_url())
+    hosts_file = settings.resolved_hosts_file()
+    if hosts_file:
+        load_hosts_file(hosts_file)
+
+
 def serve(settings: Settings) -> int:
     from app.web.app import access_token, create_app
 
+    _check_startup(settings)
     app = create_app(settings)
     _print_access(settings, access_token(settings))
     uvicorn.run(app, host=settings.bind, port=settings.port, log_level="info")
@@ -73,6 +85,7 @@ async def demo(settings: Settings) -> int:
         hosts_file = cluster.root / "hosts.toml"
         hosts_file.write_text(render_hosts(specs))
         settings = settings.model_copy(update={"hosts_file": hosts_file})
+        _check_startup(settings)
         for spec, sim in zip(specs, host_specs, strict=True):
             print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.bind, port=settings.port))
@@ -97,3 +110,7 @@ def _redacted(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -40,6 +41,12 @@ class Settings(BaseSettings):
         "b200-01:b200:8,rtxpro-01:rtx-pro-6000:4",
         description="Simulated hosts for `launchdeck demo`, as NAME:MODEL:COUNT,... (models: b200, rtx-pro-6000).",
     )
+
+    @field_validator("database_url", "token", "hosts_file", mode="before")
+    @classmethod
+    def empty_means_unset(cls, value: Any) -> Any:
+        """`LAUNCHDECK_TOKEN=` (as docker compose passes an unset variable) must not become an empty token."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'launchdeck.db').resolve()}"

@@ -3,6 +3,7 @@
 LaunchdeckError
 ├── NotFound            a named thing does not exist                      (HTTP 404)
 ├── InvalidInput        a value a user gave is wrong; the message says which (HTTP 422)
+├── DatabaseUnavailable the database cannot be reached or migrated
 └── HostError           something about a GPU host                        (HTTP 502/503)
     ├── HostUnavailable     not connected now; the message says why and since when
     ├── HostKeyRejected     its host key is unknown or does not match known_hosts
@@ -22,6 +23,10 @@ class NotFound(LaunchdeckError):
 
 
 class InvalidInput(LaunchdeckError):
+    pass
+
+
+class DatabaseUnavailable(LaunchdeckError):
     pass
 
 

@@ -26,8 +26,10 @@ def main() -> int:
         print("no benchmarks defined yet; wrote an empty bench/results.json")
     for name, result in results.items():
         status = "met" if result["met"] else "NOT MET"
-        print(f"{name:20} {result['value']} {result['unit']} (anchor {result['anchor']}: "
-              f"{result['anchor_value']}; ratio {result['ratio']}; goal {result['goal']}) {status}")
+        print(
+            f"{name:20} {result['value']} {result['unit']} (anchor {result['anchor']}: "
+            f"{result['anchor_value']}; ratio {result['ratio']}; goal {result['goal']}) {status}"
+        )
     return 0
 
 

@@ -92,9 +92,11 @@ async def test_upload_to_unwritable_place_fails_with_reason(connect: Connect, ta
     host = await online(connect, target)
     with pytest.raises(HostUnavailable) as failure:
         await host.upload(b"x", "/proc/launchdeck/nope.sh")
-    assert "nope.sh" in str(failure.value) or "denied" in str(failure.value).lower() or "no such" in str(
-        failure.value
-    ).lower()
+    assert (
+        "nope.sh" in str(failure.value)
+        or "denied" in str(failure.value).lower()
+        or "no such" in str(failure.value).lower()
+    )
 
 
 async def test_stream_delivers_output_as_it_is_written(connect: Connect, target: HostSpec) -> None:
@@ -108,9 +110,7 @@ async def test_stream_delivers_output_as_it_is_written(connect: Connect, target:
     assert arrivals[-1][1] - arrivals[0][1] > 0.4, "lines were buffered until the end"
 
 
-async def test_leaving_a_stream_stops_the_remote_command(
-    connect: Connect, target: HostSpec, tmp_path: Path
-) -> None:
+async def test_leaving_a_stream_stops_the_remote_command(connect: Connect, target: HostSpec, tmp_path: Path) -> None:
     host = await online(connect, target)
     marker = f"launchdeck-stream-{os.getpid()}-{time.monotonic_ns()}"
     async with host.stream(["sh", "-c", f"while :; do echo {marker}; sleep 0.1; done"]) as process:
@@ -219,9 +219,7 @@ async def test_trust_on_first_use_records_the_key_then_checks_it(
     assert (await again.run(["echo", "ok"])).stdout == b"ok\n"
 
 
-async def test_wrong_client_key_says_authentication_failed(
-    connect: Connect, target: HostSpec, tmp_path: Path
-) -> None:
+async def test_wrong_client_key_says_authentication_failed(connect: Connect, target: HostSpec, tmp_path: Path) -> None:
     stranger = tmp_path / "stranger_key"
     asyncssh.generate_private_key("ssh-ed25519").write_private_key(stranger)
     host = connect(dataclasses.replace(target, identity_files=(str(stranger),)))

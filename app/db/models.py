@@ -61,9 +61,7 @@ class Preset(Base):
     archived_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
-    revisions: Mapped[list[PresetRevision]] = relationship(
-        back_populates="preset", order_by="PresetRevision.number"
-    )
+    revisions: Mapped[list[PresetRevision]] = relationship(back_populates="preset", order_by="PresetRevision.number")
 
 
 class PresetRevision(Base):

@@ -43,7 +43,9 @@ async def read_gpu_memory(host: HostConnection, *, timeout: float = 5.0) -> list
     result = await host.run(QUERY_ARGV, timeout=timeout, check=False)
     if result.exit_status != 0:
         output = (result.stdout + result.stderr).decode(errors="replace").strip()
-        raise HostError(host.name, f"nvidia-smi failed ({result.exit_status}): {output.splitlines()[-1] if output else 'no output'}")
+        raise HostError(
+            host.name, f"nvidia-smi failed ({result.exit_status}): {output.splitlines()[-1] if output else 'no output'}"
+        )
     return parse_query_gpu(result.stdout.decode(errors="replace"))
 
 

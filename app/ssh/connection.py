@@ -361,10 +361,7 @@ class HostConnection:
                 f"host key does not match the one in {self.known_hosts}: refusing to connect "
                 "(if the host was reinstalled, remove its old line from known_hosts)"
             )
-        return (
-            f"host key is not in {self.known_hosts}: add it (ssh-keyscan) "
-            "or set trust_on_first_use for this host"
-        )
+        return f"host key is not in {self.known_hosts}: add it (ssh-keyscan) or set trust_on_first_use for this host"
 
     async def _learn_host_key(self, host: str, port: int) -> None:
         """Trust on first use: records the key of a host known_hosts has never seen."""
@@ -383,7 +380,7 @@ class HostConnection:
 
 def _resolve(host: str) -> str:
     try:
-        return socket.getaddrinfo(host, None)[0][4][0]
+        return str(socket.getaddrinfo(host, None)[0][4][0])
     except OSError:
         return host
 
@@ -404,12 +401,10 @@ def _describe(exc: BaseException, host: str | None = None, port: int | None = No
     return str(exc) or type(exc).__name__
 
 
-def _as_bytes(value: object) -> bytes:
+def _as_bytes(value: bytes | str | None) -> bytes:
     if value is None:
         return b""
-    if isinstance(value, str):
-        return value.encode()
-    return bytes(value)  # type: ignore[arg-type]
+    return value.encode() if isinstance(value, str) else bytes(value)
 
 
 def _short(command: str, limit: int = 120) -> str:

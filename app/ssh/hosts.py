@@ -37,7 +37,7 @@ class HostSpec:
         }
 
 
-_FIELDS = {
+_FIELDS: dict[str, type] = {
     "name": str,
     "address": str,
     "port": int,
@@ -48,6 +48,7 @@ _FIELDS = {
     "trust_on_first_use": bool,
     "max_sessions": int,
 }
+_TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", bool: "true or false"}
 
 
 def parse_hosts(text: str, *, source: str = "hosts file") -> list[HostSpec]:
@@ -67,7 +68,7 @@ def parse_hosts(text: str, *, source: str = "hosts file") -> list[HostSpec]:
             raise InvalidInput(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         for key, value in table.items():
             if not isinstance(value, _FIELDS[key]) or (key != "trust_on_first_use" and isinstance(value, bool)):
-                raise InvalidInput(f"{where}: {key} must be a {_FIELDS[key].__name__}")
+                raise InvalidInput(f"{where}: {key} must be {_TYPE_NAMES[_FIELDS[key]]}")
         if not table.get("name"):
             raise InvalidInput(f"{where}: name is required")
         where = f"{source}, host {table['name']!r}"

@@ -92,8 +92,9 @@ async def api_user(request: Request, runtime: RuntimeDep) -> str:
         raise HTTPException(401, "invalid API token", headers={"WWW-Authenticate": "Bearer"})
     user = session_user(request, runtime)
     if user is None:
-        raise HTTPException(401, "authentication required: send Authorization: Bearer <token>",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            401, "authentication required: send Authorization: Bearer <token>", headers={"WWW-Authenticate": "Bearer"}
+        )
     check_csrf(request, None)
     return user
 

@@ -49,8 +49,11 @@ async def login(
     check_csrf(request, csrf_token)
     remote = request.client.host if request.client else ""
     accepted = runtime.token_matches(token.strip())
-    db.add(AuditEvent(actor=USER if accepted else "anonymous", action="login" if accepted else "login-failed",
-                      remote_addr=remote))
+    db.add(
+        AuditEvent(
+            actor=USER if accepted else "anonymous", action="login" if accepted else "login-failed", remote_addr=remote
+        )
+    )
     await db.commit()
     if not accepted:
         context = {"next": _local_path(next), "error": "That token is not valid."}

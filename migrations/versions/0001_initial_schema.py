@@ -86,9 +86,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     with op.batch_alter_table("gpu_sample", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_gpu_sample_host_gpu_time", ["host_id", "gpu_index", "taken_at"], unique=False
-        )
+        batch_op.create_index("ix_gpu_sample_host_gpu_time", ["host_id", "gpu_index", "taken_at"], unique=False)
 
     op.create_table(
         "preset_revision",

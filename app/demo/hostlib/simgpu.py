@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 STATE_ENV = "LAUNCHDECK_SIM_GPU_STATE"
 
@@ -41,7 +41,9 @@ def state_path() -> str:
         raise RuntimeError(f"{STATE_ENV} is not set: not on a simulated host") from None
 
 
-def new_state(gpus: list[dict[str, Any]], driver_version: str = "580.95.05", cuda_version: str = "13.0") -> dict[str, Any]:
+def new_state(
+    gpus: list[dict[str, Any]], driver_version: str = "580.95.05", cuda_version: str = "13.0"
+) -> dict[str, Any]:
     """A state with the given GPUs (index, name, uuid, pci_bus_id, memory_total_mib, ...)."""
     return {"driver_version": driver_version, "cuda_version": cuda_version, "gpus": gpus, "processes": []}
 
@@ -70,9 +72,7 @@ def book(gpus: list[int], mib: int, *, pid: int, name: str, path: str | None = N
                 raise OutOfMemory(index, mib, free, gpu["memory_total_mib"])
         start = _start_time(pid)
         for index in gpus:
-            existing = next(
-                (p for p in state["processes"] if p["pid"] == pid and p["gpu"] == index), None
-            )
+            existing = next((p for p in state["processes"] if p["pid"] == pid and p["gpu"] == index), None)
             if existing:
                 existing["used_mib"] += mib
             else:
@@ -96,7 +96,7 @@ def used_mib(state: dict[str, Any], index: int) -> int:
 
 def free_mib(state: dict[str, Any], index: int) -> int:
     gpu = _gpu(state, index)
-    return gpu["memory_total_mib"] - gpu.get("reserved_mib", RESERVED_MIB) - used_mib(state, index)
+    return int(gpu["memory_total_mib"] - gpu.get("reserved_mib", RESERVED_MIB) - used_mib(state, index))
 
 
 def processes_on(state: dict[str, Any], index: int) -> list[dict[str, Any]]:
@@ -106,7 +106,7 @@ def processes_on(state: dict[str, Any], index: int) -> list[dict[str, Any]]:
 def _gpu(state: dict[str, Any], index: int) -> dict[str, Any]:
     for gpu in state["gpus"]:
         if gpu["index"] == index:
-            return gpu
+            return cast(dict[str, Any], gpu)
     raise IndexError(f"no GPU with index {index}")
 
 

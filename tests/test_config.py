@@ -1,0 +1,68 @@
+"""Settings and the command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from app.config import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_setting_is_documented_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [name for name in Settings.model_fields if f"`LAUNCHDECK_{name.upper()}`" not in readme]
+    assert missing == []
+
+
+def test_defaults_keep_everything_local() -> None:
+    settings = Settings(_env_file=None)
+    assert settings.bind == "127.0.0.1"
+    assert settings.port == 8000
+    assert settings.cookie_secure is True
+    assert settings.resolved_database_url().startswith("sqlite:///")
+    assert settings.resolved_database_url().endswith("/data/launchdeck.db")
+
+
+def launchdeck(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+def test_db_upgrade_migrates_and_says_so(tmp_path: Path) -> None:
+    result = launchdeck("db", "upgrade", env={"LAUNCHDECK_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "is up to date" in result.stdout
+    assert (tmp_path / "launchdeck.db").exists()
+
+
+def test_bad_setting_exits_2_with_a_sentence(tmp_path: Path) -> None:
+    result = launchdeck("db", "upgrade", env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_PORT": "99999"})
+    assert result.returncode == 2
+    assert "LAUNCHDECK_PORT" in result.stderr and "65535" in result.stderr
+
+
+def test_unreachable_database_exits_1_with_a_sentence(tmp_path: Path) -> None:
+    result = launchdeck(
+        "db", "upgrade", env={"LAUNCHDECK_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"}
+    )
+    assert result.returncode == 1
+    assert "cannot reach the database" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_empty_token_variable_means_a_generated_token(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("LAUNCHDECK_TOKEN", "")
+    monkeypatch.setenv("LAUNCHDECK_DATABASE_URL", " ")
+    settings = Settings()
+    assert settings.token is None
+    assert settings.database_url is None

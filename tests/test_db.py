@@ -1,0 +1,155 @@
+"""The schema and its migrations, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine as create_sync_engine
+from sqlalchemy import func, inspect, select, text
+from sqlalchemy.exc import IntegrityError
+
+from app import db
+from app.db.models import Attempt, AuditEvent, Base, GpuSample, Host, Preset, PresetRevision, Signature
+
+
+def test_migrations_create_every_table_and_match_the_models(database_url: str) -> None:
+    db.upgrade(database_url)
+    engine = create_sync_engine(db.sync_url(database_url))
+    try:
+        tables = set(inspect(engine).get_table_names())
+        assert set(Base.metadata.tables) <= tables
+        with engine.connect() as connection:
+            drift = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+        assert drift == [], f"models and migrations differ: {drift}"
+    finally:
+        engine.dispose()
+
+
+def test_downgrade_to_base_and_upgrade_again(database_url: str) -> None:
+    db.upgrade(database_url)
+    command.downgrade(db.alembic_config(database_url), "base")
+    engine = create_sync_engine(db.sync_url(database_url))
+    try:
+        assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    finally:
+        engine.dispose()
+    db.upgrade(database_url)
+
+
+async def test_an_attempt_round_trips_with_its_relations(database_url: str) -> None:
+    db.upgrade(database_url)
+    engine = db.create_engine(database_url)
+    sessions = db.session_factory(engine)
+    try:
+        async with sessions() as session:
+            host = Host(name="b200-01", address="127.0.0.1", port=2222, labels=["b200"])
+            preset = Preset(name="qwen36-27b-mtp")
+            revision = PresetRevision(
+                preset=preset, number=1, model_path="Qwen/Qwen3.6-27B", args=["--tp-size", "4"], env={"A": "1"}
+            )
+            signature = Signature(fingerprint="f" * 64, failure_class="oom", exception_type="torch.OutOfMemoryError")
+            attempt = Attempt(
+                host=host,
+                revision=revision,
+                signature=signature,
+                gpus=[0, 1, 2, 3],
+                argv=["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.6-27B"],
+                effective_args={"mamba_scheduler_strategy": "no_buffer"},
+            )
+            session.add(attempt)
+            session.add(AuditEvent(actor="admin", action="launch", target="attempt/1"))
+            await session.commit()
+            attempt_id = attempt.id
+
+        async with sessions() as session:
+            loaded = await session.get(Attempt, attempt_id)
+            assert loaded is not None
+            await session.refresh(loaded, ["host", "revision", "signature"])
+            assert loaded.host.name == "b200-01"
+            assert loaded.revision.args == ["--tp-size", "4"]
+            assert loaded.signature and loaded.signature.failure_class == "oom"
+            assert loaded.gpus == [0, 1, 2, 3]
+            assert loaded.effective_args == {"mamba_scheduler_strategy": "no_buffer"}
+            assert loaded.status == "pending"
+            assert loaded.created_at.tzinfo is not None
+            assert abs(loaded.created_at - datetime.now(UTC)) < timedelta(minutes=1)
+    finally:
+        await engine.dispose()
+
+
+async def test_revision_numbers_are_unique_per_preset(database_url: str) -> None:
+    db.upgrade(database_url)
+    engine = db.create_engine(database_url)
+    sessions = db.session_factory(engine)
+    try:
+        async with sessions() as session:
+            preset = Preset(name="llama31-8b")
+            session.add_all(
+                [
+                    PresetRevision(preset=preset, number=1, model_path="m"),
+                    PresetRevision(preset=preset, number=1, model_path="m"),
+                ]
+            )
+            with pytest.raises(IntegrityError):
+                await session.commit()
+    finally:
+        await engine.dispose()
+
+
+async def test_concurrent_writers_never_see_database_is_locked(database_url: str) -> None:
+    """The log mirror, the GPU poller and web requests all write at once."""
+    db.upgrade(database_url)
+    engine = db.create_engine(database_url)
+    sessions = db.session_factory(engine)
+    async with sessions() as session:
+        host = Host(name="h")
+        session.add(host)
+        await session.commit()
+        host_id = host.id
+
+    async def poller(worker: int) -> None:
+        for n in range(40):
+            async with sessions() as session:
+                # Read, then write: the pattern that fails on SQLite with deferred transactions.
+                await session.scalar(select(func.count()).select_from(GpuSample))
+                session.add(
+                    GpuSample(
+                        host_id=host_id,
+                        gpu_index=worker,
+                        taken_at=datetime.now(UTC),
+                        memory_total_mib=97887,
+                        memory_used_mib=n,
+                    )
+                )
+                await session.commit()
+
+    async def auditor() -> None:
+        for n in range(40):
+            async with sessions() as session:
+                session.add(AuditEvent(actor="admin", action="stop", target=f"attempt/{n}"))
+                await session.commit()
+
+    try:
+        await asyncio.gather(*(poller(w) for w in range(4)), auditor())
+        async with sessions() as session:
+            assert await session.scalar(select(func.count()).select_from(GpuSample)) == 160
+            assert await session.scalar(select(func.count()).select_from(AuditEvent)) == 40
+    finally:
+        await engine.dispose()
+
+
+async def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path / 'wal.db'}"
+    db.upgrade(url)
+    engine = db.create_engine(url)
+    try:
+        async with engine.connect() as connection:
+            assert (await connection.scalar(text("PRAGMA journal_mode"))) == "wal"
+            assert (await connection.scalar(text("PRAGMA busy_timeout"))) == db.SQLITE_BUSY_TIMEOUT_MS
+    finally:
+        await engine.dispose()

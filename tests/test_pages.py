@@ -1,0 +1,107 @@
+"""The browser-facing pages as plain HTTP: login, CSRF, fragments."""
+
+from __future__ import annotations
+
+import re
+
+from httpx import AsyncClient
+from sqlalchemy import select
+
+from app.db.models import AuditEvent
+from tests.conftest import TOKEN
+
+
+def csrf_from(html: str) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert match, "page has no CSRF token"
+    return match.group(1)
+
+
+async def log_in(client: AsyncClient) -> str:
+    """Logs in through the form; returns the CSRF token of the session."""
+    form = await client.get("/login")
+    response = await client.post("/login", data={"token": TOKEN, "next": "/hosts", "csrf_token": csrf_from(form.text)})
+    assert response.status_code == 303, response.text
+    page = await client.get("/hosts")
+    assert page.status_code == 200
+    return csrf_from(page.text)
+
+
+async def test_pages_redirect_to_login_and_back_after_it(app_client: AsyncClient) -> None:
+    response = await app_client.get("/hosts?view=all")
+    assert response.status_code == 303
+    assert response.headers["location"] == "/login?next=/hosts?view=all"
+    form = await app_client.get(response.headers["location"])
+    assert 'name="next" value="/hosts?view=all"' in form.text
+    login = await app_client.post(
+        "/login", data={"token": TOKEN, "next": "/hosts?view=all", "csrf_token": csrf_from(form.text)}
+    )
+    assert login.status_code == 303
+    assert login.headers["location"] == "/hosts?view=all"
+
+
+async def test_hosts_page_lists_gpus_with_memory_bars(app_client: AsyncClient) -> None:
+    await log_in(app_client)
+    html = (await app_client.get("/hosts")).text
+    assert html.count('class="gpu"') == 12
+    assert html.count('role="meter"') == 12
+    assert "NVIDIA RTX PRO 6000 Blackwell Server Edition" in html
+    assert "/static/vendor/htmx.org@" in html
+
+
+async def test_wrong_token_is_refused_and_audited(app_client: AsyncClient) -> None:
+    form = await app_client.get("/login")
+    response = await app_client.post("/login", data={"token": "guess", "csrf_token": csrf_from(form.text)})
+    assert response.status_code == 401
+    assert "That token is not valid." in response.text
+    assert (await app_client.get("/hosts")).status_code == 303
+    sessions = app_client._transport.app.state.runtime.sessions  # type: ignore[attr-defined]
+    async with sessions() as session:
+        actions = list(await session.scalars(select(AuditEvent.action)))
+    assert actions == ["login-failed"]
+
+
+async def test_login_without_csrf_token_is_refused(app_client: AsyncClient) -> None:
+    await app_client.get("/login")
+    response = await app_client.post("/login", data={"token": TOKEN})
+    assert response.status_code == 403
+    assert (await app_client.get("/hosts")).status_code == 303
+
+
+async def test_login_never_redirects_off_site(app_client: AsyncClient) -> None:
+    form = await app_client.get("/login")
+    response = await app_client.post(
+        "/login", data={"token": TOKEN, "next": "//evil.example/", "csrf_token": csrf_from(form.text)}
+    )
+    assert response.headers["location"] == "/hosts"
+
+
+async def test_logout_needs_the_csrf_token(app_client: AsyncClient) -> None:
+    csrf = await log_in(app_client)
+    assert (await app_client.post("/logout")).status_code == 403
+    assert (await app_client.get("/hosts")).status_code == 200
+    assert (await app_client.post("/logout", data={"csrf_token": csrf})).status_code == 303
+    assert (await app_client.get("/hosts")).status_code == 303
+
+
+async def test_htmx_poll_gets_only_the_host_list(app_client: AsyncClient) -> None:
+    await log_in(app_client)
+    response = await app_client.get("/hosts", headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    assert response.text.lstrip().startswith('<div id="host-list"')
+    assert "<html" not in response.text
+    assert "HX-Request" in response.headers["vary"]
+    boosted = await app_client.get("/hosts", headers={"HX-Request": "true", "HX-Boosted": "true"})
+    assert "<html" in boosted.text
+
+
+async def test_logged_in_browser_can_read_the_api(app_client: AsyncClient) -> None:
+    await log_in(app_client)
+    assert (await app_client.get("/api/hosts")).status_code == 200
+
+
+async def test_error_pages_are_html_for_browsers(app_client: AsyncClient) -> None:
+    await log_in(app_client)
+    response = await app_client.get("/no-such-page", headers={"Accept": "text/html"})
+    assert response.status_code == 404
+    assert "<html" in response.text and "Not Found" in response.text

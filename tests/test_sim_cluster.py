@@ -1,0 +1,80 @@
+"""The simulated hosts seen over SSH, as the dashboard sees them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+from app.demo.cluster import SimCluster
+from app.demo.hostlib import simgpu
+from app.gpu.nvidia_smi import parse_query_gpu, read_gpu_memory
+from app.ssh import HostConnection, HostSpec
+
+Connect = Callable[..., HostConnection]
+
+PYNVML_REPORT = """
+import json, pynvml
+pynvml.nvmlInit()
+gpus = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    m = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    gpus.append({"name": pynvml.nvmlDeviceGetName(h), "total": m.total, "used": m.used, "reserved": m.reserved,
+                 "pids": [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]})
+print(json.dumps(gpus))
+"""
+
+BOOK_AND_HOLD = """
+import os, time, simgpu
+simgpu.book([1, 3], 30000, pid=os.getpid(), name="python3")
+print("booked", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_nvidia_smi_and_pynvml_over_ssh_agree_with_the_state_file(
+    connect: Connect, sim_specs: list[HostSpec], sim_cluster: SimCluster
+) -> None:
+    host = connect(sim_specs[1])
+    await host.wait_online(10)
+    state = simgpu.read(str(sim_cluster.hosts["rtxpro-01"].gpu_state_path))
+    gpus = await read_gpu_memory(host)
+    assert [(g.index, g.name, g.memory_total_mib) for g in gpus] == [
+        (g["index"], g["name"], g["memory_total_mib"]) for g in state["gpus"]
+    ]
+    nvml = json.loads((await host.run(["python3", "-c", PYNVML_REPORT])).stdout)
+    assert [g["total"] // 2**20 for g in nvml] == [g.memory_total_mib for g in gpus]
+    assert [g["used"] // 2**20 for g in nvml] == [g.memory_used_mib for g in gpus]
+
+
+async def test_a_remote_process_books_memory_until_it_exits(connect: Connect, sim_specs: list[HostSpec]) -> None:
+    host = connect(sim_specs[1])
+    await host.wait_online(10)
+    async with host.stream(["python3", "-c", BOOK_AND_HOLD]) as process:
+        assert await process.stdout.readline() == b"booked\n"
+        busy = {g.index: g for g in await read_gpu_memory(host)}
+        assert busy[1].memory_used_mib == busy[3].memory_used_mib == 30000
+        assert busy[0].memory_used_mib == 0
+        apps = await host.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"])
+        assert len(apps.stdout.splitlines()) == 2
+    for _ in range(50):
+        idle = await read_gpu_memory(host)
+        if all(g.memory_used_mib == 0 for g in idle):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the stopped process's memory was not released")
+
+
+def test_query_gpu_parser_reads_real_formats() -> None:
+    text = (
+        "0, NVIDIA B200, 183359, 0, 182826\n"
+        "1, NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887, [N/A], [N/A]\n"
+        "2, Some, GPU, With, Commas, 81559, 4, 81020\n"
+    )
+    gpus = parse_query_gpu(text)
+    assert gpus[0].memory_free_mib == 182826
+    assert gpus[1].name == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert gpus[1].memory_used_mib is None
+    assert gpus[2].name == "Some, GPU, With, Commas" and gpus[2].memory_total_mib == 81559
