@@ -13,7 +13,7 @@ import asyncssh
 import pytest
 
 from app.errors import HostUnavailable, RemoteCommandFailed
-from app.ssh import HostConnection, HostSpec, HostState
+from app.ssh import HostConnection, HostSpec, HostState, SSHOptions
 from tests.support import OpenSSHServer, Relay, free_port
 
 Connect = Callable[..., HostConnection]
@@ -268,3 +268,49 @@ async def wait_offline(host: HostConnection, timeout: float = 10) -> None:
     async with asyncio.timeout(timeout):
         while host.status.state is not HostState.OFFLINE:
             await asyncio.sleep(0.02)
+
+
+@pytest.mark.openssh
+async def test_ssh_config_alias_supplies_address_port_user_and_key(
+    connect: Connect, openssh: OpenSSHServer, openssh_spec: HostSpec, tmp_path: Path
+) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host gpu-alias\n"
+        "  HostName 127.0.0.1\n"
+        f"  Port {openssh.port}\n"
+        f"  User {openssh_spec.user}\n"
+        f"  IdentityFile {openssh.client_key_path}\n"
+    )
+    host = HostConnection(
+        HostSpec(name="gpu-alias", known_hosts=openssh_spec.known_hosts),
+        SSHOptions(known_hosts=tmp_path / "unused", ssh_config=config),
+    )
+    host.start()
+    try:
+        await host.wait_online(10)
+        assert (await host.run(["echo", "via-alias"])).stdout == b"via-alias\n"
+    finally:
+        await host.close()
+
+
+@pytest.mark.openssh
+async def test_keys_from_ssh_agent_are_used(
+    connect: Connect, openssh: OpenSSHServer, openssh_spec: HostSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent_socket = tmp_path / "agent.sock"
+    agent = await asyncio.create_subprocess_exec("ssh-agent", "-D", "-a", str(agent_socket))
+    try:
+        for _ in range(100):
+            if agent_socket.exists():
+                break
+            await asyncio.sleep(0.02)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(agent_socket))
+        add = await asyncio.create_subprocess_exec("ssh-add", "-q", str(openssh.client_key_path))
+        assert await add.wait() == 0
+        monkeypatch.setenv("HOME", str(tmp_path))  # no default keys in ~/.ssh to fall back on
+        host = await online(connect, dataclasses.replace(openssh_spec, identity_files=()))
+        assert (await host.run(["echo", "via-agent"])).stdout == b"via-agent\n"
+    finally:
+        agent.terminate()
+        await agent.wait()
