@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,9 +13,21 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app import db
 from app.db.models import Attempt, AuditEvent, Base, GpuSample, Host, Preset, PresetRevision, Signature
+
+Sessions = async_sessionmaker[AsyncSession]
+
+
+@pytest.fixture
+async def sessions(database_url: str) -> AsyncIterator[Sessions]:
+    """Sessions on a freshly migrated database."""
+    db.upgrade(database_url)
+    engine = db.create_engine(database_url)
+    yield db.session_factory(engine)
+    await engine.dispose()
 
 
 def test_migrations_create_every_table_and_match_the_models(database_url: str) -> None:
@@ -41,71 +54,55 @@ def test_downgrade_to_base_and_upgrade_again(database_url: str) -> None:
     db.upgrade(database_url)
 
 
-async def test_an_attempt_round_trips_with_its_relations(database_url: str) -> None:
-    db.upgrade(database_url)
-    engine = db.create_engine(database_url)
-    sessions = db.session_factory(engine)
-    try:
-        async with sessions() as session:
-            host = Host(name="b200-01", address="127.0.0.1", port=2222, labels=["b200"])
-            preset = Preset(name="qwen36-27b-mtp")
-            revision = PresetRevision(
-                preset=preset, number=1, model_path="Qwen/Qwen3.6-27B", args=["--tp-size", "4"], env={"A": "1"}
-            )
-            signature = Signature(fingerprint="f" * 64, failure_class="oom", exception_type="torch.OutOfMemoryError")
-            attempt = Attempt(
-                host=host,
-                revision=revision,
-                signature=signature,
-                gpus=[0, 1, 2, 3],
-                argv=["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.6-27B"],
-                effective_args={"mamba_scheduler_strategy": "no_buffer"},
-            )
-            session.add(attempt)
-            session.add(AuditEvent(actor="admin", action="launch", target="attempt/1"))
+async def test_an_attempt_round_trips_with_its_relations(sessions: Sessions) -> None:
+    async with sessions() as session:
+        host = Host(name="b200-01", address="127.0.0.1", port=2222, labels=["b200"])
+        preset = Preset(name="qwen36-27b-mtp")
+        revision = PresetRevision(
+            preset=preset, number=1, model_path="Qwen/Qwen3.6-27B", args=["--tp-size", "4"], env={"A": "1"}
+        )
+        signature = Signature(fingerprint="f" * 64, failure_class="oom", exception_type="torch.OutOfMemoryError")
+        attempt = Attempt(
+            host=host,
+            revision=revision,
+            signature=signature,
+            gpus=[0, 1, 2, 3],
+            argv=["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.6-27B"],
+            effective_args={"mamba_scheduler_strategy": "no_buffer"},
+        )
+        session.add_all([attempt, AuditEvent(actor="admin", action="launch", target="attempt/1")])
+        await session.commit()
+        attempt_id = attempt.id
+
+    async with sessions() as session:
+        loaded = await session.get(Attempt, attempt_id)
+        assert loaded is not None
+        await session.refresh(loaded, ["host", "revision", "signature"])
+        assert loaded.host.name == "b200-01"
+        assert loaded.revision.args == ["--tp-size", "4"]
+        assert loaded.signature and loaded.signature.failure_class == "oom"
+        assert loaded.gpus == [0, 1, 2, 3]
+        assert loaded.effective_args == {"mamba_scheduler_strategy": "no_buffer"}
+        assert loaded.status == "pending"
+        assert loaded.created_at.tzinfo is not None
+        assert abs(loaded.created_at - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+async def test_revision_numbers_are_unique_per_preset(sessions: Sessions) -> None:
+    async with sessions() as session:
+        preset = Preset(name="llama31-8b")
+        session.add_all(
+            [
+                PresetRevision(preset=preset, number=1, model_path="m"),
+                PresetRevision(preset=preset, number=1, model_path="m"),
+            ]
+        )
+        with pytest.raises(IntegrityError):
             await session.commit()
-            attempt_id = attempt.id
-
-        async with sessions() as session:
-            loaded = await session.get(Attempt, attempt_id)
-            assert loaded is not None
-            await session.refresh(loaded, ["host", "revision", "signature"])
-            assert loaded.host.name == "b200-01"
-            assert loaded.revision.args == ["--tp-size", "4"]
-            assert loaded.signature and loaded.signature.failure_class == "oom"
-            assert loaded.gpus == [0, 1, 2, 3]
-            assert loaded.effective_args == {"mamba_scheduler_strategy": "no_buffer"}
-            assert loaded.status == "pending"
-            assert loaded.created_at.tzinfo is not None
-            assert abs(loaded.created_at - datetime.now(UTC)) < timedelta(minutes=1)
-    finally:
-        await engine.dispose()
 
 
-async def test_revision_numbers_are_unique_per_preset(database_url: str) -> None:
-    db.upgrade(database_url)
-    engine = db.create_engine(database_url)
-    sessions = db.session_factory(engine)
-    try:
-        async with sessions() as session:
-            preset = Preset(name="llama31-8b")
-            session.add_all(
-                [
-                    PresetRevision(preset=preset, number=1, model_path="m"),
-                    PresetRevision(preset=preset, number=1, model_path="m"),
-                ]
-            )
-            with pytest.raises(IntegrityError):
-                await session.commit()
-    finally:
-        await engine.dispose()
-
-
-async def test_concurrent_writers_never_see_database_is_locked(database_url: str) -> None:
+async def test_concurrent_writers_never_see_database_is_locked(sessions: Sessions) -> None:
     """The log mirror, the GPU poller and web requests all write at once."""
-    db.upgrade(database_url)
-    engine = db.create_engine(database_url)
-    sessions = db.session_factory(engine)
     async with sessions() as session:
         host = Host(name="h")
         session.add(host)
@@ -134,13 +131,10 @@ async def test_concurrent_writers_never_see_database_is_locked(database_url: str
                 session.add(AuditEvent(actor="admin", action="stop", target=f"attempt/{n}"))
                 await session.commit()
 
-    try:
-        await asyncio.gather(*(poller(w) for w in range(4)), auditor())
-        async with sessions() as session:
-            assert await session.scalar(select(func.count()).select_from(GpuSample)) == 160
-            assert await session.scalar(select(func.count()).select_from(AuditEvent)) == 40
-    finally:
-        await engine.dispose()
+    await asyncio.gather(*(poller(w) for w in range(4)), auditor())
+    async with sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(GpuSample)) == 160
+        assert await session.scalar(select(func.count()).select_from(AuditEvent)) == 40
 
 
 async def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path) -> None:  # type: ignore[no-untyped-def]
