@@ -38,6 +38,7 @@ class SimHost:
     _server: asyncssh.SSHAcceptor | None = None
     _connections: set[asyncssh.SSHServerConnection] = field(default_factory=set)
     _process_groups: set[int] = field(default_factory=set)
+    _sessions: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def home(self) -> Path:
@@ -103,11 +104,13 @@ class SimHost:
         """Stops the server, hangs up every session and kills what the sessions started."""
         if self._server:
             self._server.close()
-            await self._server.wait_closed()
         self.drop_connections()
         for pgid in list(self._process_groups):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+            _signal_group(pgid, signal.SIGKILL)
+        if self._sessions:
+            await asyncio.wait(self._sessions, timeout=HANGUP_GRACE)
+        if self._server:
+            await self._server.wait_closed()
 
     def drop_connections(self) -> None:
         """Closes every client connection at once, as a host restart would."""
@@ -127,10 +130,14 @@ class SimHost:
             start_new_session=True,
         )
         self._process_groups.add(child.pid)
+        session = asyncio.current_task()
+        assert session is not None
+        self._sessions.add(session)
         try:
             await _relay(process, child)
         finally:
             self._process_groups.discard(child.pid)
+            self._sessions.discard(session)
 
 
 class _Server(asyncssh.SSHServer):
@@ -189,7 +196,9 @@ async def _relay(process: asyncssh.SSHServerProcess[bytes], child: asyncio.subpr
                 await sink.drain()
 
     stdin_task = asyncio.create_task(feed_stdin())
-    output = asyncio.gather(copy(child.stdout, process.stdout), copy(child.stderr, process.stderr))
+    output = asyncio.ensure_future(
+        asyncio.gather(copy(child.stdout, process.stdout), copy(child.stderr, process.stderr))
+    )
     hangup = asyncio.create_task(process.wait_closed())
     finished = asyncio.create_task(child.wait())
     await asyncio.wait({hangup, finished}, return_when=asyncio.FIRST_COMPLETED)
@@ -200,14 +209,15 @@ async def _relay(process: asyncssh.SSHServerProcess[bytes], child: asyncio.subpr
         except TimeoutError:
             _signal_group(child.pid, signal.SIGKILL)
     returncode = await finished
-    if hangup.done():
-        # Nobody is listening; a detached grandchild may hold the pipes open forever.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(output, HANGUP_GRACE)
-    else:
-        await output
-    stdin_task.cancel()
-    hangup.cancel()
+    try:
+        # After a hangup nobody listens, and a detached grandchild may hold the pipes open forever.
+        await asyncio.wait_for(asyncio.shield(output), HANGUP_GRACE if hangup.done() else None)
+    except TimeoutError:
+        pass
+    finally:
+        for task in (output, stdin_task, hangup):
+            task.cancel()
+        await asyncio.gather(output, stdin_task, hangup, return_exceptions=True)
     with contextlib.suppress(OSError, asyncssh.Error):
         if returncode < 0:
             process.exit_with_signal(signal.Signals(-returncode).name.removeprefix("SIG"))

@@ -1,0 +1,400 @@
+"""The dashboard in a real browser: `launchdeck demo` as a user starts it, driven through Debian's chromium.
+
+One demo process (simulated cluster + dashboard) serves the whole module; each test gets a fresh
+browser context, so cookies never leak from one test into the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+import httpx
+import pytest
+from playwright.async_api import (
+    Browser,
+    BrowserContext,
+    Locator,
+    Page,
+    Request,
+    Response,
+    async_playwright,
+    expect,
+)
+
+from app.demo.hostlib import simgpu
+from tests.support import free_port, require
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOKEN = "browser-test-token-3f9c1a7e"
+HTMX_VERSION = json.loads((ROOT / "package.json").read_text())["dependencies"]["htmx.org"]
+B200 = "NVIDIA B200"
+RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+STARTUP_DEADLINE_S = 30
+SHUTDOWN_DEADLINE_S = 15
+# htmx polls every 5 s; a full period, plus one more in case an nvidia-smi answer came too late.
+REFRESH_TIMEOUT_MS = 15_000
+
+
+@dataclass
+class Demo:
+    """A running `launchdeck demo` and where it keeps its files."""
+
+    process: subprocess.Popen[bytes]
+    root: Path
+    data_dir: Path
+    base_url: str
+    log_path: Path
+
+    def gpu_state_path(self, host: str) -> Path:
+        return self.data_dir / "demo" / "hosts" / host / "gpu-state.json"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def processes_under(directory: Path) -> list[str]:
+    """Live processes whose cwd, command line or environment points into `directory`
+    (the simulated hosts run every command in a home under it, with its GPU state file in the
+    environment). Zombies are left out: they hold nothing and are gone once reaped."""
+    marker = str(directory.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+            if stat[stat.rindex(b")") + 2 :].split()[0] in (b"Z", b"X"):
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or a kernel thread
+        if marker in cmdline or marker in environ or cwd == marker or cwd.startswith(marker + "/"):
+            found.append(f"pid {entry.name} (cwd {cwd}): {cmdline}")
+    return found
+
+
+async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float, what: str, demo: Demo) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if demo.process.poll() is not None:
+            pytest.fail(
+                f"launchdeck demo exited with {demo.process.returncode} while waiting for {what}:\n{demo.log()}"
+            )
+        if await condition():
+            return
+        await asyncio.sleep(0.1)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}; demo log:\n{demo.log()}")
+
+
+async def start_lingering_session(demo: Demo) -> asyncssh.SSHClientConnection:
+    """A command on b200-01 that ignores hangups and would run for minutes, as a launched server
+    would; the demo must still leave nothing behind when it stops."""
+    cluster = demo.data_dir / "demo"
+    host = next(h for h in tomllib.loads((cluster / "hosts.toml").read_text())["host"] if h["name"] == "b200-01")
+    conn = await asyncssh.connect(
+        "127.0.0.1",
+        host["port"],
+        username=os.environ.get("USER", "root"),
+        client_keys=[str(cluster / "client_ed25519_key")],
+        known_hosts=str(cluster / "known_hosts"),
+        config=None,
+    )
+    await conn.create_process("trap '' HUP; exec sleep 300")
+    return conn
+
+
+@pytest.fixture(scope="module")
+async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Demo]:
+    root = tmp_path_factory.mktemp("browser")
+    data_dir = root / "data"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAUNCHDECK_") or k == "LAUNCHDECK_TEST_STRICT"}
+    # LAUNCHDECK_COOKIE_SECURE stays at its default (true): the login must work over plain
+    # http://127.0.0.1, which browsers treat as a secure context.
+    env.update(LAUNCHDECK_DATA_DIR=str(data_dir), LAUNCHDECK_PORT=str(port), LAUNCHDECK_TOKEN=TOKEN)
+    launchdeck = Path(sys.executable).parent / "launchdeck"
+    if not launchdeck.exists():
+        launchdeck = Path(shutil.which("launchdeck") or "launchdeck")
+    log_path = root / "demo.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(launchdeck), "demo"], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
+    running = Demo(process, root, data_dir, f"http://127.0.0.1:{port}", log_path)
+    conn: asyncssh.SSHClientConnection | None = None
+    try:
+        async with httpx.AsyncClient(base_url=running.base_url, timeout=2) as client:
+
+            async def healthy() -> bool:
+                try:
+                    return (await client.get("/api/health")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            async def hosts_ready() -> bool:
+                answer = await client.get("/api/hosts", headers={"Authorization": f"Bearer {TOKEN}"})
+                hosts = answer.json() if answer.status_code == 200 else []
+                return len(hosts) == 2 and all(h["state"] == "online" and h["gpus"] for h in hosts)
+
+            await wait_until(healthy, STARTUP_DEADLINE_S, "GET /api/health to answer", running)
+            await wait_until(hosts_ready, STARTUP_DEADLINE_S, "both simulated hosts to be online", running)
+
+        conn = await start_lingering_session(running)
+
+        async def lingering_started() -> bool:
+            return any("sleep 300" in p for p in processes_under(data_dir))
+
+        await wait_until(lingering_started, 10, "the lingering command on b200-01 to start", running)
+        yield running
+    finally:
+        try:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                returncode = await asyncio.to_thread(process.wait, SHUTDOWN_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                pytest.fail(f"launchdeck demo did not exit within {SHUTDOWN_DEADLINE_S} s of SIGTERM:\n{running.log()}")
+            assert returncode == 0, f"launchdeck demo exited with {returncode} after SIGTERM:\n{running.log()}"
+            # SIGKILLed process groups vanish at once, but allow the kernel a moment.
+            deadline = time.monotonic() + 2
+            while (left := processes_under(data_dir)) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert not left, "launchdeck demo left processes running after it exited:\n" + "\n".join(left)
+        finally:
+            if conn is not None:
+                conn.close()
+                with contextlib.suppress(OSError, asyncssh.Error):
+                    await conn.wait_closed()
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    require(CHROMIUM.exists(), f"{CHROMIUM} is missing (apt-get install chromium)")
+    async with async_playwright() as playwright:
+        chromium = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+@dataclass
+class Tab:
+    """A page in its own browser context, with what the page logged as errors."""
+
+    context: BrowserContext
+    page: Page
+    console_errors: list[str]
+
+
+@pytest.fixture
+async def tab(browser: Browser, demo: Demo) -> AsyncIterator[Tab]:
+    context = await browser.new_context(base_url=demo.base_url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(10_000)
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
+    try:
+        yield Tab(context, page, errors)
+    finally:
+        await context.close()
+
+
+async def log_in(page: Page, token: str = TOKEN) -> None:
+    if not re.search(r"/login(\?|$)", page.url):
+        await page.goto("/login")
+    await page.get_by_label("Access token").fill(token)
+    await page.get_by_role("button", name="Log in").click()
+    await page.wait_for_load_state()
+
+
+def gpu_row(page: Page, host: str, index: int) -> tuple[Locator, Locator]:
+    """A GPU's table row and its used-memory cell."""
+    row = page.locator(f"article.host[data-host='{host}'] tr.gpu[data-gpu='{index}']")
+    return row, row.locator("td.num").first
+
+
+async def used_mib(page: Page, host: str, index: int) -> int:
+    _, used = gpu_row(page, host, index)
+    text = await used.text_content()
+    match = re.fullmatch(r"\s*(\d+) / (\d+) MiB\s*", text or "")
+    assert match, f"GPU {index} on {host}: used memory reads {text!r}"
+    return int(match.group(1))
+
+
+async def test_hosts_page_requires_login_and_shows_every_gpu_after_it(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    response = await page.goto("/hosts")
+    assert response is not None and response.ok
+    assert response.request.redirected_from is not None, "/hosts answered without a login"
+    assert response.request.redirected_from.url == f"{demo.base_url}/hosts"
+    assert page.url == f"{demo.base_url}/login?next=/hosts"
+    await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    await expect(page.locator("#host-list")).to_have_count(0)
+
+    await log_in(page, "not-the-token")
+    await expect(page.get_by_role("alert")).to_have_text("That token is not valid.")
+    assert page.url.startswith(f"{demo.base_url}/login"), page.url
+    await expect(page.locator("#host-list")).to_have_count(0)
+    response = await page.goto("/hosts")
+    assert response is not None
+    assert page.url.startswith(f"{demo.base_url}/login"), "a wrong token logged the browser in"
+
+    await log_in(page)
+    assert page.url == f"{demo.base_url}/hosts", page.url
+    hosts = page.locator("#host-list article.host")
+    await expect(hosts).to_have_count(2)
+    assert await hosts.evaluate_all("els => els.map(e => e.dataset.host)") == ["b200-01", "rtxpro-01"]
+    # A host whose nvidia-smi was slow shows an error until the next poll; it must clear by itself.
+    errors = page.locator("#host-list .host-error")
+    deadline = time.monotonic() + REFRESH_TIMEOUT_MS / 1000
+    while (shown := await errors.all_text_contents()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert shown == [], f"the hosts page shows errors: {shown}"
+    for name in ("b200-01", "rtxpro-01"):
+        host = page.locator(f"article.host[data-host='{name}']")
+        await expect(host.get_by_role("heading", name=name)).to_be_visible()
+        await expect(host.locator(".state")).to_have_text("online")
+
+    rows = page.locator("#host-list tr.gpu")
+    await expect(rows).to_have_count(12)
+    expected = [("b200-01", i, B200) for i in range(8)] + [("rtxpro-01", i, RTX_PRO) for i in range(4)]
+    for host_name, index, gpu_name in expected:
+        row = page.locator(f"article.host[data-host='{host_name}'] tr.gpu[data-gpu='{index}']")
+        cells = row.locator("td")
+        await expect(cells.nth(0)).to_have_text(str(index))
+        await expect(cells.nth(1)).to_have_text(gpu_name)
+        meter = row.get_by_role("meter")
+        await expect(meter).to_have_count(1)
+        await expect(meter).to_be_visible()
+        total = int(await meter.get_attribute("aria-valuemax") or "0")
+        assert total > 0, f"{host_name} GPU {index}: meter has no maximum"
+        used_text = await cells.nth(3).text_content()
+        assert re.fullmatch(rf"\s*\d+ / {total} MiB\s*", used_text or ""), used_text
+        free_text = (await row.locator("td.free").text_content() or "").strip()
+        match = re.fullmatch(r"(\d+\.\d) GiB", free_text)
+        assert match, f"{host_name} GPU {index}: free memory reads {free_text!r}"
+        assert 0 < float(match.group(1)) <= total / 1024
+
+    screenshot = demo.root / "hosts.png"
+    await page.screenshot(path=str(screenshot), full_page=True)
+    assert screenshot.stat().st_size > 10_000
+    print(f"screenshot of the hosts page: {screenshot}")
+
+
+async def test_session_cookie_is_httponly_secure_and_strict(tab: Tab, demo: Demo) -> None:
+    await log_in(tab.page)
+    assert tab.page.url == f"{demo.base_url}/hosts", "login over http://127.0.0.1 with a Secure cookie failed"
+    cookies = {c["name"]: c for c in await tab.context.cookies()}
+    assert "launchdeck_session" in cookies, cookies
+    session = cookies["launchdeck_session"]
+    assert session.get("httpOnly") is True
+    assert session.get("secure") is True
+    assert session.get("sameSite") == "Strict"
+    assert await tab.page.evaluate("document.cookie") == "", "the session cookie is readable from scripts"
+
+
+async def test_host_list_refreshes_in_place_with_htmx(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    await log_in(page)
+    host_list = page.locator("#host-list")
+    assert await host_list.get_attribute("hx-trigger") == "every 5s"
+    htmx_polls: list[Request] = []
+    page.on(
+        "request",
+        lambda r: htmx_polls.append(r) if r.url == f"{demo.base_url}/hosts" and r.headers.get("hx-request") else None,
+    )
+    before = await used_mib(page, "b200-01", 0)
+    await page.evaluate("window.__marker = 1")
+
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        simgpu.book([0], 40000, pid=sleeper.pid, name="python3", path=str(demo.gpu_state_path("b200-01")))
+        row, used = gpu_row(page, "b200-01", 0)
+        await expect(used).to_have_text(re.compile(rf"^\s*{before + 40000} / \d+ MiB\s*$"), timeout=REFRESH_TIMEOUT_MS)
+        meter = row.get_by_role("meter")
+        await expect(meter).to_have_attribute("aria-valuenow", str(before + 40000))
+        assert await used_mib(page, "b200-01", 1) == before, "memory booked on GPU 0 shows on GPU 1"
+        assert await page.evaluate("window.__marker") == 1, "the page was reloaded instead of updated in place"
+        assert htmx_polls, "the host list changed without an htmx request"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+    await expect(used).to_have_text(re.compile(rf"^\s*{before} / \d+ MiB\s*$"), timeout=REFRESH_TIMEOUT_MS)
+    assert await page.evaluate("window.__marker") == 1, "the page was reloaded instead of updated in place"
+    assert tab.console_errors == []
+
+
+async def test_logout_needs_the_form_and_ends_the_session(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    await log_in(page)
+    assert page.url == f"{demo.base_url}/hosts"
+
+    # A forged cross-site post carries the cookie but not the page's CSRF token.
+    forged = await page.request.post("/logout", max_redirects=0)
+    assert forged.status == 403, f"POST /logout without the CSRF token answered {forged.status}"
+    await forged.dispose()
+    await page.reload()
+    assert page.url == f"{demo.base_url}/hosts", "the forged logout ended the session"
+
+    await page.get_by_role("button", name="Log out").click()
+    await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    await expect(page).to_have_url(re.compile(r"/login$"))
+    await expect(page.get_by_role("button", name="Log out")).to_have_count(0)
+
+    response = await page.goto("/hosts")
+    assert response is not None
+    assert page.url.startswith(f"{demo.base_url}/login"), "/hosts still shows after logging out"
+    await expect(page.locator("#host-list")).to_have_count(0)
+
+
+async def test_htmx_is_served_from_the_pinned_vendor_path(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    responses: list[Response] = []
+    page.on("response", lambda response: responses.append(response))
+    await log_in(page)
+    assert page.url == f"{demo.base_url}/hosts"
+    await page.wait_for_load_state("networkidle")
+
+    htmx_url = f"{demo.base_url}/static/vendor/htmx.org@{HTMX_VERSION}/htmx.min.js"
+    htmx_loads = [r for r in responses if r.url == htmx_url]
+    assert htmx_loads, f"the page did not load {htmx_url}; it loaded {[r.url for r in responses]}"
+    assert all(r.status == 200 for r in htmx_loads), [r.status for r in htmx_loads]
+    await page.wait_for_function("() => window.htmx !== undefined")
+    assert await page.evaluate("window.htmx.version") == HTMX_VERSION
+    failed = [f"{r.status} {r.url}" for r in responses if r.status >= 400]
+    assert failed == [], failed
+    assert tab.console_errors == [], tab.console_errors
