@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from app.errors import InvalidInput
 from app.ssh import HostSpec
 from app.web.app import create_app
 from tests.conftest import TOKEN, make_settings
-from tests.support import free_port
+from tests.support import Relay, free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -74,6 +75,15 @@ async def test_api_requires_a_valid_token(app_client: AsyncClient) -> None:
     assert wrong.json() == {"detail": "invalid API token"}
 
 
+async def test_one_host_by_name_and_unknown_names_are_404(app_client: AsyncClient) -> None:
+    response = await app_client.get("/api/hosts/rtxpro-01", headers=AUTH)
+    assert response.status_code == 200
+    assert len(response.json()["gpus"]) == 4
+    missing = await app_client.get("/api/hosts/rtxpro-99", headers=AUTH)
+    assert missing.status_code == 404
+    assert missing.json() == {"detail": "unknown host 'rtxpro-99'"}
+
+
 async def test_unknown_route_is_a_json_404(app_client: AsyncClient) -> None:
     response = await app_client.get("/api/nothing-here", headers=AUTH)
     assert response.status_code == 404
@@ -116,3 +126,28 @@ async def test_bad_hosts_file_stops_start_with_a_message(tmp_path: Path) -> None
     with pytest.raises(InvalidInput, match="host #1: port must be an integer"):
         async with app.router.lifespan_context(app):
             pass
+
+
+async def test_host_that_stops_answering_still_gets_a_fast_answer(tmp_path: Path, sim_specs: list[HostSpec]) -> None:
+    relay = Relay(sim_specs[1].port or 22)
+    await relay.start()
+    known_hosts = tmp_path / "relay_known_hosts"
+    prefix = f"[127.0.0.1]:{sim_specs[1].port} "
+    lines = Path(sim_specs[1].known_hosts or "").read_text().splitlines()
+    key = next(line.removeprefix(prefix) for line in lines if line.startswith(prefix))
+    known_hosts.write_text(f"[127.0.0.1]:{relay.port} {key}\n")
+    silent = dataclasses.replace(sim_specs[1], name="silent-01", port=relay.port, known_hosts=str(known_hosts))
+    app = create_app(make_settings(tmp_path, [silent]))
+    transport = ASGITransport(app=app)
+    try:
+        async with app.router.lifespan_context(app), AsyncClient(transport=transport, base_url="http://t") as client:
+            await app.state.runtime.ssh.get("silent-01").wait_online(10)
+            relay.silent = True
+            started = time.monotonic()
+            response = await client.get("/api/hosts/silent-01", headers=AUTH)
+            assert time.monotonic() - started < 2
+    finally:
+        await relay.close()
+    assert response.status_code == 200
+    assert response.json()["gpus"] == []
+    assert "no answer to nvidia-smi" in response.json()["gpu_error"]

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from app.config import Settings
+from app.demo.inventory import parse_host_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,3 +67,14 @@ def test_empty_token_variable_means_a_generated_token(monkeypatch) -> None:  # t
     settings = Settings()
     assert settings.token is None
     assert settings.database_url is None
+
+
+def test_demo_with_bad_simulated_hosts_exits_2_with_a_sentence(tmp_path: Path) -> None:
+    result = launchdeck("demo", env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_DEMO_HOSTS": "big-01:h100:8"})
+    assert result.returncode == 2
+    assert "unknown GPU model 'h100'; choose from b200, rtx-pro-6000" in result.stderr
+
+
+def test_demo_hosts_scale_to_a_large_cluster() -> None:
+    specs = parse_host_specs(",".join(f"b200-{n:02}:b200:8" for n in range(64)))
+    assert len(specs) == 64 and {spec.gpu_count for spec in specs} == {8}

@@ -12,6 +12,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from app.demo.cluster import SimCluster
+from app.demo.inventory import SimHostSpec
 from app.errors import HostUnavailable, RemoteCommandFailed
 from app.ssh import HostConnection, HostSpec, HostState, SSHOptions
 from tests.support import OpenSSHServer, Relay, free_port
@@ -314,3 +316,21 @@ async def test_keys_from_ssh_agent_are_used(
     finally:
         agent.terminate()
         await agent.wait()
+
+
+async def test_host_that_was_down_comes_back_by_itself(connect: Connect, tmp_path: Path) -> None:
+    cluster = SimCluster(tmp_path / "flaky", [SimHostSpec("flaky-01", "b200", 1)])
+    [spec] = await cluster.start()
+    sim = cluster.hosts["flaky-01"]
+    try:
+        host = await online(connect, spec)
+        await sim.stop()
+        await wait_offline(host)
+        with pytest.raises(HostUnavailable, match="offline since"):
+            await host.run(["true"])
+        await asyncio.sleep(2)  # a few failed reconnects, so the backoff has grown
+        await sim.start(authorized_keys=cluster.root / "authorized_keys", port=spec.port or 0)
+        await host.wait_online(15)
+        assert (await host.run(["echo", "back"])).stdout == b"back\n"
+    finally:
+        await cluster.stop()

@@ -7,7 +7,7 @@ from datetime import datetime
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from app.gpu.overview import HostOverview, hosts_overview
+from app.gpu.overview import HostOverview, host_overview, hosts_overview
 from app.web.deps import ApiUser, RuntimeDep
 
 router = APIRouter(prefix="/api")
@@ -58,3 +58,8 @@ async def health(runtime: RuntimeDep) -> Health:
 async def list_hosts(runtime: RuntimeDep, _user: ApiUser) -> list[HostPublic]:
     """Every configured host with its connection state and per-GPU memory from nvidia-smi."""
     return [HostPublic.from_overview(overview) for overview in await hosts_overview(runtime.ssh)]
+
+
+@router.get("/hosts/{name}")
+async def get_host(name: str, runtime: RuntimeDep, _user: ApiUser) -> HostPublic:
+    return HostPublic.from_overview(await host_overview(runtime.ssh.get(name)))
