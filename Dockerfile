@@ -1,21 +1,28 @@
+# htmx comes from the npm registry at build time; the runtime image needs no Node.js.
+FROM node:20-bookworm-slim AS frontend
+WORKDIR /src
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund --loglevel=error \
+    && for pkg in htmx.org htmx-ext-sse; do \
+         version=$(node -p "require('./node_modules/$pkg/package.json').version"); \
+         mkdir -p vendor/$pkg@$version && cp node_modules/$pkg/dist/*.js vendor/$pkg@$version/; \
+       done
+
 FROM python:3.11-slim-bookworm
-
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openssh-client nodejs npm make \
-    && rm -rf /var/lib/apt/lists/*
-
-RUN useradd --create-home --uid 1000 launchdeck
+    && apt-get install -y --no-install-recommends openssh-client \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --create-home --uid 1000 launchdeck \
+    && mkdir -m 1777 /data
 WORKDIR /opt/launchdeck
-COPY pyproject.toml package.json package-lock.json README.md Makefile ./
-COPY app ./app
-COPY migrations ./migrations
-COPY templates ./templates
-COPY static ./static
-RUN pip install --no-cache-dir . \
-    && rm -rf static/vendor && make static/vendor/.installed && rm -rf node_modules
+COPY . .
+COPY --from=frontend /src/vendor ./static/vendor
+# Editable: the app reads templates/, static/ and migrations/ from this tree.
+RUN pip install --no-cache-dir -e .
 
 USER launchdeck
-ENV LAUNCHDECK_DATA_DIR=/data \
+ENV HOME=/home/launchdeck \
+    LAUNCHDECK_DATA_DIR=/data \
     LAUNCHDECK_BIND=0.0.0.0 \
     LAUNCHDECK_PORT=8000
 VOLUME ["/data"]

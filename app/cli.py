@@ -62,7 +62,9 @@ def serve(settings: Settings) -> int:
 
     _check_startup(settings)
     app = create_app(settings)
-    _print_access(settings, access_token(settings))
+    access_token(settings)  # created now, so its file exists before the first login
+    where = "LAUNCHDECK_TOKEN" if settings.token else settings.data_dir / "access-token"
+    print(f"\nlaunchdeck dashboard: {_url(settings)}  (access token: {where})\n", flush=True)
     uvicorn.run(app, host=settings.bind, port=settings.port, log_level="info")
     return 0
 
@@ -100,9 +102,13 @@ async def demo(settings: Settings) -> int:
     return 0
 
 
-def _print_access(settings: Settings, token: str) -> None:
+def _url(settings: Settings) -> str:
     host = settings.bind if settings.bind not in ("0.0.0.0", "::") else "127.0.0.1"
-    print(f"\nlaunchdeck dashboard: http://{host}:{settings.port}/", flush=True)
+    return f"http://{host}:{settings.port}/"
+
+
+def _print_access(settings: Settings, token: str) -> None:
+    print(f"\nlaunchdeck dashboard: {_url(settings)}", flush=True)
     print(f"access token:         {token}\n", flush=True)
 
 

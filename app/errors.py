@@ -3,12 +3,13 @@
 LaunchdeckError
 ├── NotFound            a named thing does not exist                      (HTTP 404)
 ├── InvalidInput        a value a user gave is wrong; the message says which (HTTP 422)
-├── DatabaseUnavailable the database cannot be reached or migrated
-└── HostError           something about a GPU host                        (HTTP 502/503)
-    ├── HostUnavailable     not connected now; the message says why and since when
-    ├── HostKeyRejected     its host key is unknown or does not match known_hosts
+├── DatabaseUnavailable the database cannot be reached or migrated           (HTTP 503)
+└── HostError           something about a GPU host                        (HTTP 502)
+    ├── HostUnavailable     not connected now; the message says why and since when (HTTP 503)
+    │   └── HostKeyRejected its host key is unknown or does not match known_hosts
     ├── RemoteCommandFailed a command on the host exited non-zero
-    └── UploadVerifyFailed  an uploaded file's sha256 on the host differs
+    ├── CommandTimedOut     a command on the host did not finish in time
+    └── UploadFailed        a file could not be written, or its sha256 on the host differs
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class HostUnavailable(HostError):
     pass
 
 
-class HostKeyRejected(HostError):
+class HostKeyRejected(HostUnavailable):
     pass
 
 
@@ -52,5 +53,9 @@ class RemoteCommandFailed(HostError):
         self.stderr = stderr
 
 
-class UploadVerifyFailed(HostError):
+class CommandTimedOut(HostError):
+    pass
+
+
+class UploadFailed(HostError):
     pass

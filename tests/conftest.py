@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
 from app.config import Settings
@@ -61,7 +62,9 @@ async def connect(tmp_path: Path) -> AsyncIterator[Callable[..., HostConnection]
     opened: list[HostConnection] = []
 
     def open_connection(spec: HostSpec, **options: float) -> HostConnection:
-        host = HostConnection(spec, SSHOptions(known_hosts=tmp_path / "known_hosts", ssh_config=None, **options))
+        # A config file that does not exist: the developer's own ~/.ssh/config must not leak in.
+        ssh_options = SSHOptions(known_hosts=tmp_path / "known_hosts", ssh_config=tmp_path / "no_ssh_config", **options)
+        host = HostConnection(spec, ssh_options)
         host.start()
         opened.append(host)
         return host
@@ -111,14 +114,19 @@ def make_settings(tmp_path: Path, specs: list[HostSpec], **overrides: object) ->
 
 
 @pytest.fixture
-async def app_client(tmp_path: Path, sim_specs: list[HostSpec]) -> AsyncIterator[AsyncClient]:
-    """The app over ASGI, with its lifespan running, connected to the simulated cluster."""
+async def running_app(tmp_path: Path, sim_specs: list[HostSpec]) -> AsyncIterator[FastAPI]:
+    """The app with its lifespan running, connected to the simulated cluster."""
     app = create_app(make_settings(tmp_path, sim_specs))
     async with app.router.lifespan_context(app):
         for host in app.state.runtime.ssh:
             await host.wait_online(10)
-        async with AsyncClient(transport=ASGITransport(app=app), base_url="http://testserver") as client:
-            yield client
+        yield app
+
+
+@pytest.fixture
+async def app_client(running_app: FastAPI) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(transport=ASGITransport(app=running_app), base_url="http://testserver") as client:
+        yield client
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

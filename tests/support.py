@@ -16,6 +16,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from app.ssh.hostkeys import generate_key_file
+
 STRICT = os.environ.get("LAUNCHDECK_TEST_STRICT") == "1"
 
 
@@ -31,14 +33,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def write_key(path: Path) -> asyncssh.SSHKey:
-    key = asyncssh.generate_private_key("ssh-ed25519")
-    key.write_private_key(path)
-    path.chmod(0o600)
-    key.write_public_key(f"{path}.pub")
-    return key
 
 
 @dataclass
@@ -60,9 +54,9 @@ class OpenSSHServer:
         sshd = shutil.which("sshd") or "/usr/sbin/sshd"
         require(Path(sshd).exists(), "OpenSSH sshd is not installed (apt-get install openssh-server)")
         root.mkdir(parents=True, exist_ok=True)
-        host_key = write_key(root / "ssh_host_ed25519_key")
+        host_key = generate_key_file(root / "ssh_host_ed25519_key")
         client_key_path = root / "client_key"
-        write_key(client_key_path)
+        generate_key_file(client_key_path)
         (root / "authorized_keys").write_text(Path(f"{client_key_path}.pub").read_text())
         server = cls(root, free_port(), host_key, client_key_path)
         (root / "sshd_config").write_text(

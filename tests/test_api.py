@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
 from app.demo.cluster import SimCluster
@@ -151,3 +152,24 @@ async def test_host_that_stops_answering_still_gets_a_fast_answer(tmp_path: Path
     assert response.status_code == 200
     assert response.json()["gpus"] == []
     assert "no answer to nvidia-smi" in response.json()["gpu_error"]
+
+
+async def test_invalid_input_and_crashes_answer_json_with_a_message(running_app: FastAPI) -> None:
+    """Routes with validated input and a route that fails unexpectedly, as later API routes will."""
+
+    async def takes_a_number(count: int) -> dict[str, int]:
+        return {"count": count}
+
+    async def crashes() -> None:
+        raise RuntimeError("secret internals /root/.ssh/id_ed25519")
+
+    running_app.add_api_route("/api/test-number", takes_a_number)
+    running_app.add_api_route("/api/test-crash", crashes)
+    transport = ASGITransport(app=running_app, raise_app_exceptions=False)
+    async with AsyncClient(transport=transport, base_url="http://testserver") as client:
+        invalid = await client.get("/api/test-number?count=many")
+        crashed = await client.get("/api/test-crash")
+    assert invalid.status_code == 422
+    assert invalid.json()["detail"].startswith("count: Input should be a valid integer")
+    assert crashed.status_code == 500
+    assert crashed.json() == {"detail": "internal error; the server log has the details"}

@@ -26,6 +26,8 @@ def test_minimal_host_leaves_the_rest_to_ssh_config() -> None:
         ('[[host]]\nname = "a"\n[[host]]\nname = "a"\n', "host 'a': the name is used twice"),
         ('[[hosts]]\nname = "a"\n', "unknown section(s) hosts"),
         ("[[host]\n", "hosts file: "),
+        ('[[host]]\nname = "a b"\n', "host #1: name 'a b' is not letters, digits"),
+        ('[[host]]\nname = "a"\naddress = "x\\ny"\n', "host #1: address 'x\\ny' is not a host name or IP address"),
     ],
 )
 def test_mistakes_are_reported_with_host_and_field(text: str, message: str) -> None:
@@ -34,7 +36,8 @@ def test_mistakes_are_reported_with_host_and_field(text: str, message: str) -> N
     assert message in str(error.value)
 
 
-names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=20)
+names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,19}", fullmatch=True)
+labels = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=20)
 
 
 @given(
@@ -45,7 +48,7 @@ names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), m
             address=st.none() | names,
             port=st.none() | st.integers(1, 65535),
             user=st.none() | names,
-            labels=st.lists(names, max_size=3).map(tuple),
+            labels=st.lists(labels, max_size=3).map(tuple),
             identity_files=st.lists(st.from_regex(r"(/[a-z0-9_-]{1,8}){1,3}", fullmatch=True), max_size=2).map(tuple),
             trust_on_first_use=st.booleans(),
             max_sessions=st.integers(1, 64),

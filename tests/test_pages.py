@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from fastapi import FastAPI
 from httpx import AsyncClient
 from sqlalchemy import select
 
@@ -30,7 +31,7 @@ async def log_in(client: AsyncClient) -> str:
 async def test_pages_redirect_to_login_and_back_after_it(app_client: AsyncClient) -> None:
     response = await app_client.get("/hosts?view=all")
     assert response.status_code == 303
-    assert response.headers["location"] == "/login?next=/hosts?view=all"
+    assert response.headers["location"] == "/login?next=/hosts%3Fview%3Dall"
     form = await app_client.get(response.headers["location"])
     assert 'name="next" value="/hosts?view=all"' in form.text
     login = await app_client.post(
@@ -49,14 +50,13 @@ async def test_hosts_page_lists_gpus_with_memory_bars(app_client: AsyncClient) -
     assert "/static/vendor/htmx.org@" in html
 
 
-async def test_wrong_token_is_refused_and_audited(app_client: AsyncClient) -> None:
+async def test_wrong_token_is_refused_and_audited(app_client: AsyncClient, running_app: FastAPI) -> None:
     form = await app_client.get("/login")
     response = await app_client.post("/login", data={"token": "guess", "csrf_token": csrf_from(form.text)})
     assert response.status_code == 401
     assert "That token is not valid." in response.text
     assert (await app_client.get("/hosts")).status_code == 303
-    sessions = app_client._transport.app.state.runtime.sessions  # type: ignore[attr-defined]
-    async with sessions() as session:
+    async with running_app.state.runtime.sessions() as session:
         actions = list(await session.scalars(select(AuditEvent.action)))
     assert actions == ["login-failed"]
 
@@ -105,3 +105,18 @@ async def test_error_pages_are_html_for_browsers(app_client: AsyncClient) -> Non
     response = await app_client.get("/no-such-page", headers={"Accept": "text/html"})
     assert response.status_code == 404
     assert "<html" in response.text and "Not Found" in response.text
+
+
+async def test_htmx_poll_after_logout_navigates_to_login_instead_of_swapping(app_client: AsyncClient) -> None:
+    csrf = await log_in(app_client)
+    await app_client.post("/logout", data={"csrf_token": csrf})
+    response = await app_client.get("/hosts", headers={"HX-Request": "true"})
+    assert response.status_code == 204
+    assert response.headers["HX-Redirect"] == "/login?next=/hosts"
+
+
+async def test_empty_token_never_logs_in(app_client: AsyncClient) -> None:
+    form = await app_client.get("/login")
+    response = await app_client.post("/login", data={"token": "", "csrf_token": csrf_from(form.text)})
+    assert response.status_code == 401
+    assert (await app_client.get("/api/hosts", headers={"Authorization": "Bearer "})).status_code == 401

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,10 +14,12 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from app.config import Settings
 from app.demo.cluster import SimCluster
 from app.demo.inventory import SimHostSpec
-from app.errors import HostUnavailable, RemoteCommandFailed
+from app.errors import CommandTimedOut, HostUnavailable, RemoteCommandFailed, UploadFailed
 from app.ssh import HostConnection, HostSpec, HostState, SSHOptions
+from app.ssh.connection import KEEPALIVE_COUNT_MAX
 from tests.support import OpenSSHServer, Relay, free_port
 
 Connect = Callable[..., HostConnection]
@@ -90,15 +94,33 @@ async def test_upload_of_50_mb_is_verified_on_the_host(connect: Connect, target:
     assert not Path(f"{remote}.partial").exists()
 
 
-async def test_upload_to_unwritable_place_fails_with_reason(connect: Connect, target: HostSpec) -> None:
+async def test_upload_to_a_place_that_cannot_be_written_names_the_path(
+    connect: Connect, target: HostSpec, tmp_path: Path
+) -> None:
     host = await online(connect, target)
-    with pytest.raises(HostUnavailable) as failure:
-        await host.upload(b"x", "/proc/launchdeck/nope.sh")
-    assert (
-        "nope.sh" in str(failure.value)
-        or "denied" in str(failure.value).lower()
-        or "no such" in str(failure.value).lower()
-    )
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    with pytest.raises(UploadFailed, match=re.escape(f"cannot write {blocker}/launch.sh")):
+        await host.upload(b"x", f"{blocker}/launch.sh")
+
+
+async def test_upload_whose_checksum_differs_on_the_host_is_not_put_in_place(
+    connect: Connect, sim_cluster: SimCluster, sim_specs: list[HostSpec], tmp_path: Path
+) -> None:
+    """A host whose disk corrupts what it is sent: the file never appears under its name."""
+    sim = sim_cluster.hosts[sim_specs[0].name]
+    liar = sim.bin_dir / "sha256sum"
+    liar.write_text('#!/bin/sh\necho "0000000000000000000000000000000000000000000000000000000000000000  $2"\n')
+    liar.chmod(0o755)
+    host = await online(connect, sim_specs[0])
+    target = tmp_path / "launch.sh"
+    try:
+        with pytest.raises(UploadFailed, match="sha256 on the host is 0000"):
+            await host.upload(b"#!/bin/sh\n", str(target))
+    finally:
+        liar.unlink()
+    assert not target.exists()
+    assert not Path(f"{target}.partial").exists()
 
 
 async def test_stream_delivers_output_as_it_is_written(connect: Connect, target: HostSpec) -> None:
@@ -334,3 +356,53 @@ async def test_host_that_was_down_comes_back_by_itself(connect: Connect, tmp_pat
         assert (await host.run(["echo", "back"])).stdout == b"back\n"
     finally:
         await cluster.stop()
+
+
+async def test_trust_on_first_use_never_replaces_a_known_key(
+    connect: Connect, target: HostSpec, tmp_path: Path
+) -> None:
+    impostor = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    known_hosts = tmp_path / "tofu_changed_known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{target.port} {impostor}\n")
+    host = connect(dataclasses.replace(target, known_hosts=str(known_hosts), trust_on_first_use=True))
+    await wait_offline(host)
+    assert "does not match" in (host.status.last_error or "")
+    assert known_hosts.read_text() == f"[127.0.0.1]:{target.port} {impostor}\n"
+
+
+@pytest.mark.openssh
+async def test_timed_out_commands_do_not_use_up_the_hosts_sessions(connect: Connect, openssh_spec: HostSpec) -> None:
+    """OpenSSH allows 10 sessions per connection; 15 abandoned commands must not exhaust them."""
+    host = await online(connect, openssh_spec)
+    for _ in range(15):
+        with pytest.raises(CommandTimedOut, match=r"did not finish within 0\.2 s"):
+            await host.run(["sleep", "0.6"], timeout=0.2)
+    for _ in range(15):
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(host.run(["sleep", "0.6"]), 0.2)
+    assert (await host.run(["echo", "still-usable"])).stdout == b"still-usable\n"
+
+
+async def test_reconnect_attempts_back_off_while_the_host_refuses(connect: Connect) -> None:
+    """A host that accepts TCP and hangs up at once (a restarting sshd) is not hammered."""
+    attempts = 0
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal attempts
+        attempts += 1
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        host = connect(HostSpec(name="restarting", address="127.0.0.1", port=port))
+        await asyncio.sleep(4)
+        assert host.status.state is HostState.OFFLINE
+        assert 2 <= attempts <= 4, f"{attempts} attempts in 4 s; backoff 1, 2, 4 s allows 3"
+    finally:
+        server.close()
+
+
+def test_default_keepalive_finds_a_dead_host_within_30_seconds() -> None:
+    """asyncssh gives up after KEEPALIVE_COUNT_MAX + 1 unanswered keepalives."""
+    assert (KEEPALIVE_COUNT_MAX + 1) * Settings().ssh_keepalive_interval <= 30

@@ -9,7 +9,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from app.errors import DatabaseUnavailable
@@ -20,22 +20,22 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
-def async_url(url: str) -> URL:
+def _with_driver(url: str, *, sqlite: str) -> URL:
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return parsed.set(drivername="sqlite+aiosqlite")
-    if parsed.get_backend_name() == "postgresql":
-        return parsed.set(drivername="postgresql+psycopg")
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return parsed.set(drivername=sqlite)
+    if backend == "postgresql":
+        return parsed.set(drivername="postgresql+psycopg")  # psycopg 3 serves both sync and async
     return parsed
+
+
+def async_url(url: str) -> URL:
+    return _with_driver(url, sqlite="sqlite+aiosqlite")
 
 
 def sync_url(url: str) -> URL:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return parsed.set(drivername="sqlite")
-    if parsed.get_backend_name() == "postgresql":
-        return parsed.set(drivername="postgresql+psycopg")
-    return parsed
+    return _with_driver(url, sqlite="sqlite")
 
 
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
@@ -74,7 +74,8 @@ def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 def alembic_config(url: str) -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", sync_url(url).render_as_string(hide_password=False))
+    # Alembic's config interpolates %; a percent-encoded password must survive that.
+    config.set_main_option("sqlalchemy.url", sync_url(url).render_as_string(hide_password=False).replace("%", "%%"))
     return config
 
 
@@ -85,7 +86,8 @@ def upgrade(url: str) -> None:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     try:
         command.upgrade(alembic_config(url), "head")
-    except OperationalError as exc:
+    except SQLAlchemyError as exc:
         where = parsed.render_as_string(hide_password=True)
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise DatabaseUnavailable(f"cannot reach the database at {where}: {reason}") from None
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        verb = "reach" if isinstance(exc, OperationalError) else "migrate"
+        raise DatabaseUnavailable(f"cannot {verb} the database at {where}: {reason}") from None

@@ -5,13 +5,22 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+from app.clock import utcnow
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -22,7 +31,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
         if value is not None and value.tzinfo is None:
-            raise ValueError("naive datetime given; use app.db.models.utcnow()")
+            raise ValueError("naive datetime given; use app.clock.utcnow()")
         return value.astimezone(UTC) if value is not None else None
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
@@ -31,8 +40,22 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
+# Row ids and byte counts that can outgrow 32 bits on PostgreSQL; SQLite's INTEGER is 64-bit.
+BigInt = BigInteger().with_variant(Integer, "sqlite")
+
+
 class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
+    # Named constraints, so later migrations on SQLite (batch mode) can drop and alter them.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
 
 
 class Host(Base):
@@ -121,7 +144,7 @@ class Attempt(Base):
     stage: Mapped[str] = mapped_column(String(32), default="")
     error: Mapped[str] = mapped_column(Text, default="")
     exit_code: Mapped[int | None]
-    log_size: Mapped[int] = mapped_column(default=0)
+    log_size: Mapped[int] = mapped_column(BigInt, default=0)
     signature_id: Mapped[int | None] = mapped_column(ForeignKey("signature.id"))
     effective_args: Mapped[dict[str, Any]] = mapped_column(default=dict)
     gpu_snapshot: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -142,7 +165,7 @@ class GpuSample(Base):
     __tablename__ = "gpu_sample"
     __table_args__ = (Index("ix_gpu_sample_host_gpu_time", "host_id", "gpu_index", "taken_at"),)
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
     host_id: Mapped[int] = mapped_column(ForeignKey("host.id", ondelete="CASCADE"))
     gpu_index: Mapped[int]
     taken_at: Mapped[datetime]
@@ -159,7 +182,7 @@ class AuditEvent(Base):
 
     __tablename__ = "audit_event"
 
-    id: Mapped[int] = mapped_column(primary_key=True)
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
     at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     actor: Mapped[str] = mapped_column(String(64))
     action: Mapped[str] = mapped_column(String(64))

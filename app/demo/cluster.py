@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import asyncssh
-
 from app.demo.hostlib import simgpu
 from app.demo.inventory import DEFAULT_HOSTS, SimHostSpec, gpu_entries
 from app.demo.sshserver import SimHost
+from app.ssh.hostkeys import generate_key_file
 from app.ssh.hosts import HostSpec
 
 
@@ -61,10 +60,7 @@ class SimCluster:
 
     def _ensure_client_key(self) -> None:
         if not self.client_key_path.exists():
-            key = asyncssh.generate_private_key("ssh-ed25519", comment="launchdeck-demo")
-            key.write_private_key(self.client_key_path)
-            self.client_key_path.chmod(0o600)
-            key.write_public_key(f"{self.client_key_path}.pub")
+            generate_key_file(self.client_key_path, comment="launchdeck-demo")
 
 
 def _ensure_gpu_state(host: SimHost, spec: SimHostSpec) -> None:

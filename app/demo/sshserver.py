@@ -20,6 +20,7 @@ from pathlib import Path
 import asyncssh
 
 from app.demo.hostlib import simgpu
+from app.ssh.hostkeys import generate_key_file
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,7 @@ class SimHost:
         self.home.mkdir(parents=True, exist_ok=True)
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         if not self.host_key_path.exists():
-            asyncssh.generate_private_key("ssh-ed25519").write_private_key(self.host_key_path)
-            self.host_key_path.chmod(0o600)
+            generate_key_file(self.host_key_path)
         for name in ("python3", "python"):
             link = self.bin_dir / name
             if not link.is_symlink() or os.readlink(link) != sys.executable:
@@ -196,28 +196,25 @@ async def _relay(process: asyncssh.SSHServerProcess[bytes], child: asyncio.subpr
                 await sink.drain()
 
     stdin_task = asyncio.create_task(feed_stdin())
-    output = asyncio.ensure_future(
-        asyncio.gather(copy(child.stdout, process.stdout), copy(child.stderr, process.stderr))
-    )
+    output = asyncio.gather(copy(child.stdout, process.stdout), copy(child.stderr, process.stderr))
     hangup = asyncio.create_task(process.wait_closed())
     finished = asyncio.create_task(child.wait())
-    await asyncio.wait({hangup, finished}, return_when=asyncio.FIRST_COMPLETED)
-    if not finished.done():
-        _signal_group(child.pid, signal.SIGHUP)
-        try:
-            await asyncio.wait_for(asyncio.shield(finished), HANGUP_GRACE)
-        except TimeoutError:
-            _signal_group(child.pid, signal.SIGKILL)
-    returncode = await finished
     try:
+        await asyncio.wait({hangup, finished}, return_when=asyncio.FIRST_COMPLETED)
+        if not finished.done():
+            _signal_group(child.pid, signal.SIGHUP)
+            try:
+                await asyncio.wait_for(asyncio.shield(finished), HANGUP_GRACE)
+            except TimeoutError:
+                _signal_group(child.pid, signal.SIGKILL)
+        returncode = await finished
         # After a hangup nobody listens, and a detached grandchild may hold the pipes open forever.
-        await asyncio.wait_for(asyncio.shield(output), HANGUP_GRACE if hangup.done() else None)
-    except TimeoutError:
-        pass
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(output), HANGUP_GRACE if hangup.done() else None)
     finally:
-        for task in (output, stdin_task, hangup):
+        for task in (output, stdin_task, hangup, finished):
             task.cancel()
-        await asyncio.gather(output, stdin_task, hangup, return_exceptions=True)
+        await asyncio.gather(output, stdin_task, hangup, finished, return_exceptions=True)
     with contextlib.suppress(OSError, asyncssh.Error):
         if returncode < 0:
             process.exit_with_signal(signal.Signals(-returncode).name.removeprefix("SIG"))

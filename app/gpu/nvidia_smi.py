@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from app.errors import HostError
@@ -40,7 +41,10 @@ def parse_query_gpu(text: str) -> list[GpuMemory]:
 
 
 async def read_gpu_memory(host: HostConnection, *, timeout: float = 5.0) -> list[GpuMemory]:
-    result = await host.run(QUERY_ARGV, timeout=timeout, check=False)
+    # The host's own `timeout` ends an nvidia-smi stuck on a wedged driver, which would otherwise
+    # hold its SSH session (and a MaxSessions slot) after we stop waiting.
+    argv = ["timeout", str(math.ceil(timeout)), *QUERY_ARGV]
+    result = await host.run(argv, timeout=timeout, check=False)
     if result.exit_status != 0:
         output = (result.stdout + result.stderr).decode(errors="replace").strip()
         raise HostError(

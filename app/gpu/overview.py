@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from app.errors import HostError
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
-from app.ssh import HostConnection, HostStatus, SSHManager
+from app.ssh import HostConnection, HostState, HostStatus, SSHManager
 
 # The hosts list must answer quickly even when a host hangs.
 GPU_QUERY_TIMEOUT = 1.5
@@ -25,10 +25,15 @@ class HostOverview:
 async def host_overview(host: HostConnection) -> HostOverview:
     gpus: list[GpuMemory] = []
     error = None
+    if host.status.state is HostState.OFFLINE:
+        return HostOverview(host.name, host.spec.labels, host.status)
     try:
-        gpus = await asyncio.wait_for(read_gpu_memory(host, timeout=GPU_QUERY_TIMEOUT), GPU_QUERY_TIMEOUT + 0.2)
+        gpus = await asyncio.wait_for(read_gpu_memory(host, timeout=GPU_QUERY_TIMEOUT), GPU_QUERY_TIMEOUT + 0.3)
     except TimeoutError:
-        error = f"no answer to nvidia-smi within {GPU_QUERY_TIMEOUT} s"
+        if host.status.state is HostState.CONNECTING:
+            error = "still connecting"
+        else:
+            error = f"no answer to nvidia-smi within {GPU_QUERY_TIMEOUT} s"
     except (HostError, ValueError) as exc:
         error = str(exc).removeprefix(f"{host.name}: ")
     return HostOverview(host.name, host.spec.labels, host.status, gpus, error)

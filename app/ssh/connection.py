@@ -14,6 +14,7 @@ import logging
 import posixpath
 import shlex
 import socket
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,23 +24,32 @@ from typing import Any
 
 import asyncssh
 
-from app.db.models import utcnow
-from app.errors import HostKeyRejected, HostUnavailable, RemoteCommandFailed, UploadVerifyFailed
+from app.clock import utcnow
+from app.errors import CommandTimedOut, HostKeyRejected, HostUnavailable, RemoteCommandFailed, UploadFailed
+from app.ssh.hostkeys import describe_rejection, known_keys, record_host_key
 from app.ssh.hosts import HostSpec
 
 log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS_PER_HOST = 8
 # How long an operation waits for a host whose first connection is still being made.
-FIRST_CONNECT_WAIT = 1.5
+FIRST_CONNECT_WAIT = 1.0
 BACKOFF_MAX = 30.0
-KEEPALIVE_COUNT_MAX = 3
+# A connection that lasted less than this did not prove the host healthy: keep backing off.
+STABLE_AFTER = 30.0
+# asyncssh drops the connection after this many unanswered keepalives plus one, so with the
+# default 10 s interval a silently dead host is offline within 30 s.
+KEEPALIVE_COUNT_MAX = 2
+CLOSE_TIMEOUT = 2.0
 
-# Runs "$@" with stdin from /dev/null and sends it SIGTERM once the channel's stdin closes,
-# which happens when the stream is left or the connection is lost.
+# Runs "$@" in its own process group with stdin from /dev/null, and terminates that group once
+# the channel's stdin closes, which happens when the stream is left or the connection is lost
+# (the watcher ignores the hangup that may come with it).
+# (SSH signal requests are not dependable: OpenSSH refuses them in some configurations.)
 STREAM_WRAPPER = (
-    'exec 3<&0; "$@" </dev/null & child=$!; '
-    '{ cat <&3; kill -TERM "$child"; } >/dev/null 2>&1 & watcher=$!; exec 3<&-; '
+    'exec 3<&0; setsid -w "$@" </dev/null & child=$!; '
+    '{ trap "" HUP; cat <&3; env kill -TERM -- "-$child" || kill -TERM "$child"; } >/dev/null 2>&1 & '
+    "watcher=$!; exec 3<&-; "
     'wait "$child"; status=$?; kill "$watcher" 2>/dev/null; exit "$status"'
 )
 
@@ -75,13 +85,24 @@ class SSHOptions:
 
 
 class _Client(asyncssh.SSHClient):
-    """Remembers why the connection ended, so the host's state can say."""
+    """Remembers why the connection ended, and trusts a never-seen host key if the host allows it."""
 
-    def __init__(self) -> None:
+    def __init__(self, known_hosts: Path, trust_on_first_use: bool):
+        self.known_hosts = known_hosts
+        self.trust_on_first_use = trust_on_first_use
         self.lost_reason: str | None = None
+        self.refused_key_of: tuple[str, str, int] | None = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost_reason = str(exc) if exc else "connection closed by the host"
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        """Called by asyncssh for a key known_hosts does not list; a key that differs is never accepted."""
+        if self.trust_on_first_use and not known_keys(self.known_hosts, host, addr, port):
+            record_host_key(self.known_hosts, host, port, key)
+            return True
+        self.refused_key_of = (host, addr, port)
+        return False
 
 
 @dataclass
@@ -104,7 +125,8 @@ class HostConnection:
         self._pool: list[_Pooled] = []
         self._slot_freed = asyncio.Condition()
         self._state_changed = asyncio.Event()
-        self._opening = 0
+        self._opening = False
+        self._closed = False
         self._supervisor: asyncio.Task[None] | None = None
 
     @property
@@ -123,25 +145,24 @@ class HostConnection:
         self._supervisor = asyncio.create_task(self._supervise(), name=f"ssh-supervisor:{self.name}")
 
     async def close(self) -> None:
+        self._closed = True
         if self._supervisor:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._supervisor
-        for pooled in self._pool:
+        pool, self._pool = self._pool, []
+        for pooled in pool:
             pooled.conn.close()
-        for pooled in self._pool:
-            await pooled.conn.wait_closed()
-        self._pool.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await asyncio.gather(*(pooled.conn.wait_closed() for pooled in pool))
+        self._set_status(HostState.OFFLINE, "closed")
 
     async def wait_online(self, timeout: float) -> None:
         """Waits until the host is online; raises TimeoutError after `timeout` seconds."""
         async with asyncio.timeout(timeout):
             while self._status.state is not HostState.ONLINE:
                 await self._next_state()
-
-    async def _next_state(self) -> None:
-        self._state_changed.clear()
-        await self._state_changed.wait()
 
     # Operations
 
@@ -151,10 +172,14 @@ class HostConnection:
         """Runs argv on the host; every element arrives as one literal argument."""
         command = shlex.join(argv)
         async with self._channel() as conn:
+            process = await conn.create_process(command, input=input, encoding=None)
             try:
-                completed = await conn.run(command, input=input, encoding=None, timeout=timeout, check=False)
+                completed = await process.wait(check=False, timeout=timeout)
             except asyncssh.TimeoutError:
-                raise HostUnavailable(self.name, f"`{_short(command)}` did not finish within {timeout} s") from None
+                raise CommandTimedOut(self.name, f"`{_short(command)}` did not finish within {timeout} s") from None
+            finally:
+                # On timeout or cancellation too: a channel left open would count against MaxSessions.
+                process.close()
         result = RunResult(
             exit_status=completed.exit_status if completed.exit_status is not None else -1,
             stdout=_as_bytes(completed.stdout),
@@ -173,17 +198,20 @@ class HostConnection:
         """
         expected = hashlib.sha256(data).hexdigest()
         partial = f"{path}.partial"
-        async with self._channel() as conn, conn.start_sftp_client() as sftp:
-            directory = posixpath.dirname(path)
-            if directory:
-                await sftp.makedirs(directory, exist_ok=True)
-            async with sftp.open(partial, "wb", asyncssh.SFTPAttrs(permissions=mode)) as remote_file:
-                await remote_file.write(data)
+        try:
+            async with self._channel() as conn, conn.start_sftp_client() as sftp:
+                directory = posixpath.dirname(path)
+                if directory:
+                    await sftp.makedirs(directory, exist_ok=True)
+                async with sftp.open(partial, "wb", asyncssh.SFTPAttrs(permissions=mode)) as remote_file:
+                    await remote_file.write(data)
+        except asyncssh.SFTPError as exc:
+            raise UploadFailed(self.name, f"cannot write {path}: {exc.reason}") from None
         found = (await self.run(["sha256sum", "--", partial])).stdout.split(maxsplit=1)
         actual = found[0].decode() if found else ""
         if actual != expected:
             await self.run(["rm", "-f", "--", partial], check=False)
-            raise UploadVerifyFailed(self.name, f"{path}: sha256 on the host is {actual or 'missing'}, sent {expected}")
+            raise UploadFailed(self.name, f"{path}: sha256 on the host is {actual or 'missing'}, sent {expected}")
         await self.run(["mv", "-f", "--", partial, path])
         return expected
 
@@ -191,9 +219,7 @@ class HostConnection:
     async def stream(self, argv: Sequence[str]) -> AsyncIterator[asyncssh.SSHClientProcess[bytes]]:
         """Starts a long-running command; its stdout and stderr are read from the process.
 
-        Leaving the context stops the remote command: a small shell wrapper on the host
-        terminates it when the channel's input ends (SSH signal requests are not dependable:
-        OpenSSH refuses them in some configurations).
+        Leaving the context stops the remote command and closes its channel.
         """
         async with self._channel() as conn:
             process = await conn.create_process(shlex.join(["sh", "-c", STREAM_WRAPPER, "sh", *argv]), encoding=None)
@@ -203,15 +229,16 @@ class HostConnection:
                 with contextlib.suppress(OSError, asyncssh.Error):
                     process.stdin.write_eof()
                 process.close()
-                with contextlib.suppress(OSError, asyncssh.Error):
-                    await process.wait_closed()
 
     async def forward_local_port(self, remote_port: int, remote_host: str = "127.0.0.1") -> asyncssh.SSHListener:
         """Listens on a free loopback port here and forwards it to remote_host:remote_port on the host.
 
         The caller closes the returned listener; `listener.get_port()` is the local port.
         """
-        pooled = await self._primary()
+        await self._ensure_usable()
+        pooled = next((p for p in self._pool if p.alive), None)
+        if pooled is None:
+            raise HostUnavailable(self.name, "not connected")
         try:
             return await pooled.conn.forward_local_port("127.0.0.1", 0, remote_host, remote_port)
         except (OSError, asyncssh.Error) as exc:
@@ -219,12 +246,9 @@ class HostConnection:
 
     # Connection pool
 
-    async def _primary(self) -> _Pooled:
-        await self._ensure_usable()
-        for pooled in self._pool:
-            if pooled.alive:
-                return pooled
-        raise HostUnavailable(self.name, "not connected")
+    async def _next_state(self) -> None:
+        self._state_changed.clear()
+        await self._state_changed.wait()
 
     async def _ensure_usable(self) -> None:
         if self._status.state is HostState.CONNECTING:
@@ -234,7 +258,7 @@ class HostConnection:
                         await self._next_state()
         if self._status.state is not HostState.ONLINE:
             since = self._status.since.strftime("%H:%M:%S UTC")
-            reason = self._status.last_error or "still connecting"
+            reason = self._status.last_error or "first connection not made yet"
             raise HostUnavailable(self.name, f"{self._status.state} since {since}: {reason}")
 
     @contextlib.asynccontextmanager
@@ -245,10 +269,13 @@ class HostConnection:
         try:
             yield pooled.conn
         except asyncssh.ChannelOpenError as exc:
-            # The server allows fewer sessions than assumed: remember its real limit.
-            pooled.capacity = max(1, pooled.in_use - 1)
+            if pooled.alive:
+                # The server allows fewer sessions than assumed: remember its real limit.
+                pooled.capacity = max(1, pooled.in_use - 1)
             raise HostUnavailable(self.name, f"the host refused a new channel: {exc.reason}") from None
-        except (OSError, asyncssh.Error) as exc:
+        except asyncssh.DisconnectError as exc:
+            raise HostUnavailable(self.name, _describe(exc)) from None
+        except ConnectionError as exc:
             raise HostUnavailable(self.name, _describe(exc)) from None
         finally:
             pooled.in_use -= 1
@@ -256,6 +283,7 @@ class HostConnection:
                 self._slot_freed.notify()
 
     async def _acquire_slot(self) -> _Pooled:
+        """A connection with a free channel; opens one more (one at a time) when all are busy."""
         async with self._slot_freed:
             while True:
                 self._pool = [p for p in self._pool if p.alive]
@@ -263,22 +291,26 @@ class HostConnection:
                     if pooled.in_use < pooled.capacity:
                         pooled.in_use += 1
                         return pooled
-                if self._status.state is not HostState.ONLINE:
+                if self._status.state is not HostState.ONLINE or self._closed:
                     raise HostUnavailable(self.name, self._status.last_error or "connection lost")
-                if len(self._pool) + self._opening < MAX_CONNECTIONS_PER_HOST:
+                if not self._opening and len(self._pool) < MAX_CONNECTIONS_PER_HOST:
+                    self._opening = True
                     break
                 # Wake now and then: a host that went offline frees no slots.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._slot_freed.wait(), 1.0)
-        self._opening += 1
         try:
             pooled = await self._connect()
         finally:
-            self._opening -= 1
+            async with self._slot_freed:
+                self._opening = False
+                self._slot_freed.notify_all()
         async with self._slot_freed:
+            if self._closed:
+                pooled.conn.close()
+                raise HostUnavailable(self.name, "closed")
             self._pool.append(pooled)
             pooled.in_use += 1
-            self._slot_freed.notify_all()
         return pooled
 
     async def _supervise(self) -> None:
@@ -287,27 +319,23 @@ class HostConnection:
         while True:
             try:
                 pooled = await self._connect()
-            except HostKeyRejected as exc:
-                self._set_status(HostState.OFFLINE, str(exc).removeprefix(f"{self.name}: "))
-                backoff = BACKOFF_MAX
             except HostUnavailable as exc:
                 self._set_status(HostState.OFFLINE, str(exc).removeprefix(f"{self.name}: "))
-                backoff = min(max(2 * backoff, 1.0), BACKOFF_MAX)
+                backoff = BACKOFF_MAX if isinstance(exc, HostKeyRejected) else min(max(2 * backoff, 1.0), BACKOFF_MAX)
             except Exception as exc:  # a bug must not stop the host from ever reconnecting
                 log.exception("%s: unexpected error while connecting", self.name)
                 self._set_status(HostState.OFFLINE, f"unexpected error: {exc!r}")
                 backoff = BACKOFF_MAX
             else:
-                backoff = 0.0
                 self._pool.insert(0, pooled)
                 self._set_status(HostState.ONLINE)
+                connected_at = time.monotonic()
                 await pooled.conn.wait_closed()
                 reason = pooled.client.lost_reason or "connection closed"
                 log.warning("%s: connection lost: %s", self.name, reason)
                 self._set_status(HostState.OFFLINE, reason)
-                for other in self._pool:
-                    other.conn.close()
-                self._pool.clear()
+                stable = time.monotonic() - connected_at >= STABLE_AFTER
+                backoff = 0.0 if stable else min(max(2 * backoff, 1.0), BACKOFF_MAX)
             await asyncio.sleep(backoff)
 
     def _set_status(self, state: HostState, error: str | None = None) -> None:
@@ -325,17 +353,15 @@ class HostConnection:
             kwargs["username"] = spec.user
         if spec.identity_files:
             kwargs["client_keys"] = list(spec.identity_files)
-        if self.options.ssh_config and self.options.ssh_config.expanduser().exists():
-            kwargs["config"] = [str(self.options.ssh_config.expanduser())]
-        client = _Client()
+        config = self.options.ssh_config.expanduser() if self.options.ssh_config else None
+        client = _Client(self.known_hosts, spec.trust_on_first_use)
+        # A missing known_hosts file trusts nothing (asyncssh would fail to open it).
+        known_hosts = str(self.known_hosts) if self.known_hosts.exists() else asyncssh.import_known_hosts("")
         try:
-            if spec.trust_on_first_use:
-                await self._learn_host_key(host, spec.port or 22)
-            # A missing known_hosts file trusts nothing (asyncssh would fail to open it).
-            known_hosts = str(self.known_hosts) if self.known_hosts.exists() else asyncssh.import_known_hosts("")
             conn = await asyncssh.connect(
                 host,
                 known_hosts=known_hosts,
+                config=[str(config)] if config and config.exists() else [],
                 client_factory=lambda: client,
                 connect_timeout=self.options.connect_timeout,
                 keepalive_interval=self.options.keepalive_interval,
@@ -344,45 +370,11 @@ class HostConnection:
                 **kwargs,
             )
         except asyncssh.HostKeyNotVerifiable:
-            raise HostKeyRejected(self.name, self._host_key_problem(host, spec.port)) from None
+            where = client.refused_key_of or (host, host, spec.port or 22)
+            raise HostKeyRejected(self.name, describe_rejection(self.known_hosts, *where)) from None
         except (OSError, asyncssh.Error) as exc:
             raise HostUnavailable(self.name, _describe(exc, host, spec.port)) from None
         return _Pooled(conn, client, capacity=spec.max_sessions)
-
-    def _known_keys(self, host: str, port: int | None) -> list[Any]:
-        if not self.known_hosts.exists():
-            return []
-        addr = _resolve(host)
-        return list(asyncssh.read_known_hosts(str(self.known_hosts)).match(host, addr, port)[0])
-
-    def _host_key_problem(self, host: str, port: int | None) -> str:
-        if self._known_keys(host, port):
-            return (
-                f"host key does not match the one in {self.known_hosts}: refusing to connect "
-                "(if the host was reinstalled, remove its old line from known_hosts)"
-            )
-        return f"host key is not in {self.known_hosts}: add it (ssh-keyscan) or set trust_on_first_use for this host"
-
-    async def _learn_host_key(self, host: str, port: int) -> None:
-        """Trust on first use: records the key of a host known_hosts has never seen."""
-        if self._known_keys(host, port):
-            return
-        async with asyncio.timeout(self.options.connect_timeout):
-            key = await asyncssh.get_server_host_key(host, port)
-        if key is None:
-            return
-        pattern = host if port == 22 else f"[{host}]:{port}"
-        self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-        with self.known_hosts.open("a", encoding="utf-8") as f:
-            f.write(f"{pattern} {key.export_public_key().decode().strip()}\n")
-        log.warning("%s: trusted host key %s on first use", self.name, key.get_fingerprint())
-
-
-def _resolve(host: str) -> str:
-    try:
-        return str(socket.getaddrinfo(host, None)[0][4][0])
-    except OSError:
-        return host
 
 
 def _describe(exc: BaseException, host: str | None = None, port: int | None = None) -> str:

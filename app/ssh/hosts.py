@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,12 @@ _FIELDS: dict[str, type] = {
     "trust_on_first_use": bool,
     "max_sessions": int,
 }
+# Names end up in known_hosts lines, URLs and remote paths: keep them to safe characters.
+_PATTERNS = {
+    "name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"), "letters, digits, '.', '_' and '-'"),
+    "address": (re.compile(r"[A-Za-z0-9._:%-]{1,255}"), "a host name or IP address"),
+    "user": (re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,63}"), "a login name"),
+}
 _TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", bool: "true or false"}
 
 
@@ -71,6 +78,9 @@ def parse_hosts(text: str, *, source: str = "hosts file") -> list[HostSpec]:
                 raise InvalidInput(f"{where}: {key} must be {_TYPE_NAMES[_FIELDS[key]]}")
         if not table.get("name"):
             raise InvalidInput(f"{where}: name is required")
+        for key, (pattern, meaning) in _PATTERNS.items():
+            if key in table and not pattern.fullmatch(table[key]):
+                raise InvalidInput(f"{where}: {key} {table[key]!r} is not {meaning}")
         where = f"{source}, host {table['name']!r}"
         port = table.get("port")
         if port is not None and not 1 <= port <= 65535:

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from app.gpu.overview import HostOverview, host_overview, hosts_overview
-from app.web.deps import ApiUser, RuntimeDep
+from app.web.deps import ApiUser, HostDep, RuntimeDep
 
 router = APIRouter(prefix="/api")
 
@@ -61,5 +61,5 @@ async def list_hosts(runtime: RuntimeDep, _user: ApiUser) -> list[HostPublic]:
 
 
 @router.get("/hosts/{name}")
-async def get_host(name: str, runtime: RuntimeDep, _user: ApiUser) -> HostPublic:
-    return HostPublic.from_overview(await host_overview(runtime.ssh.get(name)))
+async def get_host(host: HostDep, _user: ApiUser) -> HostPublic:
+    return HostPublic.from_overview(await host_overview(host))

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.credentials import fingerprint
-from app.ssh import SSHManager
+from app.ssh import HostConnection, SSHManager
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -30,7 +30,7 @@ class Runtime:
     htmx_sse_version: str
 
     def token_matches(self, candidate: str) -> bool:
-        return hmac.compare_digest(candidate.encode(), self.token.encode())
+        return bool(candidate) and hmac.compare_digest(candidate.encode(), self.token.encode())
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -110,3 +110,11 @@ async def page_user(request: Request, runtime: RuntimeDep, csrf_token: Annotated
 
 ApiUser = Annotated[str, Depends(api_user)]
 PageUser = Annotated[str, Depends(page_user)]
+
+
+def get_host(name: str, runtime: RuntimeDep) -> HostConnection:
+    """The host named in the path; 404 for a name no hosts file defines."""
+    return runtime.ssh.get(name)
+
+
+HostDep = Annotated[HostConnection, Depends(get_host)]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
-from app.errors import HostError, HostUnavailable, InvalidInput, LaunchdeckError, NotFound
+from app.errors import DatabaseUnavailable, HostError, HostUnavailable, InvalidInput, LaunchdeckError, NotFound
 from app.web.deps import LoginRequired
 from app.web.templating import render
 
@@ -19,6 +20,7 @@ STATUS_BY_ERROR: list[tuple[type[LaunchdeckError], int]] = [
     (NotFound, 404),
     (InvalidInput, 422),
     (HostUnavailable, 503),
+    (DatabaseUnavailable, 503),
     (HostError, 502),
 ]
 
@@ -60,10 +62,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _login_required(request: Request, exc: Exception) -> Response:
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    response = RedirectResponse(f"/login?next={target}", status_code=303)
+    login = f"/login?next={quote(target, safe='/')}"
     if request.headers.get("hx-request"):
-        response.headers["HX-Redirect"] = "/login"
-    return response
+        # The browser would follow a redirect inside the XHR and swap the login form into the
+        # page; htmx turns this header into a full navigation instead.
+        return Response(status_code=204, headers={"HX-Redirect": login})
+    return RedirectResponse(login, status_code=303)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app import audit
 from app.credentials import fingerprint
-from app.db.models import AuditEvent
 from app.gpu.overview import hosts_overview
 from app.web.deps import DbSession, PageUser, RuntimeDep, check_csrf, session_user
 from app.web.templating import render
@@ -49,12 +49,9 @@ async def login(
     check_csrf(request, csrf_token)
     remote = request.client.host if request.client else ""
     accepted = runtime.token_matches(token.strip())
-    db.add(
-        AuditEvent(
-            actor=USER if accepted else "anonymous", action="login" if accepted else "login-failed", remote_addr=remote
-        )
+    await audit.record(
+        db, actor=USER if accepted else "anonymous", action="login" if accepted else "login-failed", remote_addr=remote
     )
-    await db.commit()
     if not accepted:
         context = {"next": _local_path(next), "error": "That token is not valid."}
         return render(request, "login.html", context, status_code=401)
@@ -64,7 +61,8 @@ async def login(
 
 
 @router.post("/logout")
-async def logout(request: Request, _user: PageUser) -> Response:
+async def logout(request: Request, user: PageUser, db: DbSession) -> Response:
+    await audit.record(db, actor=user, action="logout", remote_addr=request.client.host if request.client else "")
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
 

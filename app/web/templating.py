@@ -39,5 +39,5 @@ def render(
         response = HTMLResponse(html, status_code=status_code)
     else:
         response = templates.TemplateResponse(request, name, context, status_code=status_code)
-    response.headers["Vary"] = "HX-Request"
+    response.headers["Vary"] = "HX-Request, HX-Boosted"
     return response
