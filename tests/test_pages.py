@@ -120,3 +120,12 @@ async def test_empty_token_never_logs_in(app_client: AsyncClient) -> None:
     response = await app_client.post("/login", data={"token": "", "csrf_token": csrf_from(form.text)})
     assert response.status_code == 401
     assert (await app_client.get("/api/hosts", headers={"Authorization": "Bearer "})).status_code == 401
+
+
+async def test_pages_forbid_framing_and_foreign_scripts(app_client: AsyncClient) -> None:
+    await log_in(app_client)
+    response = await app_client.get("/hosts")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+    assert response.headers["x-frame-options"] == "DENY"
+    assert response.headers["x-content-type-options"] == "nosniff"

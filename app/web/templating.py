@@ -13,6 +13,12 @@ from app.web.deps import csrf_token, get_runtime
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 
+# Pages load only their own scripts and styles and cannot be framed by another site.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
+)
+
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 
 
@@ -40,4 +46,5 @@ def render(
     else:
         response = templates.TemplateResponse(request, name, context, status_code=status_code)
     response.headers["Vary"] = "HX-Request, HX-Boosted"
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     return response
