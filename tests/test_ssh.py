@@ -351,7 +351,7 @@ async def test_host_that_was_down_comes_back_by_itself(connect: Connect, tmp_pat
         with pytest.raises(HostUnavailable, match="offline since"):
             await host.run(["true"])
         await asyncio.sleep(2)  # a few failed reconnects, so the backoff has grown
-        await sim.start(authorized_keys=cluster.root / "authorized_keys", port=spec.port or 0)
+        await sim.start(port=spec.port or 0)
         await host.wait_online(15)
         assert (await host.run(["echo", "back"])).stdout == b"back\n"
     finally:

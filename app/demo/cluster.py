@@ -32,13 +32,12 @@ class SimCluster:
         """Starts every host on a free loopback port; returns how the dashboard reaches them."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._ensure_client_key()
-        authorized = self.root / "authorized_keys"
-        authorized.write_text(Path(f"{self.client_key_path}.pub").read_text())
+        client_key = Path(f"{self.client_key_path}.pub").read_text()
         for spec in self.specs:
             host = self.hosts[spec.name]
-            host.prepare()
+            host.prepare(authorized_key=client_key)
             _ensure_gpu_state(host, spec)
-        await asyncio.gather(*(host.start(authorized_keys=authorized) for host in self.hosts.values()))
+        await asyncio.gather(*(host.start() for host in self.hosts.values()))
         self.known_hosts_path.write_text(
             "".join(f"[127.0.0.1]:{host.port} {host.public_host_key()}\n" for host in self.hosts.values())
         )

@@ -50,6 +50,10 @@ class SimHost:
         return self.root / "ssh_host_ed25519_key"
 
     @property
+    def authorized_keys_path(self) -> Path:
+        return self.home / ".ssh" / "authorized_keys"
+
+    @property
     def gpu_state_path(self) -> Path:
         return self.root / "gpu-state.json"
 
@@ -71,9 +75,11 @@ class SimHost:
             "LAUNCHDECK_SIM_HOST": self.name,
         }
 
-    def prepare(self) -> None:
-        """Creates the host key, home and a `python3` on PATH that is this interpreter."""
-        self.home.mkdir(parents=True, exist_ok=True)
+    def prepare(self, *, authorized_key: str) -> None:
+        """Creates the host key, home with the one authorized client key, and a `python3` on PATH
+        that is this interpreter."""
+        self.authorized_keys_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.authorized_keys_path.write_text(authorized_key.strip() + "\n")
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         if not self.host_key_path.exists():
             generate_key_file(self.host_key_path)
@@ -86,13 +92,13 @@ class SimHost:
     def public_host_key(self) -> str:
         return asyncssh.read_private_key(self.host_key_path).export_public_key().decode().strip()
 
-    async def start(self, *, authorized_keys: Path, port: int = 0) -> None:
+    async def start(self, *, port: int = 0) -> None:
         self._server = await asyncssh.create_server(
             lambda: _Server(self),
             "127.0.0.1",
             port,
             server_host_keys=[str(self.host_key_path)],
-            authorized_client_keys=str(authorized_keys),
+            authorized_client_keys=str(self.authorized_keys_path),
             process_factory=self._run_process,
             sftp_factory=_home_sftp_server(self.home),
             encoding=None,
