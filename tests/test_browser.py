@@ -398,3 +398,14 @@ async def test_htmx_is_served_from_the_pinned_vendor_path(tab: Tab, demo: Demo) 
     failed = [f"{r.status} {r.url}" for r in responses if r.status >= 400]
     assert failed == [], failed
     assert tab.console_errors == [], tab.console_errors
+
+
+async def test_ended_session_sends_the_polling_page_to_the_login_form(tab: Tab, demo: Demo) -> None:
+    """When the session ends elsewhere, the next htmx poll navigates to login, not into the list."""
+    page = tab.page
+    await log_in(page)
+    assert page.url == f"{demo.base_url}/hosts"
+    await tab.context.clear_cookies()
+    await expect(page).to_have_url(re.compile(r"/login\?next=/hosts$"), timeout=REFRESH_TIMEOUT_MS)
+    await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    await expect(page.locator("#host-list")).to_have_count(0)
