@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import socket
 import sys
 
 import uvicorn
@@ -13,7 +15,7 @@ from pydantic import ValidationError
 
 from app import db
 from app.config import Settings
-from app.errors import LaunchdeckError
+from app.errors import InvalidInput, LaunchdeckError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +49,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _check_startup(settings: Settings) -> None:
+def _check_port(settings: Settings) -> None:
+    """Fails with a sentence, before anything starts, when the dashboard's port is taken."""
+    try:
+        with socket.create_server((settings.bind, settings.port)):
+            pass
+    except OSError as exc:
+        raise InvalidInput(
+            f"cannot listen on {settings.bind}:{settings.port}: {os.strerror(exc.errno) if exc.errno else exc}; "
+            "set LAUNCHDECK_PORT to a free port"
+        ) from None
+
+
+def _check_database_and_hosts(settings: Settings) -> None:
     """Fails with a sentence, before the server starts, on an unreachable database or bad hosts file."""
     from app.ssh import load_hosts_file
 
@@ -60,7 +74,8 @@ def _check_startup(settings: Settings) -> None:
 def serve(settings: Settings) -> int:
     from app.web.app import access_token, create_app
 
-    _check_startup(settings)
+    _check_port(settings)
+    _check_database_and_hosts(settings)
     app = create_app(settings)
     access_token(settings)  # created now, so its file exists before the first login
     where = "LAUNCHDECK_TOKEN" if settings.token else settings.data_dir / "access-token"
@@ -81,13 +96,14 @@ async def demo(settings: Settings) -> int:
     except ValueError as exc:
         print(f"launchdeck: LAUNCHDECK_DEMO_HOSTS: {exc}", file=sys.stderr)
         return 2
+    _check_port(settings)
     cluster = SimCluster(settings.data_dir.resolve() / "demo", host_specs)
     specs = await cluster.start()
     try:
         hosts_file = cluster.root / "hosts.toml"
         hosts_file.write_text(render_hosts(specs))
         settings = settings.model_copy(update={"hosts_file": hosts_file})
-        _check_startup(settings)
+        _check_database_and_hosts(settings)
         for spec, sim in zip(specs, host_specs, strict=True):
             print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.bind, port=settings.port))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,14 @@ def test_demo_with_bad_simulated_hosts_exits_2_with_a_sentence(tmp_path: Path) -
 def test_demo_hosts_scale_to_a_large_cluster() -> None:
     specs = parse_host_specs(",".join(f"b200-{n:02}:b200:8" for n in range(64)))
     assert len(specs) == 64 and {spec.gpu_count for spec in specs} == {8}
+
+
+def test_busy_port_exits_1_with_a_sentence_and_starts_nothing(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        result = launchdeck(
+            "demo", env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_PORT": str(port), "LAUNCHDECK_TOKEN": ""}
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use; set LAUNCHDECK_PORT" in result.stderr
+    assert not (tmp_path / "demo").exists()
