@@ -107,7 +107,7 @@ async def demo(settings: Settings) -> int:
         for spec, sim in zip(specs, host_specs, strict=True):
             print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.bind, port=settings.port))
-        _print_access(settings, access_token(settings))
+        print(f"\nlaunchdeck dashboard: {_url(settings)}\naccess token:         {access_token(settings)}\n", flush=True)
         # uvicorn re-raises the signal that stopped it once it is done; a no-op handler lets the
         # cluster be stopped after it instead of the process dying with its servers still running.
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -121,11 +121,6 @@ async def demo(settings: Settings) -> int:
 def _url(settings: Settings) -> str:
     host = settings.bind if settings.bind not in ("0.0.0.0", "::") else "127.0.0.1"
     return f"http://{host}:{settings.port}/"
-
-
-def _print_access(settings: Settings, token: str) -> None:
-    print(f"\nlaunchdeck dashboard: {_url(settings)}", flush=True)
-    print(f"access token:         {token}\n", flush=True)
 
 
 def _redacted(url: str) -> str:
