@@ -61,21 +61,10 @@ def _check_port(settings: Settings) -> None:
         ) from None
 
 
-def _check_database_and_hosts(settings: Settings) -> None:
-    """Fails with a sentence, before the server starts, on an unreachable database or bad hosts file."""
-    from app.ssh import load_hosts_file
-
-    db.upgrade(settings.resolved_database_url())
-    hosts_file = settings.resolved_hosts_file()
-    if hosts_file:
-        load_hosts_file(hosts_file)
-
-
 def serve(settings: Settings) -> int:
     from app.web.app import access_token, create_app
 
     _check_port(settings)
-    _check_database_and_hosts(settings)
     app = create_app(settings)
     access_token(settings)  # created now, so its file exists before the first login
     where = "LAUNCHDECK_TOKEN" if settings.token else settings.data_dir / "access-token"
@@ -103,10 +92,10 @@ async def demo(settings: Settings) -> int:
         hosts_file = cluster.root / "hosts.toml"
         hosts_file.write_text(render_hosts(specs))
         settings = settings.model_copy(update={"hosts_file": hosts_file})
-        _check_database_and_hosts(settings)
+        app = create_app(settings)
         for spec, sim in zip(specs, host_specs, strict=True):
             print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.bind, port=settings.port))
+        server = uvicorn.Server(uvicorn.Config(app, host=settings.bind, port=settings.port))
         print(f"\nlaunchdeck dashboard: {_url(settings)}\naccess token:         {access_token(settings)}\n", flush=True)
         # uvicorn re-raises the signal that stopped it once it is done; a no-op handler lets the
         # cluster be stopped after it instead of the process dying with its servers still running.

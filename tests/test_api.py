@@ -123,10 +123,8 @@ async def test_bad_hosts_file_stops_start_with_a_message(tmp_path: Path) -> None
     settings = make_settings(tmp_path, [])
     assert settings.hosts_file is not None
     settings.hosts_file.write_text('[[host]]\nname = "a"\nport = "twenty-two"\n')
-    app = create_app(settings)
     with pytest.raises(InvalidInput, match="host #1: port must be an integer"):
-        async with app.router.lifespan_context(app):
-            pass
+        create_app(settings)
 
 
 async def test_host_that_stops_answering_still_gets_a_fast_answer(tmp_path: Path, sim_specs: list[HostSpec]) -> None:

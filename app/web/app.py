@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -40,15 +39,18 @@ def access_token(settings: Settings) -> str:
 
 
 def create_app(settings: Settings) -> FastAPI:
+    """Migrates the database and reads the hosts file first, so that a problem with either is an
+    error here, with its message, before any server starts; the lifespan opens the connections."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.resolved_database_url()
+    db.upgrade(url)
+    hosts_file = settings.resolved_hosts_file()
+    specs = load_hosts_file(hosts_file) if hosts_file else []
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        url = settings.resolved_database_url()
-        await asyncio.to_thread(db.upgrade, url)
         engine = db.create_engine(url)
         sessions = db.session_factory(engine)
-        hosts_file = settings.resolved_hosts_file()
-        specs = load_hosts_file(hosts_file) if hosts_file else []
         async with sessions() as session:
             await register_hosts(session, specs)
         options = SSHOptions(
