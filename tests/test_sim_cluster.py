@@ -78,3 +78,17 @@ def test_query_gpu_parser_reads_real_formats() -> None:
     assert gpus[1].name == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
     assert gpus[1].memory_used_mib is None
     assert gpus[2].name == "Some, GPU, With, Commas" and gpus[2].memory_total_mib == 81559
+
+
+async def test_hosts_hold_models_with_real_configs_and_sizes(connect: Connect, sim_specs: list[HostSpec]) -> None:
+    host = connect(sim_specs[1])
+    await host.wait_online(10)
+    snapshot = ".cache/huggingface/hub/models--Qwen--Qwen3.6-27B/snapshots"
+    revision = (await host.run(["cat", ".cache/huggingface/hub/models--Qwen--Qwen3.6-27B/refs/main"])).stdout
+    folder = f"{snapshot}/{revision.decode().strip()}"
+    config = json.loads((await host.run(["cat", f"{folder}/config.json"])).stdout)
+    index = json.loads((await host.run(["cat", f"{folder}/model.safetensors.index.json"])).stdout)
+    assert config["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+    assert config["text_config"]["layer_types"].count("full_attention") == 16
+    assert index["metadata"]["total_size"] == 55_562_855_904
+    assert len(set(index["weight_map"].values())) == 15 and len(index["weight_map"]) == 1199

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from app.demo.hostlib import simgpu
 from app.demo.inventory import DEFAULT_HOSTS, SimHostSpec, gpu_entries
+from app.demo.model_catalogue import install_models
 from app.demo.sshserver import SimHost
 from app.ssh.hostkeys import generate_key_file
 from app.ssh.hosts import HostSpec
@@ -36,6 +37,7 @@ class SimCluster:
         for spec in self.specs:
             host = self.hosts[spec.name]
             host.prepare(authorized_key=client_key)
+            install_models(host.home)
             _ensure_gpu_state(host, spec)
         await asyncio.gather(*(host.start() for host in self.hosts.values()))
         self.known_hosts_path.write_text(
