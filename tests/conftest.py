@@ -19,11 +19,12 @@ from tests.support import STRICT, OpenSSHServer, require
 
 POSTGRES_ADMIN_URL = os.environ.get("LAUNCHDECK_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 TOKEN = "test-token-0123456789"
+SIM_TIME_SCALE = 0.02  # simulated SGLang servers start in about a second
 
 
 @pytest.fixture(scope="session")
 async def sim_cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SimCluster]:
-    cluster = SimCluster(tmp_path_factory.mktemp("cluster"))
+    cluster = SimCluster(tmp_path_factory.mktemp("cluster"), time_scale=SIM_TIME_SCALE)
     await cluster.start()
     yield cluster
     await cluster.stop()

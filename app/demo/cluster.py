@@ -16,10 +16,18 @@ from app.ssh.hosts import HostSpec
 class SimCluster:
     """Lives in `root`: client key, known_hosts, and a folder per host that survives restarts."""
 
-    def __init__(self, root: Path, specs: tuple[SimHostSpec, ...] | list[SimHostSpec] = DEFAULT_HOSTS):
+    def __init__(
+        self,
+        root: Path,
+        specs: tuple[SimHostSpec, ...] | list[SimHostSpec] = DEFAULT_HOSTS,
+        *,
+        time_scale: float = 1.0,
+    ):
         self.root = root
         self.specs = list(specs)
-        self.hosts = {spec.name: SimHost(spec.name, root / "hosts" / spec.name) for spec in self.specs}
+        self.hosts = {
+            spec.name: SimHost(spec.name, root / "hosts" / spec.name, time_scale=time_scale) for spec in self.specs
+        }
 
     @property
     def client_key_path(self) -> Path:

@@ -35,6 +35,7 @@ class SimHost:
 
     name: str
     root: Path
+    time_scale: float = 1.0  # how fast the simulated servers run: 1.0 is about real time
     port: int = 0
     _server: asyncssh.SSHAcceptor | None = None
     _connections: set[asyncssh.SSHServerConnection] = field(default_factory=set)
@@ -73,6 +74,7 @@ class SimHost:
             "PYTHONDONTWRITEBYTECODE": "1",
             simgpu.STATE_ENV: str(self.gpu_state_path),
             "LAUNCHDECK_SIM_HOST": self.name,
+            "LAUNCHDECK_SIM_TIME_SCALE": str(self.time_scale),
         }
 
     def prepare(self, *, authorized_key: str) -> None:

@@ -1,0 +1,421 @@
+"""The server's main process: starts one scheduler per rank, then serves HTTP on loopback.
+
+As in SGLang, the HTTP port is bound only once every scheduler is ready, a warmup request
+runs before the ready line, a child's SIGQUIT tears the whole tree down, and the endpoints
+that only read the server's own state answer even when the schedulers no longer do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.request import Request, urlopen
+
+import sglang
+from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.managers.scheduler import CONTROL_FD_ENV
+from sglang.srt.utils import configure_logger, kill_process_tree, pause, time_scale
+
+logger = logging.getLogger(__name__)
+
+HEALTH_CHECK_TIMEOUT = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class Engine:
+    """The schedulers as the main process sees them: processes and their sockets."""
+
+    def __init__(self, server_args: Any):
+        self.server_args = server_args
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.sockets: list[socket.socket] = []
+        self.scheduler_info: dict[str, Any] = {}
+        self.waiting: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self.last_heartbeat = time.time()
+        self.warmed_up = False  # /health answers 503 until the warmup request has run
+
+    def launch_schedulers(self) -> None:
+        args = dataclasses.asdict(self.server_args)
+        for tp_rank in range(self.server_args.tp_size):
+            ours, theirs = socket.socketpair()
+            title = f"sglang::scheduler{'_TP' + str(tp_rank) if self.server_args.tp_size > 1 else ''}"
+            process = subprocess.Popen(
+                [title, "-m", "sglang.srt.managers.scheduler"],
+                executable=sys.executable,
+                pass_fds=[theirs.fileno()],
+                env={**os.environ, CONTROL_FD_ENV: str(theirs.fileno())},
+            )
+            theirs.close()
+            ours.sendall(json.dumps({"server_args": args, "tp_rank": tp_rank}).encode() + b"\n")
+            self.processes.append(process)
+            self.sockets.append(ours)
+
+    def wait_until_ready(self) -> None:
+        """Blocks until every rank reports ready; a failing rank SIGQUITs us before that."""
+        pending = set(range(len(self.sockets)))
+        buffers = {rank: b"" for rank in pending}
+        while pending:
+            readable, _, _ = select.select([self.sockets[r] for r in pending], [], [], 1.0)
+            for sock in readable:
+                rank = self.sockets.index(sock)
+                data = sock.recv(65536)
+                if not data:
+                    pending.discard(rank)
+                    continue
+                buffers[rank] += data
+                if b"\n" in buffers[rank]:
+                    info = json.loads(buffers[rank].split(b"\n", 1)[0])
+                    if rank == 0:
+                        self.scheduler_info = info
+                    pending.discard(rank)
+
+    def watch_subprocesses(self) -> None:
+        """SGLang's subprocess watchdog: a scheduler that dies without a word still takes the server down."""
+        while True:
+            for tp_rank, process in enumerate(self.processes):
+                code = process.poll()
+                if code not in (None, 0):
+                    logger.error(
+                        f"Subprocess scheduler_{tp_rank} (pid={process.pid}) crashed with exit code {code}. "
+                        "Triggering SIGQUIT for cleanup..."
+                    )
+                    os.kill(os.getpid(), signal.SIGQUIT)
+                    return
+            time.sleep(0.2)
+
+    def read_results(self) -> None:
+        """Collects finished requests from rank 0, which plays the detokenizer's part."""
+        buffer = b""
+        while data := self.sockets[0].recv(65536):
+            buffer += data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                message = json.loads(line)
+                self.last_heartbeat = time.time()
+                with self.lock:
+                    waiter = self.waiting.pop(message.get("rid", ""), None)
+                if waiter:
+                    waiter["result"] = message
+                    waiter["done"].set()
+
+    def generate(self, prompt_tokens: int, max_new_tokens: int, timeout: float | None = None) -> dict[str, Any] | None:
+        rid = uuid.uuid4().hex
+        waiter: dict[str, Any] = {"done": threading.Event()}
+        with self.lock:
+            self.waiting[rid] = waiter
+            message = {"op": "generate", "rid": rid, "prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens}
+            for sock in self.sockets:
+                sock.sendall(json.dumps(message).encode() + b"\n")
+        if not waiter["done"].wait(timeout):
+            with self.lock:
+                self.waiting.pop(rid, None)
+            return None
+        result: dict[str, Any] = waiter["result"]
+        result["id"] = rid
+        return result
+
+
+def count_tokens(text: str) -> int:
+    return max(1, round(len(text.split()) * 1.3))
+
+
+WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this")
+
+
+def detokenize(ids: list[int]) -> str:
+    return " " + " ".join(WORDS[i % len(WORDS)] for i in ids)
+
+
+def make_handler(server_args: Any, engine: Engine, model_config: ModelConfig) -> type[BaseHTTPRequestHandler]:
+    served_name = server_args.served_model_name or server_args.model_path
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "uvicorn"
+        sys_version = ""
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            status = int(code)
+            reason = self.responses.get(status, ("",))[0]
+            logger.info(
+                f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" {status} {reason}'
+            )
+
+        def reply(self, status: int, body: Any = None) -> None:
+            data = b"" if body is None else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def read_json(self) -> dict[str, Any] | None:
+            length = int(self.headers.get("content-length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):
+                self.reply(
+                    400,
+                    {
+                        "object": "error",
+                        "message": "Invalid JSON body",
+                        "type": "Bad Request",
+                        "param": None,
+                        "code": 400,
+                    },
+                )
+                return None
+            return body
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path in ("/health", "/health_generate"):
+                self.health()
+            elif path in ("/get_model_info", "/model_info"):
+                if path == "/get_model_info":
+                    logger.info(
+                        "Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+                        "Please use '/model_info' instead."
+                    )
+                self.reply(
+                    200,
+                    {
+                        "model_path": server_args.model_path,
+                        "tokenizer_path": server_args.tokenizer_path,
+                        "is_generation": True,
+                        "preferred_sampling_params": None,
+                        "weight_version": "default",
+                        "has_image_understanding": model_config.is_multimodal,
+                        "has_audio_understanding": False,
+                    },
+                )
+            elif path in ("/get_server_info", "/server_info"):
+                info = {key: value for key, value in engine.scheduler_info.items() if key != "event"}
+                self.reply(
+                    200,
+                    {
+                        **dataclasses.asdict(server_args),
+                        "status": "ready",
+                        "max_total_num_tokens": info.get("max_total_num_tokens"),
+                        "internal_states": [
+                            {
+                                "max_running_requests": info.get("max_running_requests"),
+                                "memory_usage": {
+                                    "weight": info.get("weight_gb"),
+                                    "kvcache": info.get("kvcache_gb"),
+                                    "graph": info.get("graph_gb"),
+                                    "token_capacity": info.get("max_total_num_tokens"),
+                                },
+                            }
+                        ],
+                        "version": sglang.__version__,
+                    },
+                )
+            elif path == "/v1/models":
+                self.reply(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [
+                            {
+                                "id": served_name,
+                                "object": "model",
+                                "created": int(time.time()),
+                                "owned_by": "sglang",
+                                "root": served_name,
+                                "parent": None,
+                                "max_model_len": model_config.context_len,
+                            }
+                        ],
+                    },
+                )
+            elif path == "/ping":
+                self.reply(200)
+            else:
+                self.reply(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path not in ("/generate", "/v1/completions"):
+                self.reply(404, {"detail": "Not Found"})
+                return
+            body = self.read_json()
+            if body is None:
+                return
+            prompt = body.get("text") if path == "/generate" else body.get("prompt")
+            params = body.get("sampling_params") or {} if path == "/generate" else body
+            try:
+                max_new_tokens = int(
+                    params.get("max_new_tokens", params.get("max_tokens", 128 if path == "/generate" else 16))
+                )
+            except (TypeError, ValueError):
+                max_new_tokens = -1
+            if not isinstance(prompt, str) or max_new_tokens < 0:
+                self.reply(
+                    400,
+                    {
+                        "object": "error",
+                        "message": "prompt must be a string and max tokens >= 0",
+                        "type": "Bad Request",
+                        "param": None,
+                        "code": 400,
+                    },
+                )
+                return
+            prompt_tokens = count_tokens(prompt)
+            started = time.time()
+            result = engine.generate(prompt_tokens, max_new_tokens)
+            assert result is not None
+            ids = result["output_ids"]
+            finish = {"type": "length", "length": len(ids)}
+            if path == "/generate":
+                self.reply(
+                    200,
+                    {
+                        "text": detokenize(ids),
+                        "output_ids": ids,
+                        "meta_info": {
+                            "id": result["id"],
+                            "finish_reason": finish,
+                            "prompt_tokens": prompt_tokens,
+                            "weight_version": "default",
+                            "completion_tokens": len(ids),
+                            "cached_tokens": 0,
+                            "e2e_latency": round(time.time() - started, 4),
+                        },
+                    },
+                )
+            else:
+                self.reply(
+                    200,
+                    {
+                        "id": result["id"],
+                        "object": "text_completion",
+                        "created": int(started),
+                        "model": body.get("model", "default"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": detokenize(ids),
+                                "logprobs": None,
+                                "finish_reason": "length",
+                                "matched_stop": None,
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": prompt_tokens,
+                            "total_tokens": prompt_tokens + len(ids),
+                            "completion_tokens": len(ids),
+                            "prompt_tokens_details": None,
+                            "reasoning_tokens": 0,
+                        },
+                        "metadata": {"weight_version": "default"},
+                    },
+                )
+
+        def health(self) -> None:
+            if not engine.warmed_up:
+                self.reply(503)
+                return
+            tic = time.time()
+            if engine.generate(1, 1, timeout=HEALTH_CHECK_TIMEOUT * time_scale()) is None:
+                started = time.strftime("%H:%M:%S", time.localtime(tic))
+                heartbeat = time.strftime("%H:%M:%S", time.localtime(engine.last_heartbeat))
+                logger.info(
+                    f"Health check failed. Server couldn't get a response from detokenizer for last "
+                    f"{HEALTH_CHECK_TIMEOUT} seconds. tic start time: {started}. last_heartbeat time: {heartbeat}"
+                )
+                self.reply(503)
+                return
+            self.reply(200)
+
+    return Handler
+
+
+def sigquit_handler(signum: int, frame: Any) -> None:
+    logger.error("Received sigquit from a child process. It usually means the child failed.")
+    kill_process_tree(os.getpid())
+
+
+def running_phase_sigquit_handler(signum: int, frame: Any) -> None:
+    logger.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+    kill_process_tree(os.getpid())
+
+
+def sigterm_handler(signum: int, frame: Any) -> None:
+    kill_process_tree(os.getpid(), include_parent=False)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def bind_address(host: str) -> str:
+    """The simulated server listens on loopback only, whatever --host asks for."""
+    return host if host in LOOPBACK or host.startswith("127.") else "127.0.0.1"
+
+
+def launch_server(server_args: Any) -> None:
+    configure_logger(server_args.log_level)
+    signal.signal(signal.SIGQUIT, sigquit_handler)
+    signal.signal(signal.SIGTERM, sigterm_handler)
+    logger.info(f"server_args={server_args!r}")
+    engine = Engine(server_args)
+    engine.launch_schedulers()
+    model_config = server_args.get_model_config()
+    engine.wait_until_ready()
+    threading.Thread(target=engine.watch_subprocesses, daemon=True).start()
+    threading.Thread(target=engine.read_results, daemon=True).start()
+
+    handler = make_handler(server_args, engine, model_config)
+    logger.info(f"INFO:     Started server process [{os.getpid()}]")
+    logger.info("INFO:     Waiting for application startup.")
+    logger.info("INFO:     Application startup complete.")
+    family = socket.AF_INET6 if ":" in bind_address(server_args.host) else socket.AF_INET
+    ThreadingHTTPServer.address_family = family
+    try:
+        httpd = ThreadingHTTPServer((bind_address(server_args.host), server_args.port), handler)
+    except OSError as exc:
+        logger.error(
+            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"('{server_args.host}', {server_args.port}): {exc.strerror.lower() if exc.strerror else exc}"
+        )
+        kill_process_tree(os.getpid(), include_parent=False)
+        sys.exit(3)  # uvicorn's exit status for a failed startup
+    httpd.daemon_threads = True
+    signal.signal(signal.SIGQUIT, running_phase_sigquit_handler)
+    logger.info(f"INFO:     Uvicorn running on http://{server_args.host}:{server_args.port} (Press CTRL+C to quit)")
+    threading.Thread(target=warmup, args=(server_args, engine), daemon=True).start()
+    httpd.serve_forever()
+
+
+def warmup(server_args: Any, engine: Engine) -> None:
+    url = f"http://{bind_address(server_args.host)}:{server_args.port}"
+    if not server_args.skip_server_warmup:
+        pause(1.0)
+        with urlopen(url + "/get_model_info", timeout=5) as response:
+            assert response.status == 200
+        body = json.dumps(
+            {"sampling_params": {"temperature": 0, "max_new_tokens": 8}, "text": "The capital city of France is"}
+        ).encode()
+        request = Request(url + "/generate", data=body, headers={"content-type": "application/json"})
+        with urlopen(request, timeout=600) as response:
+            assert response.status == 200
+    engine.warmed_up = True
+    logger.info("The server is fired up and ready to roll!")

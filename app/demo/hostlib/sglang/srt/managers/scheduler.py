@@ -1,0 +1,272 @@
+"""A scheduler process, one per tensor-parallel rank, started by the server's main process.
+
+It loads its share of the model onto its GPU, reports ready, then runs the requests the
+main process sends it over a socket (JSON lines). Rank 0 logs SGLang's prefill and decode
+lines. A rank whose start-up fails logs the traceback and sends SIGQUIT to its parent, as
+SGLang's schedulers do.
+
+Run as `python -m sglang.srt.managers.scheduler`, with the socket's descriptor in
+SGLANG_SIM_CONTROL_FD; the first line on it carries the server arguments and the rank.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import select
+import signal
+import socket
+import sys
+import time
+from datetime import datetime
+from types import SimpleNamespace
+from typing import Any
+
+from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.device import Device
+from sglang.srt.model_executor.model_runner import ModelRunner
+from sglang.srt.utils import (
+    configure_logger,
+    elapsed_since,
+    get_exception_traceback,
+    pause,
+    rank_prefix,
+    set_process_title,
+    time_scale,
+)
+
+logger = logging.getLogger(__name__)
+
+CONTROL_FD_ENV = "SGLANG_SIM_CONTROL_FD"
+FAULT_ENV = "LAUNCHDECK_SIM_FAULT"
+FAULT_FILE = "sim-fault"
+DECODE_STEP_SECONDS = 0.02
+NCCL_TIMEOUT_SECONDS = 600
+
+
+def fault_requested() -> bool:
+    """The zombie switch: the environment at start, or a file in the working directory at any time."""
+    return os.environ.get(FAULT_ENV) == "zombie" or os.path.exists(FAULT_FILE)
+
+
+class Scheduler:
+    def __init__(self, server_args: Any, tp_rank: int, control: socket.socket):
+        self.server_args = server_args
+        self.tp_rank = tp_rank
+        self.control = control
+        self.model_config = ModelConfig(server_args.model_path, server_args.context_length)
+        self.device = Device(server_args.base_gpu_id + tp_rank * server_args.gpu_id_step)
+        self.model_runner = ModelRunner(server_args, self.model_config, tp_rank, self.device)
+        runner = self.model_runner
+        self.max_total_num_tokens = runner.max_total_num_tokens
+        self.max_running_requests = runner.max_running_requests
+        self.max_prefill_tokens = 16384
+        logger.info(
+            f"max_total_num_tokens={self.max_total_num_tokens}, "
+            f"chunked_prefill_size={server_args.chunked_prefill_size}, "
+            f"max_prefill_tokens={self.max_prefill_tokens}, "
+            f"max_running_requests={self.max_running_requests}, "
+            f"context_len={self.model_config.context_len}, "
+            f"available_gpu_mem={self.device.free_gb():.2f} GB"
+        )
+        self.running: dict[str, dict[str, Any]] = {}
+        self.requests_seen = 0
+        self.forward_ct = 0
+        self.accepted_tokens = 0
+        self.tic = time.perf_counter()
+        self.generated_since_log = 0
+        self.buffer = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.control.sendall(json.dumps(message).encode() + b"\n")
+
+    def send_ready(self) -> None:
+        runner = self.model_runner
+        self.send(
+            {
+                "event": "ready",
+                "tp_rank": self.tp_rank,
+                "max_total_num_tokens": self.max_total_num_tokens,
+                "max_running_requests": self.max_running_requests,
+                "max_mamba_cache_size": runner.max_mamba_cache_size,
+                "kvcache_gb": round(runner.token_to_kv_pool.size * runner.token_to_kv_pool.cell_size / (1 << 30), 2),
+                "weight_gb": round(runner.weight_load_mem_usage, 2),
+                "graph_gb": round(getattr(runner, "graph_mem_usage", 0.0), 2),
+                "context_len": self.model_config.context_len,
+            }
+        )
+
+    def event_loop(self) -> None:
+        while True:
+            timeout = DECODE_STEP_SECONDS * time_scale() if self.running else 1.0
+            readable, _, _ = select.select([self.control], [], [], timeout)
+            if self.requests_seen and fault_requested():
+                hold_forever()  # the scheduler stops answering while HTTP stays up
+            if readable:
+                data = self.control.recv(65536)
+                if not data:
+                    hold_forever()  # orphaned: the main process is gone, the GPU memory stays booked
+                self.buffer += data
+                while b"\n" in self.buffer:
+                    line, self.buffer = self.buffer.split(b"\n", 1)
+                    self.handle(json.loads(line))
+            if self.running and self.tp_rank == 0:
+                self.run_decode_step()
+
+    def handle(self, message: dict[str, Any]) -> None:
+        if message["op"] != "generate":
+            return
+        self.requests_seen += 1
+        if self.requests_seen > 1 and self.collectives_hang():
+            self.stall_in_all_reduce()
+        if self.tp_rank != 0:
+            return
+        prompt_tokens = int(message["prompt_tokens"])
+        if not self.running:
+            self.tic = time.perf_counter()
+            self.generated_since_log = 0
+        self.running[message["rid"]] = {"rid": message["rid"], "left": int(message["max_new_tokens"]), "ids": []}
+        usage = sum(len(r["ids"]) for r in self.running.values()) / max(self.max_total_num_tokens, 1)
+        logger.info(
+            f"Prefill batch, #new-seq: 1, #new-token: {prompt_tokens}, #cached-token: 0, token usage: {usage:.2f}, "
+            f"#running-req: {len(self.running) - 1}, #queue-req: 0, cuda graph: False, "
+            f"input throughput (token/s): {prompt_tokens / (0.05 + random.random() * 0.05):.2f}"
+        )
+
+    def run_decode_step(self) -> None:
+        spec = self.server_args.speculative_algorithm is not None
+        self.forward_ct += 1
+        finished = []
+        for request in self.running.values():
+            accepted = min(request["left"], random.choice((2, 3, 3, 4)) if spec else 1)
+            request["ids"].extend(random.randrange(1000, 30000) for _ in range(accepted))
+            request["left"] -= accepted
+            self.accepted_tokens += accepted
+            self.generated_since_log += accepted
+            if request["left"] <= 0:
+                finished.append(request)
+        if self.forward_ct % self.server_args.decode_log_interval == 0:
+            self.log_decode_stats(spec)
+        for request in finished:
+            del self.running[request["rid"]]
+            self.send(
+                {
+                    "event": "finished",
+                    "rid": request["rid"],
+                    "output_ids": request["ids"],
+                    "spec_accept_length": self.accepted_tokens / self.forward_ct / max(len(self.running) + 1, 1),
+                }
+            )
+
+    def log_decode_stats(self, spec: bool) -> None:
+        elapsed = elapsed_since(self.tic)
+        tokens = sum(len(r["ids"]) for r in self.running.values())
+        message = (
+            f"Decode batch, #running-req: {len(self.running)}, #token: {tokens}, "
+            f"token usage: {tokens / max(self.max_total_num_tokens, 1):.2f}, "
+        )
+        if spec:
+            accept_len = self.accepted_tokens / self.forward_ct / max(len(self.running), 1)
+            draft = self.server_args.speculative_num_draft_tokens
+            message += f"accept len: {accept_len:.2f}, accept rate: {accept_len / draft:.2f}, "
+        message += (
+            f"cuda graph: {not self.server_args.disable_cuda_graph}, "
+            f"gen throughput (token/s): {self.generated_since_log / max(elapsed, 1e-3):.2f}, #queue-req: 0"
+        )
+        logger.info(message)
+        self.tic = time.perf_counter()
+        self.generated_since_log = 0
+
+    def collectives_hang(self) -> bool:
+        """NVLink SHARP needs NVSwitch: on PCIe-only GPUs the first all-reduce under load never completes."""
+        return self.server_args.enable_nccl_nvls and self.server_args.tp_size > 1 and not self.device.has_nvswitch
+
+    def stall_in_all_reduce(self) -> None:
+        """The last rank never joins the collective; the others hit NCCL's watchdog and abort."""
+        if self.tp_rank == self.server_args.tp_size - 1:
+            hold_forever()
+        timeout = self.server_args.dist_timeout or NCCL_TIMEOUT_SECONDS
+        pause(timeout)
+        write_nccl_watchdog_abort(self.tp_rank, timeout)
+        os.abort()
+
+
+def hold_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def write_nccl_watchdog_abort(rank: int, timeout_s: int) -> None:
+    """torch's ProcessGroupNCCL watchdog report, written straight to stderr as its C++ code does."""
+    seq = 40
+    ms = timeout_s * 1000
+    work = (
+        f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=17153024, NumelOut=17153024, Timeout(ms)={ms}) "
+        f"ran for {ms + 40} milliseconds before timing out."
+    )
+    pg = f"PG ID 2 PG GUID 3 Rank {rank}"
+
+    def stamp(line: int) -> str:
+        now = datetime.now()
+        return f"[rank{rank}]:[E{now:%m%d} {now:%H:%M:%S}.{now.microsecond * 1000:09d} ProcessGroupNCCL.cpp:{line}]"
+
+    frames = (
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::__cxx11::basic_string<char, std::char_traits<char>, "
+        "std::allocator<char> >) + 0x98 (0x7f3a8c56b1b8 in "
+        "/usr/local/lib/python3.12/dist-packages/torch/lib/libc10.so)\n"
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, "
+        "std::ratio<1l, 1000l> > >) + 0x23d (0x7f3a8d8a1a2d in "
+        "/usr/local/lib/python3.12/dist-packages/torch/lib/libtorch_cuda.so)\n"
+        "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0xc80 (0x7f3a8d8a3470 in "
+        "/usr/local/lib/python3.12/dist-packages/torch/lib/libtorch_cuda.so)\n"
+        "frame #3: <unknown function> + 0xd8198 (0x7f3b2e6d8198 in /lib/x86_64-linux-gnu/libstdc++.so.6)\n"
+    )
+    sys.stderr.write(
+        f"{stamp(632)} [Rank {rank}] Watchdog caught collective operation timeout: {work}\n"
+        f"{stamp(2271)} [{pg}]  failure detected by watchdog at work sequence id: {seq} PG status: "
+        f"last enqueued work: {seq}, last completed work: {seq - 1}\n"
+        f"{stamp(684)} [Rank {rank}] Some NCCL operations have failed or timed out. Due to the asynchronous nature "
+        "of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
+        f"{stamp(698)} [Rank {rank}] To avoid data inconsistency, we are taking the entire process down.\n"
+        f"{stamp(1899)} [{pg}] Process group watchdog thread terminated with exception: [Rank {rank}] "
+        f"Watchdog caught collective operation timeout: {work}\n"
+        "Exception raised from checkTimeout at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:635 "
+        f"(most recent call first):\n{frames}\n"
+        "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+        f"  what():  [{pg}] Process group watchdog thread terminated with exception: [Rank {rank}] "
+        f"Watchdog caught collective operation timeout: {work}\n"
+    )
+    sys.stderr.flush()
+
+
+def run_scheduler_process(server_args: Any, tp_rank: int, control: socket.socket) -> None:
+    prefix = rank_prefix(server_args.tp_size, tp_rank)
+    configure_logger(server_args.log_level, prefix)
+    set_process_title(f"sglang::scheduler{prefix.replace(' ', '_')}")
+    parent_pid = os.getppid()
+    try:
+        scheduler = Scheduler(server_args, tp_rank, control)
+        scheduler.send_ready()
+        scheduler.event_loop()
+    except Exception:
+        traceback = get_exception_traceback()
+        logger.error(f"Scheduler hit an exception: {traceback}")
+        os.kill(parent_pid, signal.SIGQUIT)
+
+
+def main() -> None:
+    control = socket.socket(fileno=int(os.environ.pop(CONTROL_FD_ENV)))
+    data = b""
+    while not data.endswith(b"\n"):  # nothing else is sent before this rank reports ready
+        chunk = control.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    first = json.loads(data)
+    run_scheduler_process(SimpleNamespace(**first["server_args"]), first["tp_rank"], control)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""One rank's start-up: distributed init, weights, memory pools, CUDA graphs.
+
+Memory is really booked on the rank's GPU, stage by stage, with SGLang's budget rules:
+the KV budget is the free memory after the weights minus the share that
+`--mem-fraction-static` leaves free (measured before the weights), and CUDA graphs live in
+what is left. So an out-of-memory error happens at the stage where the numbers stop fitting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from sglang.srt.configs.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
+from sglang.srt.device import Device
+from sglang.srt.utils import GiB, OutOfMemoryError, ProgressBar, elapsed_since, pause
+
+logger = logging.getLogger(__name__)
+
+LOAD_BYTES_PER_SECOND = 2.5 * GiB
+CAPTURE_SECONDS_PER_BS = 0.35
+TORCH_COMPILE_SECONDS = 240.0
+MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3
+
+CUDA_GRAPH_CAPTURE_FAILED_MSG = (
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+    "3. disable torch compile by not using --enable-torch-compile\n"
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+)
+
+
+def log_info_on_rank0(tp_rank: int, message: str) -> None:
+    if tp_rank == 0:
+        logger.info(message)
+
+
+class ModelRunner:
+    def __init__(self, server_args: Any, model_config: ModelConfig, tp_rank: int, device: Device):
+        self.server_args = server_args
+        self.model_config = model_config
+        self.tp_rank = tp_rank
+        self.tp_size = server_args.tp_size
+        self.device = device
+        self.spec = server_args.speculative_algorithm is not None
+        self.initialize()
+
+    def initialize(self) -> None:
+        self.init_torch_distributed()
+        self.load_model()
+        self.init_memory_pool()
+        if not self.server_args.disable_cuda_graph:
+            self.init_device_graphs()
+
+    def init_torch_distributed(self) -> None:
+        logger.info("Init torch distributed begin.")
+        before = self.device.free_gb()
+        self.device.init_context()
+        pause(2.0 if self.tp_size > 1 else 0.5)
+        self.pre_model_load_memory = self.device.free_gb()
+        logger.info(f"Init torch distributed ends. mem usage={before - self.pre_model_load_memory:.2f} GB")
+
+    def load_model(self) -> None:
+        tic = time.perf_counter()
+        before = self.device.free_gb()
+        logger.info(f"Load weight begin. avail mem={before:.2f} GB")
+        if self.model_config.architecture not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(
+                f"Model architectures ['{self.model_config.architecture}'] are not supported for now. "
+                f"Supported architectures: dict_keys({list(SUPPORTED_ARCHITECTURES)})"
+            )
+        log_info_on_rank0(self.tp_rank, "Using model weights format ['*.safetensors']")
+        shards = self.model_config.shard_count
+        shard_bytes = self.model_config.weight_bytes // self.tp_size // shards
+        seconds_per_shard = shard_bytes / LOAD_BYTES_PER_SECOND
+        bar = ProgressBar(
+            "Loading safetensors checkpoint shards", shards, newline_frames=True, step_seconds=seconds_per_shard
+        )
+        if self.tp_rank == 0:
+            bar.start()
+        for _ in range(shards):
+            self.load_weights(shard_bytes)
+            pause(seconds_per_shard)
+            if self.tp_rank == 0:
+                bar.update()
+        after = self.device.free_gb()
+        self.weight_load_mem_usage = before - after
+        logger.info(
+            f"Load weight end. elapsed={elapsed_since(tic):.2f} s, type={self.model_config.architecture}, "
+            f"dtype={self.model_config.dtype}, avail mem={after:.2f} GB, mem usage={self.weight_load_mem_usage:.2f} GB."
+        )
+
+    def load_weights(self, nbytes: int) -> None:
+        self.device.allocate(nbytes)
+
+    def init_memory_pool(self) -> None:
+        args = self.server_args
+        config = self.model_config
+        available = self.device.free_gb()
+        rest_memory = available - self.pre_model_load_memory * (1 - args.mem_fraction_static)
+        cell_size = config.kv_cell_bytes(self.tp_size)
+        if self.spec and config.nextn_layers:
+            cell_size = cell_size * (config.full_attention_layers + config.nextn_layers) // config.full_attention_layers
+        self.max_mamba_cache_size = 0
+        conv_bytes, ssm_bytes = config.mamba_state_bytes(self.tp_size)
+        mamba_per_req = conv_bytes + ssm_bytes
+        intermediate_bytes = 0
+        if config.is_hybrid_gdn:
+            if self.spec:  # every running request keeps a state per draft token while verifying
+                intermediate_bytes = mamba_per_req * args.max_running_requests * args.speculative_num_draft_tokens
+                rest_memory -= intermediate_bytes / GiB
+            if args.max_mamba_cache_size is not None:
+                self.max_mamba_cache_size = args.max_mamba_cache_size
+            elif args.disable_radix_cache and args.max_running_requests is not None:
+                self.max_mamba_cache_size = args.max_running_requests
+            else:
+                ratio = args.mamba_full_memory_ratio
+                self.max_mamba_cache_size = max(0, int(rest_memory * ratio / (1 + ratio) * GiB // mamba_per_req))
+            rest_memory -= self.max_mamba_cache_size * mamba_per_req / GiB
+        self.max_total_num_tokens = int(rest_memory * GiB) // cell_size
+        if self.max_total_num_tokens <= 0:
+            raise RuntimeError(
+                "Not enough memory. Please try to increase --mem-fraction-static. "
+                f"Current value: mem_fraction_static={args.mem_fraction_static}"
+            )
+        self.max_running_requests = args.max_running_requests or min(
+            max(int(self.max_total_num_tokens / config.context_len * 512), 2048), 4096
+        )
+        if config.is_hybrid_gdn:
+            ratio = MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
+            if args.disable_radix_cache:
+                ratio = 1
+            elif args.mamba_scheduler_strategy == "extra_buffer":
+                ratio += 1 if self.spec else 2
+            self.max_running_requests = max(1, min(self.max_running_requests, self.max_mamba_cache_size // ratio))
+        self.device.allocate((self.max_running_requests + 1) * (config.context_len + 4) * 4)  # req_to_token
+        log_info_on_rank0(self.tp_rank, f"Using KV cache dtype: {config.dtype}")
+        if config.is_hybrid_gdn:
+            self.init_mamba_pool(conv_bytes, ssm_bytes, intermediate_bytes)
+        self.token_to_kv_pool = MHATokenToKVPool(
+            self.max_total_num_tokens, cell_size, config.full_attention_layers, config.dtype, self.device
+        )
+        pause(1.0)
+        logger.info(f"Memory pool end. avail mem={self.device.free_gb():.2f} GB")
+
+    def init_mamba_pool(self, conv_bytes: int, ssm_bytes: int, intermediate_bytes: int) -> None:
+        size = self.max_mamba_cache_size
+        self.device.allocate(size * (conv_bytes + ssm_bytes) + intermediate_bytes)
+        message = (
+            f"Mamba Cache is allocated. max_mamba_cache_size: {size}, "
+            f"conv_state size: {size * conv_bytes / GiB:.2f}GB, ssm_state size: {size * ssm_bytes / GiB:.2f}GB "
+        )
+        if intermediate_bytes:
+            share = intermediate_bytes / (conv_bytes + ssm_bytes)
+            message += (
+                f"intermediate_ssm_state_cache size: {share * ssm_bytes / GiB:.2f}GB "
+                f"intermediate_conv_window_cache size: {share * conv_bytes / GiB:.2f}GB "
+            )
+        logger.info(message)
+
+    def init_device_graphs(self) -> None:
+        tic = time.perf_counter()
+        before = self.device.free_gb()
+        logger.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={before:.2f} GB")
+        self.graph_runner = CudaGraphRunner(self)
+        after = self.device.free_gb()
+        self.graph_mem_usage = before - after
+        logger.info(
+            f"Capture cuda graph end. Time elapsed: {elapsed_since(tic):.2f} s. "
+            f"mem usage={self.graph_mem_usage:.2f} GB. avail mem={after:.2f} GB."
+        )
+
+
+class MHATokenToKVPool:
+    def __init__(self, size: int, cell_size: int, layer_num: int, dtype: str, device: Device, page_size: int = 1):
+        self.size = size
+        self.page_size = page_size
+        self.cell_size = cell_size
+        self.layer_num = layer_num
+        self.device = device
+        self._create_buffers()
+        k_size = (size + page_size) * cell_size / 2 / GiB
+        logger.info(
+            f"KV Cache is allocated. dtype: {dtype}, #tokens: {size}, K size: {k_size:.2f} GB, V size: {k_size:.2f} GB"
+        )
+
+    def _create_buffers(self) -> None:
+        per_layer = (self.size + self.page_size) * self.cell_size // 2 // self.layer_num
+        for _ in range(2 * self.layer_num):  # one K and one V buffer per layer
+            self.device.allocate(per_layer)
+
+
+def batch_sizes_to_capture(server_args: Any, max_running_requests: int) -> list[int]:
+    max_bs = server_args.cuda_graph_max_bs
+    if server_args.speculative_algorithm is None:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+    else:
+        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
+    sizes = [bs for bs in sizes if bs <= min(max_bs, max_running_requests)]
+    if max_running_requests < max_bs and max_running_requests not in sizes:
+        sizes.append(max_running_requests)
+    return sizes
+
+
+class CudaGraphRunner:
+    def __init__(self, model_runner: ModelRunner):
+        self.model_runner = model_runner
+        self.capture_bs = batch_sizes_to_capture(model_runner.server_args, model_runner.max_running_requests)
+        log_info_on_rank0(model_runner.tp_rank, f"Capture cuda graph bs {self.capture_bs}")
+        try:
+            self.capture()
+        except OutOfMemoryError as e:
+            raise Exception(f"Capture cuda graph failed: {e}\n{CUDA_GRAPH_CAPTURE_FAILED_MSG}")  # noqa: B904
+
+    def graph_bytes(self, bs: int) -> int:
+        """Memory one captured batch size keeps in the graph pool: activations and fp32 logits for every
+        token the batch verifies, on this rank."""
+        runner = self.model_runner
+        config = runner.model_config
+        tokens = bs * (runner.server_args.speculative_num_draft_tokens if runner.spec else 1)
+        per_token = (config.vocab_size * 4 + config.hidden_size * 2 * 256) // runner.tp_size
+        return tokens * per_token * (2 if runner.spec else 1)
+
+    def capture(self) -> None:
+        runner = self.model_runner
+        device = runner.device
+        show = runner.tp_rank == 0
+        sizes = list(reversed(self.capture_bs))
+        bar = ProgressBar("", len(sizes), step_seconds=CAPTURE_SECONDS_PER_BS)
+        for i, bs in enumerate(sizes):
+            bar.desc = f"Capturing batches (bs={bs} avail_mem={device.free_gb():.2f} GB)"
+            if show:
+                bar.start() if i == 0 else bar.update()
+            if i == 0 and runner.server_args.enable_torch_compile:
+                pause(TORCH_COMPILE_SECONDS)  # compiling the largest batch prints nothing
+            self.capture_one_batch_size(bs, first=i == 0)
+            pause(CAPTURE_SECONDS_PER_BS)
+        if show:
+            bar.update()
+            bar.close()
+
+    def capture_one_batch_size(self, bs: int, first: bool) -> None:
+        # The largest batch sets the pool's size; smaller graphs reuse most of it.
+        nbytes = (256 << 20) + self.graph_bytes(bs) if first else self.graph_bytes(bs) // 16
+        self.model_runner.device.allocate(nbytes)

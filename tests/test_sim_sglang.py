@@ -1,0 +1,400 @@
+"""The simulated SGLang server, driven through real SSH on a simulated host, scenario by scenario."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shlex
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from app.gpu.nvidia_smi import read_gpu_memory
+from app.ssh import HostConnection, HostSpec
+from tests.sglang_formats import template_for
+from tests.support import free_port
+
+Connect = Callable[..., HostConnection]
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+QWEN = "Qwen/Qwen3.6-27B"
+MOE = "Qwen/Qwen3-235B-A22B-Instruct-2507"
+MTP = [
+    "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+]  # fmt: skip
+READY = "The server is fired up and ready to roll!"
+
+
+@dataclass
+class Server:
+    """A simulated server started detached in its own session, as a launcher would start it."""
+
+    host: HostConnection
+    workdir: str
+    pgid: int
+
+    async def log(self) -> str:
+        return (await self.host.run(["cat", f"{self.workdir}/server.log"])).stdout.decode()
+
+    async def wait_for(self, text: str, timeout: float = 30) -> str:
+        for _ in range(int(timeout * 10)):
+            log = await self.log()
+            if text in log:
+                return log
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{text!r} did not appear; log ends:\n{log[-3000:]}")
+
+    async def processes(self) -> list[str]:
+        """The group's live processes; exited ones that no init has reaped yet do not count."""
+        result = await self.host.run(["ps", "-o", "stat=,args=", "-g", str(self.pgid)], check=False)
+        rows = [line.strip().split(None, 1) for line in result.stdout.decode().splitlines()]
+        return [row[1] for row in rows if not row[0].startswith("Z")]
+
+    async def signal_group(self, name: str) -> None:
+        await self.host.run(["env", "kill", f"-{name}", "--", f"-{self.pgid}"], check=False)
+
+
+@dataclass
+class Launcher:
+    host: HostConnection
+    started: list[Server] = field(default_factory=list)
+
+    @staticmethod
+    def command(args: list[str], env: dict[str, str]) -> str:
+        return shlex.join(
+            ["env", *(f"{k}={v}" for k, v in env.items()), "python3", "-m", "sglang.launch_server", *args]
+        )
+
+    async def run_to_exit(self, args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+        workdir = f"attempts/{uuid.uuid4().hex}"
+        script = f"mkdir -p {workdir} && cd {workdir} && {self.command(args, env or {})} > server.log 2>&1; echo $?"
+        result = await self.host.run(["sh", "-c", script], timeout=60)
+        log = (await self.host.run(["cat", f"{workdir}/server.log"])).stdout.decode()
+        return int(result.stdout), log
+
+    async def start(self, args: list[str], env: dict[str, str] | None = None) -> Server:
+        workdir = f"attempts/{uuid.uuid4().hex}"
+        command = self.command(args, env or {})
+        script = f"mkdir -p {workdir} && cd {workdir} && setsid {command} > server.log 2>&1 < /dev/null & echo $!"
+        result = await self.host.run(["sh", "-c", script])
+        server = Server(self.host, workdir, int(result.stdout))
+        self.started.append(server)
+        return server
+
+    async def used_mib(self) -> list[int]:
+        return [gpu.memory_used_mib or 0 for gpu in await read_gpu_memory(self.host)]
+
+    async def wait_until_gpus_free(self, timeout: float = 10) -> None:
+        for _ in range(int(timeout * 10)):
+            if not any(await self.used_mib()):
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"GPU memory still booked: {await self.used_mib()}")
+
+
+@pytest.fixture
+async def rtx(connect: Connect, sim_specs: list[HostSpec]) -> AsyncIterator[Launcher]:
+    """rtxpro-01 (4 x 96 GB), left with no server running and no memory booked."""
+    host = connect(next(spec for spec in sim_specs if spec.name == "rtxpro-01"))
+    await host.wait_online(10)
+    launcher = Launcher(host)
+    yield launcher
+    for server in launcher.started:
+        await server.signal_group("KILL")
+    await launcher.wait_until_gpus_free()
+
+
+def root_error(log: str) -> str:
+    """The last exception line of the log (the simulated tracebacks end in their root cause)."""
+    lines = [line for line in log.splitlines() if re.match(r"[\w.]*(?:Error|Exception): ", line)]
+    return lines[-1] if lines else ""
+
+
+def assert_catalogued(log: str) -> None:
+    """Every line written matches a template of SGLang's real formats (traceback source lines aside)."""
+    unmatched, previous = [], ""
+    # A progress bar redrawn with \r leaves no newline, so the next record can start mid-line.
+    lines = re.split(r"\r|\n|(?<=.)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[] ])", log)
+    for line in lines:
+        is_source = line.startswith("    ") and previous.startswith("  File ")
+        is_caret = bool(line.strip()) and set(line.strip()) <= set("^~")
+        if line and not is_source and not is_caret and template_for(line) is None:
+            unmatched.append(line)
+        previous = line if line.startswith("  File ") else previous if is_caret else ""
+    assert unmatched == []
+
+
+async def get_json(port: int, path: str) -> tuple[int, object]:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        response = await client.get(path)
+        return response.status_code, response.json() if response.content else None
+
+
+async def test_healthy_server_serves_books_memory_and_stops_on_sigterm(rtx: Launcher) -> None:
+    port = free_port()
+    server = await rtx.start(["--model-path", LLAMA, "--port", str(port)])
+    log = await server.wait_for(READY)
+    assert "Capture cuda graph end." in log and "server_args=ServerArgs(model_path=" in log
+    assert await server.processes() == [
+        f"python3 -m sglang.launch_server --model-path {LLAMA} --port {port}",
+        "sglang::scheduler -m sglang.srt.managers.scheduler",
+    ]
+    used = await rtx.used_mib()
+    assert used[0] > 80_000 and used[1:] == [0, 0, 0]
+
+    listener = await rtx.host.forward_local_port(port)
+    local = listener.get_port()
+    try:
+        assert (await get_json(local, "/health"))[0] == 200
+        assert (await get_json(local, "/health_generate"))[0] == 200
+        status, info = await get_json(local, "/get_server_info")
+        assert status == 200 and isinstance(info, dict)
+        assert info["model_path"] == LLAMA and info["tp_size"] == 1
+        assert 0.8 < info["mem_fraction_static"] < 0.9 and info["cuda_graph_max_bs"] == 256
+        assert info["max_total_num_tokens"] > 100_000
+        status, model = await get_json(local, "/get_model_info")
+        assert status == 200 and isinstance(model, dict) and model["model_path"] == LLAMA
+        status, models = await get_json(local, "/v1/models")
+        assert isinstance(models, dict) and models["data"][0]["id"] == LLAMA
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{local}", timeout=30) as client:
+            generated = (
+                await client.post("/generate", json={"text": "Hello", "sampling_params": {"max_new_tokens": 100}})
+            ).json()
+            completion = (await client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 5})).json()
+    finally:
+        listener.close()
+    assert generated["meta_info"]["completion_tokens"] == 100 and len(generated["output_ids"]) == 100
+    assert completion["usage"]["completion_tokens"] == 5 and completion["choices"][0]["text"]
+    assert "Decode batch, #running-req: 1, " in await server.log()
+
+    await server.signal_group("TERM")
+    await rtx.wait_until_gpus_free()
+    assert await server.processes() == []
+    assert_catalogued(await server.log())
+
+
+async def test_weights_that_do_not_fit_fail_while_loading(rtx: Launcher) -> None:
+    code, log = await rtx.run_to_exit(["--model-path", MOE, "--tp-size", "4"])
+    assert code == 137  # the main process SIGKILLs its own tree
+    assert root_error(log).startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
+    assert "Load weight begin." in log and "Load weight end." not in log
+    assert "Received sigquit from a child process. It usually means the child failed." in log
+    assert re.search(r"^\[\S+ \S+ TP3\] ", log, re.M)  # four ranks, tagged
+    assert_catalogued(log)
+    await rtx.wait_until_gpus_free()
+
+
+async def test_kv_cache_that_does_not_fit_fails_in_the_pool(rtx: Launcher) -> None:
+    code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--mem-fraction-static", "0.995"])
+    assert code == 137
+    assert root_error(log).startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert "in _create_buffers" in log and "Load weight end." in log and "KV Cache is allocated" not in log
+    assert_catalogued(log)
+    await rtx.wait_until_gpus_free()
+
+
+async def test_cuda_graphs_that_do_not_fit_fail_in_capture(rtx: Launcher) -> None:
+    code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--mem-fraction-static", "0.98"])
+    assert code == 137
+    assert root_error(log).startswith("Exception: Capture cuda graph failed: CUDA out of memory.")
+    assert "KV Cache is allocated" in log and "Capture cuda graph end" not in log
+    assert "Possible solutions:\n1. set --mem-fraction-static to a smaller value" in log
+    assert_catalogued(log)
+    await rtx.wait_until_gpus_free()
+
+
+async def test_hybrid_model_with_mtp_is_switched_to_no_buffer_and_refused_before_server_args(rtx: Launcher) -> None:
+    code, log = await rtx.run_to_exit(["--model-path", QWEN, *MTP, "--mamba-scheduler-strategy", "extra_buffer"])
+    assert code == 1
+    assert root_error(log).startswith(
+        "ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix cache "
+        "when using --mamba-scheduler-strategy no_buffer."
+    )
+    assert "server_args=" not in log and "mamba_scheduler" not in log.split("Traceback")[0]
+    assert_catalogued(log)
+    assert not any(await rtx.used_mib())
+
+
+async def test_hybrid_model_with_mtp_serves_once_radix_cache_is_off(rtx: Launcher) -> None:
+    port = free_port()
+    args = ["--model-path", QWEN, *MTP, "--disable-radix-cache", "--mem-fraction-static", "0.95", "--port", str(port)]
+    server = await rtx.start(args)
+    log = await server.wait_for(READY)
+    assert "Max running requests is reset to 48 for speculative decoding." in log
+    assert "Overlap scheduler is disabled when spec v2 is off or using unsupported speculative algorithm." in log
+    assert re.search(r"Mamba Cache is allocated\. max_mamba_cache_size: 48, ", log)
+    listener = await rtx.host.forward_local_port(port)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{listener.get_port()}", timeout=30) as client:
+            response = await client.post("/generate", json={"text": "Hi", "sampling_params": {"max_new_tokens": 400}})
+    finally:
+        listener.close()
+    assert response.json()["meta_info"]["completion_tokens"] == 400
+    log = await server.log()
+    assert re.search(r"Decode batch, .* accept len: \d\.\d\d, accept rate: 0\.\d\d, ", log)
+    assert_catalogued(log)
+
+
+async def test_fewer_visible_gpus_than_ranks_fails_in_the_rank_without_a_gpu(rtx: Launcher) -> None:
+    code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--tp-size", "2"], env={"CUDA_VISIBLE_DEVICES": "3"})
+    assert code == 137
+    assert root_error(log) == "torch.AcceleratorError: CUDA error: invalid device ordinal"
+    assert re.search(r"^\[\S+ \S+ TP1\] Scheduler hit an exception", log, re.M)
+    assert_catalogued(log)
+    await rtx.wait_until_gpus_free()
+
+
+async def test_unknown_flag_and_bad_value_fail_as_argparse_does(rtx: Launcher) -> None:
+    code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--enable-mtp"])
+    assert code == 2
+    assert log.splitlines()[-1] == "sglang serve: error: unrecognized arguments: --enable-mtp"
+    assert_catalogued(log)
+    code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--mamba-scheduler-strategy", "extra"])
+    assert code == 2
+    assert "argument --mamba-scheduler-strategy: invalid choice: 'extra'" in log.splitlines()[-1]
+    assert_catalogued(log)
+
+
+async def test_model_path_that_does_not_exist_fails_as_the_hub_loader_does(rtx: Launcher) -> None:
+    code, log = await rtx.run_to_exit(["--model-path", "Qwen/Qwen3.6-72B"])
+    assert code == 1
+    assert "huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error." in log
+    assert root_error(log) == (
+        "OSError: Qwen/Qwen3.6-72B is not a local folder and is not a valid model identifier listed on "
+        "'https://huggingface.co/models'"
+    )
+    assert_catalogued(log)
+    code, log = await rtx.run_to_exit(["--model-path", "/models/Qwen3.6-27B"])
+    assert code == 1
+    assert root_error(log) == (
+        "OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/models/Qwen3.6-27B'. "
+        "Use `repo_type` argument if needed."
+    )
+    assert_catalogued(log)
+
+
+async def test_port_in_use_fails_after_loading_when_uvicorn_binds(rtx: Launcher) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--port", str(port)])
+    assert code == 3
+    assert log.splitlines()[-1].endswith(
+        f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): address already in use"
+    )
+    assert "Capture cuda graph end." in log and READY not in log
+    assert_catalogued(log)
+    await rtx.wait_until_gpus_free()
+
+
+async def test_torch_compile_start_goes_silent_mid_capture_then_recovers(rtx: Launcher) -> None:
+    server = await rtx.start(
+        ["--model-path", LLAMA, "--enable-torch-compile", "--port", str(free_port())],
+        env={"LAUNCHDECK_SIM_TIME_SCALE": "0.01"},  # 240 s of compiling become 2.4 s
+    )
+    log = await server.wait_for("Capturing batches")
+    await asyncio.sleep(1)
+    assert await server.log() == log  # no new byte while compiling
+    assert re.search(r"0/\d+ \[00:00<\?, \?it/s\]$", log)
+    assert_catalogued(await server.wait_for(READY))
+
+
+async def test_nccl_timeout_after_ready_takes_the_server_down(rtx: Launcher) -> None:
+    port = free_port()
+    server = await rtx.start(
+        ["--model-path", LLAMA, "--tp-size", "2", "--enable-nccl-nvls", "--dist-timeout", "30", "--port", str(port)]
+    )
+    await server.wait_for(READY)
+    listener = await rtx.host.forward_local_port(port)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{listener.get_port()}", timeout=30) as client:
+            with pytest.raises(httpx.TransportError):
+                await client.post("/generate", json={"text": "Hi"})
+    finally:
+        listener.close()
+    log = await server.wait_for("It usually means one child failed.")
+    assert "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=40, OpType=ALLREDUCE" in log
+    assert "terminate called after throwing an instance of 'c10::DistBackendError'" in log
+    assert re.search(r"Subprocess scheduler_0 \(pid=\d+\) crashed with exit code -6\.", log)
+    await rtx.wait_until_gpus_free()
+    assert await server.processes() == []
+    assert_catalogued(log)
+
+
+async def test_fault_file_stalls_the_scheduler_while_http_stays_up(rtx: Launcher) -> None:
+    port = free_port()
+    server = await rtx.start(["--model-path", LLAMA, "--port", str(port)])
+    await server.wait_for(READY)
+    await rtx.host.run(["touch", f"{server.workdir}/sim-fault"])
+    listener = await rtx.host.forward_local_port(port)
+    try:
+        local = listener.get_port()
+        assert (await get_json(local, "/health"))[0] == 503
+        assert (await get_json(local, "/health_generate"))[0] == 503
+        assert (await get_json(local, "/v1/models"))[0] == 200
+        assert (await get_json(local, "/get_model_info"))[0] == 200
+    finally:
+        listener.close()
+    log = await server.log()
+    assert "Health check failed. Server couldn't get a response from detokenizer for last 20 seconds." in log
+    assert_catalogued(log)
+    assert len(await server.processes()) == 2 and (await rtx.used_mib())[0] > 80_000
+
+
+async def test_sigkill_of_the_main_process_leaves_ranks_holding_memory(rtx: Launcher) -> None:
+    server = await rtx.start(
+        ["--model-path", LLAMA, "--tp-size", "2", "--port", str(free_port())], env={"CUDA_VISIBLE_DEVICES": "2,3"}
+    )
+    await server.wait_for(READY)
+    await rtx.host.run(["kill", "-KILL", str(server.pgid)])
+    await asyncio.sleep(0.5)
+    assert sorted(await server.processes()) == [
+        "sglang::scheduler_TP0 -m sglang.srt.managers.scheduler",
+        "sglang::scheduler_TP1 -m sglang.srt.managers.scheduler",
+    ]
+    used = await rtx.used_mib()
+    assert used[0] == used[1] == 0 and used[2] > 80_000 and used[3] > 80_000
+    apps = await rtx.host.run(["nvidia-smi", "--query-compute-apps=process_name,used_memory", "--format=csv,noheader"])
+    assert sorted(line.split(",")[0] for line in apps.stdout.decode().splitlines()) == [
+        "sglang::scheduler_TP0",
+        "sglang::scheduler_TP1",
+    ]
+
+
+async def test_preflight_runs_sglangs_own_parser_for_effective_arguments(rtx: Launcher) -> None:
+    script = (
+        "import dataclasses, json, sys\n"
+        "from sglang.srt.server_args import prepare_server_args\n"
+        "print(json.dumps(dataclasses.asdict(prepare_server_args(sys.argv[1:]))))\n"
+    )
+    args = ["--model-path", QWEN, *MTP[:2], "--speculative-num-steps", "2", "--disable-radix-cache"]
+    result = await rtx.host.run(["python3", "-c", script, *args])
+    effective = json.loads(result.stdout)
+    assert effective["speculative_num_steps"] == 2 and effective["speculative_num_draft_tokens"] == 3
+    assert effective["max_running_requests"] == 48 and effective["disable_overlap_schedule"] is True
+    assert effective["mamba_scheduler_strategy"] == "no_buffer"
+    assert "Max running requests is reset to 48" in result.stderr.decode()
+    spec_v2 = await rtx.host.run(
+        [
+            "env",
+            "SGLANG_ENABLE_SPEC_V2=1",
+            "python3",
+            "-c",
+            script,
+            "--model-path",
+            QWEN,
+            *MTP,
+            "--mamba-scheduler-strategy",
+            "extra_buffer",
+        ]
+    )
+    assert json.loads(spec_v2.stdout)["mamba_scheduler_strategy"] == "extra_buffer"
+    served = await rtx.host.run(["sglang", "serve", "--model-path", LLAMA, "--bogus"], check=False)
+    assert served.exit_status == 2 and b"sglang serve: error: unrecognized arguments: --bogus" in served.stderr
