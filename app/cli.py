@@ -93,6 +93,7 @@ async def demo(settings: Settings) -> int:
         hosts_file.write_text(render_hosts(specs))
         settings = settings.model_copy(update={"hosts_file": hosts_file})
         app = create_app(settings)
+        await _seed_demo_presets(settings)
         for spec, sim in zip(specs, host_specs, strict=True):
             print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
         server = uvicorn.Server(uvicorn.Config(app, host=settings.bind, port=settings.port))
@@ -105,6 +106,17 @@ async def demo(settings: Settings) -> int:
     finally:
         await cluster.stop()
     return 0
+
+
+async def _seed_demo_presets(settings: Settings) -> None:
+    from app.demo.presets import seed_demo_presets
+
+    engine = db.create_engine(settings.resolved_database_url())
+    try:
+        async with db.session_factory(engine)() as session:
+            await seed_demo_presets(session)
+    finally:
+        await engine.dispose()
 
 
 def _url(settings: Settings) -> str:

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
         10.0, gt=0, description="Seconds between SSH keepalives; a host silent for 3 intervals is offline."
     )
     ssh_connect_timeout: float = Field(10.0, gt=0, description="Seconds allowed for one SSH connection attempt.")
+    stop_grace_seconds: float = Field(
+        15.0, ge=0, description="Seconds a stopped server gets after SIGTERM before its process group is killed."
+    )
     cookie_secure: bool = Field(True, description="Send the session cookie only over HTTPS (and to localhost).")
     session_days: int = Field(14, ge=1, description="Days a browser login lasts.")
     demo_hosts: str = Field(

@@ -138,10 +138,18 @@ class Attempt(Base):
     script: Mapped[str] = mapped_column(Text, default="")
     script_sha256: Mapped[str] = mapped_column(String(64), default="")
     remote_dir: Mapped[str] = mapped_column(Text, default="")
+    port: Mapped[int | None]
     pid: Mapped[int | None]
     pgid: Mapped[int | None]
+    # The process's start time in clock ticks (/proc/<pid>/stat), which tells it from a later one
+    # that reuses its pid.
+    pid_start_time: Mapped[int | None] = mapped_column(BigInt)
     status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
     stage: Mapped[str] = mapped_column(String(32), default="")
+    stages: Mapped[list[Any]] = mapped_column(default=list)
+    preflight: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    override_reason: Mapped[str] = mapped_column(Text, default="")
+    stop_requested_at: Mapped[datetime | None]
     error: Mapped[str] = mapped_column(Text, default="")
     exit_code: Mapped[int | None]
     log_size: Mapped[int] = mapped_column(BigInt, default=0)

@@ -115,10 +115,27 @@ class SimHost:
         self.drop_connections()
         for pgid in list(self._process_groups):
             _signal_group(pgid, signal.SIGKILL)
+        self.kill_detached()
         if self._sessions:
             await asyncio.wait(self._sessions, timeout=HANGUP_GRACE)
         if self._server:
             await self._server.wait_closed()
+
+    def kill_detached(self) -> None:
+        """Kills what sessions left running on their own (servers started with setsid), found by the
+        host's GPU state path in their environment, as a host shutdown would."""
+        marker = f"{simgpu.STATE_ENV}={self.gpu_state_path}".encode()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    environ = f.read().split(b"\0")
+            except OSError:
+                continue
+            if marker in environ:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(entry), signal.SIGKILL)
 
     def drop_connections(self) -> None:
         """Closes every client connection at once, as a host restart would."""

@@ -14,9 +14,10 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from app import credentials, db
 from app.config import Settings
+from app.launch.attempts import AttemptService
 from app.ssh import SSHManager, SSHOptions, load_hosts_file
 from app.ssh.registry import register_hosts
-from app.web import api, pages
+from app.web import api, api_attempts, api_presets, pages
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
 
@@ -61,12 +62,15 @@ def create_app(settings: Settings) -> FastAPI:
         )
         ssh = SSHManager(specs, options)
         ssh.start()
+        attempts = AttemptService(sessions, ssh, stop_grace=settings.stop_grace_seconds)
+        await attempts.start()
         versions = frontend_versions()
         app.state.runtime = Runtime(
             settings=settings,
             token=access_token(settings),
             sessions=sessions,
             ssh=ssh,
+            attempts=attempts,
             htmx_version=versions["htmx.org"],
             htmx_sse_version=versions["htmx-ext-sse"],
         )
@@ -74,6 +78,7 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             yield
         finally:
+            await attempts.close()
             await ssh.close()
             await engine.dispose()
 
@@ -103,6 +108,8 @@ def create_app(settings: Settings) -> FastAPI:
         return response
 
     app.include_router(api.router)
+    app.include_router(api_presets.router)
+    app.include_router(api_attempts.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.credentials import fingerprint
+from app.launch.attempts import AttemptService
 from app.ssh import HostConnection, SSHManager
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -26,6 +27,7 @@ class Runtime:
     token: str
     sessions: async_sessionmaker[AsyncSession]
     ssh: SSHManager
+    attempts: AttemptService
     htmx_version: str
     htmx_sse_version: str
 

@@ -1,0 +1,456 @@
+"""Attempts: launch a preset revision on a host, follow it to ready or failure, stop it, and pick
+it up again after the dashboard restarts.
+
+The attempt's row is written before anything runs on the host and is updated at every step, so
+a dashboard killed at any moment leaves enough behind (in the row, and in the attempt's
+directory on the host) for `reconcile` to finish the story.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import selectinload
+
+from app import audit
+from app.clock import utcnow
+from app.db.models import Attempt, Host, Preset, PresetRevision
+from app.errors import HostError, InvalidInput, NotFound
+from app.launch import remote
+from app.launch.preflight import Preflight, run_preflight
+from app.launch.presets import command_argv, get_preset, latest
+from app.ssh import HostConnection, SSHManager
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("pending", "uploading", "starting", "loading", "ready", "unhealthy", "failed", "stopped", "lost")
+ACTIVE = frozenset({"pending", "uploading", "starting", "loading", "ready", "unhealthy"})
+READY_LINE = b"The server is fired up and ready to roll!"
+# Stages a launch goes through, each recognised by the first log line SGLang writes in it.
+STAGE_MARKERS = (
+    ("loading weights", b"Load weight begin"),
+    ("kv cache", b"KV Cache is allocated"),
+    ("cuda graphs", b"Capture cuda graph begin"),
+    ("http server", b"Uvicorn running on"),
+    ("ready line", READY_LINE),
+)
+LOG_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How often a launch is checked; the tests shorten these."""
+
+    loading: float = 1.0
+    serving: float = 10.0
+    health_timeout: float = 30.0
+
+
+class AttemptService:
+    """Owned by the app's lifespan: one background task per attempt that is still running."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        ssh: SSHManager,
+        *,
+        stop_grace: float = 15.0,
+        pace: Pace | None = None,
+    ):
+        self.sessions = sessions
+        self.ssh = ssh
+        self.stop_grace = stop_grace
+        self.pace = pace or Pace()
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Resumes following every attempt a previous run left unfinished."""
+        async with self.sessions() as session:
+            ids = (await session.scalars(select(Attempt.id).where(Attempt.status.in_(ACTIVE)))).all()
+        for attempt_id in ids:
+            self._follow(attempt_id)
+
+    async def close(self) -> None:
+        tasks = [*self._tasks.values(), *self._background]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def launch(
+        self,
+        session: AsyncSession,
+        *,
+        preset: str,
+        host: str,
+        gpus: list[int],
+        actor: str,
+        port: int | None = None,
+        override_reason: str = "",
+        revision: int | None = None,
+    ) -> Attempt:
+        """Records the attempt and starts it in the background; returns at once."""
+        connection = self.ssh.get(host)
+        preset_row = await get_preset(session, preset)
+        chosen = latest(preset_row) if revision is None else _revision(preset_row.revisions, revision)
+        if len(set(gpus)) != len(gpus) or any(gpu < 0 for gpu in gpus):
+            raise InvalidInput("gpus: give distinct GPU indices, e.g. [0, 1]")
+        if port is not None and not 1 <= port <= 65535:
+            raise InvalidInput(f"port: {port} is out of range (1-65535)")
+        host_row = await session.scalar(select(Host).where(Host.name == connection.name))
+        if host_row is None:
+            raise NotFound(f"unknown host {host!r}")
+        port = port or chosen.port
+        argv = command_argv(chosen)
+        argv[argv.index("--port") + 1] = str(port)
+        env = {**chosen.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+        attempt = Attempt(
+            host_id=host_row.id,
+            preset_revision_id=chosen.id,
+            gpus=list(gpus),
+            argv=argv,
+            env=env,
+            port=port,
+            launched_by=actor,
+            override_reason=override_reason.strip(),
+            stages=[{"stage": "pending", "at": utcnow().isoformat()}],
+        )
+        session.add(attempt)
+        await session.flush()
+        attempt.remote_dir = remote.attempt_dir(attempt.id)
+        attempt.script = remote.render_script(attempt_id=attempt.id, directory=attempt.remote_dir, argv=argv, env=env)
+        attempt.script_sha256 = hashlib.sha256(attempt.script.encode()).hexdigest()
+        detail: dict[str, Any] = {"preset": preset, "revision": chosen.number, "host": host, "gpus": gpus}
+        if attempt.override_reason:
+            detail["override"] = attempt.override_reason
+        await audit.record(session, actor=actor, action="launch", target=f"attempt {attempt.id}", detail=detail)
+        self._follow(attempt.id, launching=True)
+        return attempt
+
+    async def preflight(
+        self, session: AsyncSession, *, preset: str, host: str, gpus: list[int], port: int | None = None
+    ) -> Preflight:
+        """The checks a launch of the preset's latest revision would run, without launching."""
+        connection = self.ssh.get(host)
+        revision = latest(await get_preset(session, preset))
+        host_row = await session.scalar(select(Host).where(Host.name == connection.name))
+        owners = await _owners(session, host_row.id) if host_row else {}
+        return await _check_revision(connection, revision, gpus=gpus, port=port, owners=owners)
+
+    async def stop(self, session: AsyncSession, attempt: Attempt, *, actor: str) -> None:
+        """SIGTERM to the server's process group, SIGKILL after the grace period.
+
+        Works on finished attempts too: their rank processes may have outlived the main one."""
+        if attempt.pgid is None:
+            raise InvalidInput(f"attempt {attempt.id} has no process to stop (status {attempt.status})")
+        connection = self.ssh.get(attempt.host.name)
+        attempt.stop_requested_at = attempt.stop_requested_at or utcnow()
+        await audit.record(session, actor=actor, action="stop", target=f"attempt {attempt.id}")
+        await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(attempt.pgid)], check=False)
+        task = asyncio.create_task(self._kill_after_grace(connection, attempt.pgid))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        if attempt.status in ACTIVE:
+            self._follow(attempt.id)
+
+    async def _kill_after_grace(self, connection: HostConnection, pgid: int) -> None:
+        for _ in range(int(self.stop_grace * 10)):
+            if not await self._group_alive(connection, pgid):
+                return
+            await asyncio.sleep(0.1)
+        await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "KILL", str(pgid)], check=False)
+
+    @staticmethod
+    async def _group_alive(connection: HostConnection, pgid: int) -> bool:
+        result = await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "0", str(pgid)], check=False)
+        return result.exit_status == 0
+
+    def _follow(self, attempt_id: int, *, launching: bool = False) -> None:
+        if attempt_id in self._tasks:
+            return
+        task = asyncio.create_task(self._run(attempt_id, launching), name=f"attempt-{attempt_id}")
+        self._tasks[attempt_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(attempt_id, None))
+
+    async def wait(self, attempt_id: int) -> None:
+        """Waits until the attempt is no longer followed (tests and the CLI use this)."""
+        task = self._tasks.get(attempt_id)
+        if task:
+            await asyncio.shield(task)
+
+    async def _run(self, attempt_id: int, launching: bool) -> None:
+        try:
+            if launching:
+                started = await self._start(attempt_id)
+                if not started:
+                    return
+            await _Follower(self, attempt_id).run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("attempt %d: following it failed", attempt_id)
+            error = "internal error while following the launch; the dashboard's log has the details"
+            await self._stage(attempt_id, "failed", status="failed", error=error, ended_at=utcnow())
+
+    async def _start(self, attempt_id: int) -> bool:
+        """Preflight, upload, start. False when the attempt ended here."""
+        async with self.sessions() as session:
+            attempt = await load_attempt(session, attempt_id)
+            connection = self.ssh.get(attempt.host.name)
+            revision = attempt.revision
+            owners = await _owners(session, attempt.host_id)
+            gpus, port, script = list(attempt.gpus), attempt.port, attempt.script
+            directory, override = attempt.remote_dir, attempt.override_reason
+        preflight = await _check_revision(connection, revision, gpus=gpus, port=port, owners=owners)
+        snapshot = {row["gpu"]: row for check in preflight.checks for row in check.detail.get("gpus", [])}
+        await self._update(
+            attempt_id, preflight=preflight.as_dict(), effective_args=preflight.effective_args, gpu_snapshot=snapshot
+        )
+        if preflight.blocked and not override:
+            error = "preflight failed: " + "; ".join(preflight.failures())
+            await self._stage(attempt_id, "failed", status="failed", error=error, ended_at=utcnow())
+            return False
+        try:
+            await self._stage(attempt_id, "uploading", status="uploading")
+            await connection.run(["mkdir", "-p", remote.ATTEMPTS_DIR])
+            await connection.run(["mkdir", directory])
+            await connection.upload(script.encode(), f"{directory}/{remote.SCRIPT_NAME}", mode=0o700)
+            await self._stage(attempt_id, "starting", status="starting")
+            result = await connection.run(["sh", "-c", remote.START, "sh", f"{directory}/{remote.SCRIPT_NAME}"])
+        except HostError as exc:
+            await self._stage(attempt_id, "failed", status="failed", error=f"could not start: {exc}", ended_at=utcnow())
+            return False
+        pid = int(result.stdout.decode().split()[0])
+        await self._update(attempt_id, pid=pid, pgid=pid, started_at=utcnow())
+        return True
+
+    async def _update(self, attempt_id: int, **changes: Any) -> None:
+        async with self.sessions() as session:
+            attempt = await session.get(Attempt, attempt_id)
+            assert attempt is not None
+            for key, value in changes.items():
+                setattr(attempt, key, value)
+            await session.commit()
+
+    async def _stage(self, attempt_id: int, stage: str, **changes: Any) -> None:
+        async with self.sessions() as session:
+            attempt = await session.get(Attempt, attempt_id)
+            assert attempt is not None
+            attempt.stage = stage
+            attempt.stages = [*attempt.stages, {"stage": stage, "at": utcnow().isoformat()}]
+            for key, value in changes.items():
+                setattr(attempt, key, value)
+            await session.commit()
+
+
+class _Follower:
+    """Follows one started attempt until it ends: its process, its log's stages, its health."""
+
+    def __init__(self, service: AttemptService, attempt_id: int):
+        self.service = service
+        self.attempt_id = attempt_id
+        self.offset = 0
+        self.tail = b""
+        self.seen: set[str] = set()
+        self.ready_group_size = 0
+
+    async def run(self) -> None:
+        async with self.service.sessions() as session:
+            attempt = await load_attempt(session, self.attempt_id)
+            connection = self.service.ssh.get(attempt.host.name)
+            self.seen = {entry["stage"] for entry in attempt.stages}
+            pid, start = attempt.pid, attempt.pid_start_time
+            directory, port, status = attempt.remote_dir, attempt.port, attempt.status
+        while True:
+            try:
+                await connection.wait_online(3600)
+                probe = await self._probe(connection, directory, pid, start)
+            except HostError:
+                await asyncio.sleep(self.service.pace.loading)
+                continue
+            if pid is None and probe.pid is not None:  # the dashboard stopped before recording it
+                pid, start = probe.pid, probe.start_time
+                await self.service._update(self.attempt_id, pid=pid, pgid=pid, pid_start_time=start)
+            elif start is None and probe.start_time is not None and probe.pid == pid:
+                start = probe.start_time
+                await self.service._update(self.attempt_id, pid_start_time=start)
+            if probe.missing or (pid is None and status in ("pending", "uploading")):
+                await self._finish("failed", error="the launch was interrupted before the server started")
+                return
+            if status in ("pending", "uploading", "starting"):
+                await self.service._stage(self.attempt_id, "process started", status="loading")
+                status = "loading"
+            await self._read_log(connection, directory, probe.log_size)
+            if probe.exit_code is not None or not probe.alive:
+                await self._finish_process(probe)
+                return
+            status = await self._check_readiness(connection, port, status, probe)
+            await asyncio.sleep(self.service.pace.serving if status == "ready" else self.service.pace.loading)
+
+    async def _probe(self, connection: HostConnection, directory: str, pid: int | None, start: int | None) -> Any:
+        args = ["sh", "-c", remote.PROBE, "sh", directory, str(pid or ""), str(start or "")]
+        result = await connection.run(args, check=False)
+        return remote.ProbeResult.parse(result.stdout.decode(errors="replace"))
+
+    async def _read_log(self, connection: HostConnection, directory: str, size: int) -> None:
+        """Reads what the log gained since the last look and records the stages it shows."""
+        while self.offset < size:
+            path = f"{directory}/{remote.LOG_NAME}"
+            script = 'tail -c +"$2" "$1" | head -c "$3"'
+            chunk = (
+                await connection.run(["sh", "-c", script, "sh", path, str(self.offset + 1), str(LOG_CHUNK)])
+            ).stdout
+            if not chunk:
+                break
+            self.offset += len(chunk)
+            text = self.tail + chunk
+            self.tail = text[-200:]
+            for stage, marker in STAGE_MARKERS:
+                if stage not in self.seen and marker in text:
+                    self.seen.add(stage)
+                    await self.service._stage(self.attempt_id, stage, status="loading", log_size=self.offset)
+        await self.service._update(self.attempt_id, log_size=size)
+
+    async def _check_readiness(self, connection: HostConnection, port: int | None, status: str, probe: Any) -> str:
+        """Ready needs the ready line and a healthy /health; a ready server whose processes thin out
+        or whose health check fails becomes unhealthy."""
+        if "ready line" not in self.seen or port is None:
+            return status
+        healthy = await self._http_ok(connection, port)
+        if status != "ready" and healthy and (not self.ready_group_size or probe.group_size >= self.ready_group_size):
+            self.ready_group_size = self.ready_group_size or probe.group_size
+            first = {"ready_at": utcnow()} if status == "loading" else {}
+            await self.service._stage(self.attempt_id, "ready", status="ready", error="", **first)
+            return "ready"
+        if status == "ready" and (not healthy or probe.group_size < self.ready_group_size):
+            reason = "health check failed" if not healthy else "server processes have exited"
+            await self.service._stage(self.attempt_id, "unhealthy", status="unhealthy", error=reason)
+            return "unhealthy"
+        return status
+
+    async def _http_ok(self, connection: HostConnection, port: int) -> bool:
+        try:
+            listener = await connection.forward_local_port(port)
+        except HostError:
+            return False
+        try:
+            async with httpx.AsyncClient(timeout=self.service.pace.health_timeout) as client:
+                response = await client.get(f"http://127.0.0.1:{listener.get_port()}/health")
+                return response.status_code == 200
+        except httpx.HTTPError:
+            return False
+        finally:
+            listener.close()
+
+    async def _finish_process(self, probe: Any) -> None:
+        async with self.service.sessions() as session:
+            attempt = await session.get(Attempt, self.attempt_id)
+            assert attempt is not None
+            stop_requested = attempt.stop_requested_at is not None
+        if stop_requested:
+            await self._finish("stopped", exit_code=probe.exit_code)
+        elif probe.exit_code is None:
+            await self._finish("lost", error="the server's process is gone and left no exit status")
+        else:
+            await self._finish("failed", exit_code=probe.exit_code, error=f"the server exited with {probe.exit_code}")
+
+    async def _finish(self, status: str, **changes: Any) -> None:
+        await self.service._stage(self.attempt_id, status, status=status, ended_at=utcnow(), **changes)
+
+
+async def _check_revision(
+    connection: HostConnection, revision: PresetRevision, *, gpus: list[int], port: int | None, owners: dict[int, int]
+) -> Preflight:
+    return await run_preflight(
+        connection,
+        gpus=gpus,
+        port=port or revision.port,
+        python=revision.python,
+        model_path=revision.model_path,
+        args=list(revision.args),
+        env=dict(revision.env),
+        owners=owners,
+    )
+
+
+def _revision(revisions: list[PresetRevision], number: int) -> PresetRevision:
+    for revision in revisions:
+        if revision.number == number:
+            return revision
+    raise NotFound(f"no revision {number}")
+
+
+async def _owners(session: AsyncSession, host_id: int) -> dict[int, int]:
+    rows = await session.execute(
+        select(Attempt.pgid, Attempt.id).where(Attempt.host_id == host_id, Attempt.pgid.is_not(None))
+    )
+    return {pgid: attempt_id for pgid, attempt_id in rows.all() if pgid is not None}
+
+
+async def load_attempt(session: AsyncSession, attempt_id: int) -> Attempt:
+    query = (
+        select(Attempt)
+        .options(selectinload(Attempt.host), selectinload(Attempt.revision).selectinload(PresetRevision.preset))
+        .where(Attempt.id == attempt_id)
+    )
+    attempt = await session.scalar(query)
+    if attempt is None:
+        raise NotFound(f"no attempt {attempt_id}")
+    return attempt
+
+
+async def list_attempts(
+    session: AsyncSession,
+    *,
+    host: str | None = None,
+    preset: str | None = None,
+    status: str | None = None,
+    before: int | None = None,
+    limit: int = 50,
+) -> list[Attempt]:
+    """Newest first; `before` pages by attempt id."""
+    query = (
+        select(Attempt)
+        .options(selectinload(Attempt.host), selectinload(Attempt.revision).selectinload(PresetRevision.preset))
+        .order_by(Attempt.id.desc())
+        .limit(limit)
+    )
+    if host:
+        query = query.join(Host, Attempt.host_id == Host.id).where(Host.name == host)
+    if preset:
+        query = (
+            query.join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
+            .join(Preset, PresetRevision.preset_id == Preset.id)
+            .where(Preset.name == preset)
+        )
+    if status:
+        if status not in STATUSES:
+            raise InvalidInput(f"status: {status!r} is not one of {', '.join(STATUSES)}")
+        query = query.where(Attempt.status == status)
+    if before:
+        query = query.where(Attempt.id < before)
+    return list((await session.scalars(query)).all())
+
+
+def durations(attempt: Attempt) -> list[tuple[str, datetime, float | None]]:
+    """Each stage with when it began and how long it lasted (None for the current one)."""
+    entries = [(entry["stage"], datetime.fromisoformat(entry["at"])) for entry in attempt.stages]
+    result: list[tuple[str, datetime, float | None]] = []
+    for i, (stage, at) in enumerate(entries):
+        following = entries[i + 1][1] if i + 1 < len(entries) else None
+        result.append((stage, at, (following - at).total_seconds() if following else None))
+    return result
+
+
+def time_to_ready(attempt: Attempt) -> float | None:
+    if attempt.ready_at and attempt.started_at:
+        return (attempt.ready_at - attempt.started_at).total_seconds()
+    return None

@@ -1,0 +1,341 @@
+"""Presets: what to launch, kept as immutable revisions so every attempt can name exactly what it ran.
+
+A revision stores the server arguments as one list. The editor shows the common SGLang flags
+as fields and the rest as free text; both map to and from that list, so there is one source
+of truth for what runs.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import selectinload
+
+from app import audit
+from app.clock import utcnow
+from app.db.models import Preset, PresetRevision
+from app.errors import InvalidInput, NotFound
+
+LAUNCHERS = ("python -m sglang.launch_server", "sglang serve")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Set by launchdeck from the chosen GPUs, never by a preset.
+RESERVED_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A common SGLang flag shown as its own field in the editor."""
+
+    name: str
+    flag: str
+    kind: type  # int, float, bool (a switch) or str
+    choices: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+
+FLAGS = (
+    Flag("tp_size", "--tp-size", int, aliases=("--tensor-parallel-size",)),
+    Flag("mem_fraction_static", "--mem-fraction-static", float),
+    Flag("context_length", "--context-length", int),
+    Flag("chunked_prefill_size", "--chunked-prefill-size", int),
+    Flag("cuda_graph_max_bs", "--cuda-graph-max-bs", int),
+    Flag("speculative_algorithm", "--speculative-algorithm", str, ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")),
+    Flag("speculative_num_steps", "--speculative-num-steps", int),
+    Flag("speculative_eagle_topk", "--speculative-eagle-topk", int),
+    Flag("speculative_num_draft_tokens", "--speculative-num-draft-tokens", int),
+    Flag("mamba_scheduler_strategy", "--mamba-scheduler-strategy", str, ("auto", "no_buffer", "extra_buffer")),
+    Flag("max_mamba_cache_size", "--max-mamba-cache-size", int),
+    Flag("mamba_full_memory_ratio", "--mamba-full-memory-ratio", float),
+    Flag("disable_radix_cache", "--disable-radix-cache", bool),
+    Flag("trust_remote_code", "--trust-remote-code", bool),
+)
+FLAG_BY_OPTION = {option: flag for flag in FLAGS for option in (flag.flag, *flag.aliases)}
+# Options that have their own preset field, so they cannot also appear among the arguments.
+OWN_FIELDS = {"--model-path": "model_path", "--model": "model_path", "--port": "port"}
+
+
+@dataclass
+class PresetInput:
+    """What a user submits for a preset; `validate` checks it and names the field at fault."""
+
+    name: str
+    model_path: str
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+    launcher: str = LAUNCHERS[0]
+    python: str = "python3"
+    port: int = 30000
+
+    def validate(self) -> None:
+        self.model_path, self.python = self.model_path.strip(), self.python.strip()
+        if not NAME.fullmatch(self.name):
+            raise InvalidInput("name: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        if not self.model_path:
+            raise InvalidInput("model_path: a model path or Hugging Face repo id is required")
+        if self.launcher not in LAUNCHERS:
+            raise InvalidInput(f"launcher: choose {' or '.join(repr(name) for name in LAUNCHERS)}")
+        if not self.python or any(c.isspace() for c in self.python):
+            raise InvalidInput("python: give the path of a Python executable on the host, without spaces")
+        if not 1 <= self.port <= 65535:
+            raise InvalidInput(f"port: {self.port} is out of range (1-65535)")
+        for name, value in self.env.items():
+            if not ENV_NAME.fullmatch(name):
+                raise InvalidInput(f"env: {name!r} is not a valid variable name")
+            if name in RESERVED_ENV:
+                raise InvalidInput(f"env: {name} is set from the GPUs chosen at launch")
+            if "\0" in value:
+                raise InvalidInput(f"env: {name} contains a NUL byte")
+        validate_args(self.args)
+
+
+def validate_args(args: list[str]) -> None:
+    """Checks the common flags' values and that no flag is given twice."""
+    seen: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if "\0" in arg:
+            raise InvalidInput(f"args: {arg!r} contains a NUL byte")
+        if not arg.startswith("--"):
+            i += 1
+            continue
+        option, has_value, inline = arg.partition("=")
+        if option in OWN_FIELDS:
+            raise InvalidInput(f"args: {option} is set by the preset's {OWN_FIELDS[option]} field")
+        known = FLAG_BY_OPTION.get(option)
+        canonical = known.flag if known else option
+        if canonical in seen:
+            raise InvalidInput(f"args: {canonical} is given twice ({seen[canonical]} and {arg})")
+        seen[canonical] = arg
+        if known is None or known.kind is bool:
+            if known and has_value:
+                raise InvalidInput(f"{known.name}: {option} is a switch and takes no value")
+            i += 1
+            continue
+        if has_value:
+            value = inline
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value = args[i + 1]
+            i += 1
+        else:
+            raise InvalidInput(f"{known.name}: {option} needs a value")
+        _check_value(known, value)
+        i += 1
+
+
+def _check_value(flag: Flag, value: str) -> None:
+    if flag.kind is int:
+        try:
+            number: float = int(value)
+        except ValueError:
+            raise InvalidInput(f"{flag.name}: {value!r} is not a whole number") from None
+        if number < (0 if flag.name == "max_mamba_cache_size" else 1):
+            raise InvalidInput(f"{flag.name}: {value} must be positive")
+    elif flag.kind is float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise InvalidInput(f"{flag.name}: {value!r} is not a number") from None
+        if flag.name == "mem_fraction_static" and not 0 < number < 1:
+            raise InvalidInput(f"{flag.name}: {value} must be between 0 and 1")
+        if number <= 0:
+            raise InvalidInput(f"{flag.name}: {value} must be positive")
+    elif flag.choices and value not in flag.choices:
+        raise InvalidInput(f"{flag.name}: {value!r} is not one of {', '.join(flag.choices)}")
+
+
+def args_from_form(fields: dict[str, str], extra: str) -> list[str]:
+    """The argument list for the editor's fields (empty ones left out) and its free-text extras."""
+    args: list[str] = []
+    for flag in FLAGS:
+        value = (fields.get(flag.name) or "").strip()
+        if flag.kind is bool:
+            if value in ("on", "true", "1"):
+                args.append(flag.flag)
+        elif value:
+            args += [flag.flag, value]
+    try:
+        args += shlex.split(extra)
+    except ValueError as exc:
+        raise InvalidInput(f"extra_args: {exc} (check the quotes)") from None
+    return args
+
+
+def form_from_args(args: list[str]) -> tuple[dict[str, str], str]:
+    """The editor's fields and extra-arguments text for an argument list."""
+    fields: dict[str, str] = {}
+    extra: list[str] = []
+    i = 0
+    while i < len(args):
+        option, has_value, inline = args[i].partition("=")
+        known = FLAG_BY_OPTION.get(option)
+        if known is None or known.name in fields:
+            extra.append(args[i])
+        elif known.kind is bool:
+            fields[known.name] = "on"
+        elif has_value:
+            fields[known.name] = inline
+        elif i + 1 < len(args):
+            fields[known.name] = args[i + 1]
+            i += 1
+        i += 1
+    return fields, shlex.join(extra)
+
+
+def command_argv(revision: PresetRevision) -> list[str]:
+    """The server's command line, exactly as the launch script runs it."""
+    if revision.launcher == "sglang serve":
+        directory = revision.python.rpartition("/")[0]
+        prefix = [f"{directory}/sglang" if directory else "sglang", "serve"]
+    else:
+        prefix = [revision.python, "-m", "sglang.launch_server"]
+    return [*prefix, "--model-path", revision.model_path, "--port", str(revision.port), *revision.args]
+
+
+def revision_fields(revision: PresetRevision) -> dict[str, Any]:
+    return {
+        "model_path": revision.model_path,
+        "launcher": revision.launcher,
+        "python": revision.python,
+        "port": revision.port,
+        "args": list(revision.args),
+        "env": dict(revision.env),
+    }
+
+
+def diff_revisions(old: PresetRevision, new: PresetRevision) -> list[tuple[str, str, str]]:
+    """(what, before, after) for every difference, flags compared one by one."""
+    changes: list[tuple[str, str, str]] = []
+    for key in ("model_path", "launcher", "python", "port"):
+        before, after = getattr(old, key), getattr(new, key)
+        if before != after:
+            changes.append((key, str(before), str(after)))
+    for name in sorted(set(old.env) | set(new.env)):
+        before, after = old.env.get(name), new.env.get(name)
+        if before != after:
+            changes.append((f"env {name}", _shown(before), _shown(after)))
+    old_flags, new_flags = _flag_values(old.args), _flag_values(new.args)
+    for option in sorted(set(old_flags) | set(new_flags)):
+        before, after = old_flags.get(option), new_flags.get(option)
+        if before != after:
+            changes.append((option, _shown(before), _shown(after)))
+    return changes
+
+
+def _shown(value: str | None) -> str:
+    return "(unset)" if value is None else value
+
+
+def _flag_values(args: list[str]) -> dict[str, str]:
+    """Each option with its value ("on" for a switch); positional words attach to the option before them."""
+    values: dict[str, str] = {}
+    current = ""
+    for arg in args:
+        if arg.startswith("--"):
+            option, has_value, inline = arg.partition("=")
+            current = FLAG_BY_OPTION[option].flag if option in FLAG_BY_OPTION else option
+            values[current] = inline if has_value else "on"
+        elif current:
+            values[current] = arg if values[current] == "on" else f"{values[current]} {arg}"
+        else:
+            values[arg] = "on"
+    return values
+
+
+async def list_presets(session: AsyncSession, *, archived: bool = False) -> list[Preset]:
+    query = select(Preset).options(selectinload(Preset.revisions)).order_by(Preset.name)
+    query = query.where(Preset.archived_at.is_not(None) if archived else Preset.archived_at.is_(None))
+    return list((await session.scalars(query)).all())
+
+
+async def get_preset(session: AsyncSession, name: str) -> Preset:
+    query = (
+        select(Preset)
+        .options(selectinload(Preset.revisions))
+        .where(Preset.name == name)
+        .execution_options(populate_existing=True)
+    )
+    preset = await session.scalar(query)
+    if preset is None:
+        raise NotFound(f"no preset named {name!r}")
+    return preset
+
+
+def latest(preset: Preset) -> PresetRevision:
+    return preset.revisions[-1]
+
+
+def revision_of(preset: Preset, number: int) -> PresetRevision:
+    for revision in preset.revisions:
+        if revision.number == number:
+            return revision
+    raise NotFound(f"preset {preset.name!r} has no revision {number}")
+
+
+async def create_preset(session: AsyncSession, data: PresetInput, *, actor: str) -> Preset:
+    data.validate()
+    if await session.scalar(select(Preset.id).where(Preset.name == data.name)) is not None:
+        raise InvalidInput(f"name: a preset named {data.name!r} exists already")
+    preset = Preset(name=data.name, description=data.description)
+    session.add(preset)
+    await session.flush()
+    session.add(_revision(preset, 1, data, actor))
+    await audit.record(session, actor=actor, action="preset-create", target=data.name, detail={"revision": 1})
+    return await get_preset(session, data.name)
+
+
+async def save_preset(session: AsyncSession, preset: Preset, data: PresetInput, *, actor: str) -> PresetRevision | None:
+    """Saves a new revision; None when nothing changed. The name stays; the description may change."""
+    data.name = preset.name
+    data.validate()
+    current = latest(preset)
+    preset.description = data.description
+    if _same(current, data):
+        await session.commit()
+        return None
+    revision = _revision(preset, current.number + 1, data, actor)
+    session.add(revision)
+    await audit.record(
+        session, actor=actor, action="preset-edit", target=preset.name, detail={"revision": revision.number}
+    )
+    return revision
+
+
+async def clone_preset(session: AsyncSession, preset: Preset, new_name: str, *, actor: str) -> Preset:
+    source = latest(preset)
+    data = PresetInput(name=new_name, description=preset.description, **revision_fields(source))
+    clone = await create_preset(session, data, actor=actor)
+    await audit.record(session, actor=actor, action="preset-clone", target=new_name, detail={"from": preset.name})
+    return clone
+
+
+async def archive_preset(session: AsyncSession, preset: Preset, *, actor: str, archived: bool = True) -> None:
+    preset.archived_at = utcnow() if archived else None
+    action = "preset-archive" if archived else "preset-restore"
+    await audit.record(session, actor=actor, action=action, target=preset.name)
+
+
+def _same(revision: PresetRevision, data: PresetInput) -> bool:
+    fields = revision_fields(revision)
+    return all(fields[key] == getattr(data, key) for key in fields)
+
+
+def _revision(preset: Preset, number: int, data: PresetInput, actor: str) -> PresetRevision:
+    return PresetRevision(
+        preset_id=preset.id,
+        number=number,
+        model_path=data.model_path,
+        launcher=data.launcher,
+        python=data.python,
+        port=data.port,
+        args=list(data.args),
+        env=dict(data.env),
+        created_by=actor,
+    )

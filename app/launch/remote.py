@@ -1,0 +1,153 @@
+"""What runs on the host for an attempt: its launch script, and the fixed commands that start and
+inspect it.
+
+The launch script is rendered here with every value shell-quoted. The commands that start,
+probe and stop it are constant scripts that receive paths and pids as positional arguments,
+so no user value is ever spliced into shell text.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+ATTEMPTS_DIR = ".launchdeck/attempts"  # relative to the SSH user's home
+LOG_NAME = "server.log"
+SCRIPT_NAME = "launch.sh"
+
+
+def attempt_dir(attempt_id: int) -> str:
+    """Unique even across dashboards and databases that share a host account."""
+    return f"{ATTEMPTS_DIR}/{attempt_id}-{secrets.token_hex(4)}"
+
+
+def render_script(*, attempt_id: int, directory: str, argv: Sequence[str], env: Mapping[str, str]) -> str:
+    """A /bin/sh script that records its pid and start time, runs the server with its output in
+    the attempt's log, and writes the server's exit status when it ends."""
+    q = shlex.quote
+    lines = [
+        "#!/bin/sh",
+        f"# launchdeck attempt {attempt_id}",
+        f"cd {q(directory)} || exit 1",
+        # pid and start time (field 22 of /proc/<pid>/stat), so a reused pid is never taken for ours.
+        'stat=$(cat /proc/$$/stat); set -- ${stat##*) }; shift 19; echo "$$ $1" > pid.tmp && mv pid.tmp pid',
+        # Outlive a SIGTERM to the group just long enough to record how the server ended.
+        "trap true HUP INT TERM",
+        *(f"export {name}={q(value)}" for name, value in env.items()),
+        f"{shlex.join(argv)} > {LOG_NAME} 2>&1 < /dev/null",
+        "echo $? > exit_code.tmp && mv exit_code.tmp exit_code",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# $1: the script. Starts it in a new session (its own process group) and prints its pid.
+START = 'setsid sh "$1" > /dev/null 2>&1 < /dev/null & echo $!'
+
+# $1: attempt directory, $2: pid or empty, $3: start time or empty.
+# Prints key=value lines: whether that process is still the one we started, its exit status
+# once written, the pid file, the log's size and the group's live processes.
+PROBE = r"""
+cd "$1" 2>/dev/null || { echo "missing=1"; exit 0; }
+pid=$2 start=$3 alive=0
+if [ -r pid ]; then
+  read -r file_pid file_start < pid
+  if [ -z "$pid" ] || { [ "$file_pid" = "$pid" ] && [ -z "$start" ]; }; then pid=$file_pid start=$file_start; fi
+fi
+if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null); set -- ${stat##*) }; state=$1; shift 19
+  # Until the script has written its start time, any live process with the pid counts.
+  if [ "$state" != Z ] && { [ -z "$start" ] || [ "$1" = "$start" ]; }; then alive=1; fi
+fi
+echo "pid=$pid"
+echo "start=$start"
+echo "alive=$alive"
+echo "exit=$(cat exit_code 2>/dev/null)"
+echo "log=$(wc -c < server.log 2>/dev/null || echo 0)"
+if [ -n "$pid" ]; then echo "group=$(ps -o stat= -g "$pid" 2>/dev/null | grep -vc '^Z')"; fi
+"""
+
+# $1: signal name, $2: process group id. Exits 0 when a process got the signal.
+SIGNAL_GROUP = 'env kill -s "$1" -- "-$2" 2>/dev/null'
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    missing: bool
+    pid: int | None
+    start_time: int | None
+    alive: bool
+    exit_code: int | None
+    log_size: int
+    group_size: int
+
+    @classmethod
+    def parse(cls, text: str) -> ProbeResult:
+        values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+        def number(key: str) -> int | None:
+            value = values.get(key, "").strip()
+            return int(value) if value.lstrip("-").isdigit() else None
+
+        return cls(
+            missing=values.get("missing") == "1",
+            pid=number("pid"),
+            start_time=number("start"),
+            alive=values.get("alive") == "1",
+            exit_code=number("exit"),
+            log_size=number("log") or 0,
+            group_size=number("group") or 0,
+        )
+
+
+# Runs on the host with the preset's Python: the model's weight size from its safetensors index
+# and SGLang's own parser on the arguments, whose effective values and warnings predict the
+# launch. Standard library only; it works wherever sglang is installed.
+HOST_CHECK = r"""
+import contextlib, dataclasses, io, json, os, sys
+model_path, args = sys.argv[1], sys.argv[1:]
+result = {}
+def snapshot(path):
+    if os.path.isdir(path):
+        return path
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+    folder = os.path.join(hub, "models--" + path.replace("/", "--"))
+    with open(os.path.join(folder, "refs", "main")) as f:
+        return os.path.join(folder, "snapshots", f.read().strip())
+try:
+    with open(os.path.join(snapshot(model_path), "model.safetensors.index.json")) as f:
+        result["weight_bytes"] = int(json.load(f)["metadata"]["total_size"])
+except Exception as exc:
+    result["weight_error"] = f"{type(exc).__name__}: {exc}"
+captured = io.StringIO()
+try:
+    with contextlib.redirect_stderr(captured):
+        from sglang.srt.server_args import prepare_server_args
+        server_args = prepare_server_args(["--model-path", *args])
+    result["effective"] = {
+        k: v for k, v in dataclasses.asdict(server_args).items() if isinstance(v, (str, int, float, bool, type(None)))
+    }
+except SystemExit:
+    result["error"] = (captured.getvalue().strip().splitlines() or ["argument error"])[-1]
+except BaseException as exc:
+    name = type(exc).__qualname__
+    module = type(exc).__module__
+    result["error"] = f"{name if module == 'builtins' else module + '.' + name}: {exc}".splitlines()[0]
+result["warnings"] = [line for line in captured.getvalue().splitlines() if line.strip()]
+print(json.dumps(result))
+"""
+
+# $1: port. Exits 0 if nothing listens on it on the host's loopback.
+PORT_FREE = (
+    "import socket, sys\n"
+    "s = socket.socket()\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "try:\n"
+    "    s.bind(('127.0.0.1', int(sys.argv[1])))\n"
+    "except OSError as exc:\n"
+    "    print(exc.strerror)\n"
+    "    sys.exit(1)\n"
+)

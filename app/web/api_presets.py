@@ -1,0 +1,137 @@
+"""JSON API for presets and their revisions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from fastapi import APIRouter, status
+from pydantic import BaseModel, Field
+
+from app.db.models import Preset, PresetRevision
+from app.launch import presets
+from app.web.deps import ApiUser, DbSession
+
+router = APIRouter(prefix="/api/presets", tags=["presets"])
+
+
+class PresetIn(BaseModel):
+    name: str
+    model_path: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    description: str = ""
+    launcher: str = presets.LAUNCHERS[0]
+    python: str = "python3"
+    port: int = 30000
+
+    def domain(self) -> presets.PresetInput:
+        return presets.PresetInput(**self.model_dump())
+
+
+class PresetUpdate(BaseModel):
+    model_path: str
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    description: str = ""
+    launcher: str = presets.LAUNCHERS[0]
+    python: str = "python3"
+    port: int = 30000
+
+
+class RevisionPublic(BaseModel):
+    number: int
+    model_path: str
+    launcher: str
+    python: str
+    port: int
+    args: list[str]
+    env: dict[str, str]
+    command: list[str]
+    created_at: datetime
+    created_by: str
+
+    @classmethod
+    def of(cls, revision: PresetRevision) -> RevisionPublic:
+        return cls(
+            **presets.revision_fields(revision),
+            number=revision.number,
+            command=presets.command_argv(revision),
+            created_at=revision.created_at,
+            created_by=revision.created_by,
+        )
+
+
+class PresetPublic(BaseModel):
+    name: str
+    description: str
+    archived: bool
+    revision: RevisionPublic
+    revisions: int
+
+    @classmethod
+    def of(cls, preset: Preset) -> PresetPublic:
+        return cls(
+            name=preset.name,
+            description=preset.description,
+            archived=preset.archived_at is not None,
+            revision=RevisionPublic.of(presets.latest(preset)),
+            revisions=len(preset.revisions),
+        )
+
+
+class CloneIn(BaseModel):
+    name: str
+
+
+class Change(BaseModel):
+    field: str
+    before: str
+    after: str
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+async def create_preset(body: PresetIn, db: DbSession, user: ApiUser) -> PresetPublic:
+    return PresetPublic.of(await presets.create_preset(db, body.domain(), actor=user))
+
+
+@router.get("")
+async def list_presets(db: DbSession, _user: ApiUser, archived: bool = False) -> list[PresetPublic]:
+    return [PresetPublic.of(preset) for preset in await presets.list_presets(db, archived=archived)]
+
+
+@router.get("/{name}")
+async def get_preset(name: str, db: DbSession, _user: ApiUser) -> PresetPublic:
+    return PresetPublic.of(await presets.get_preset(db, name))
+
+
+@router.get("/{name}/revisions")
+async def list_revisions(name: str, db: DbSession, _user: ApiUser) -> list[RevisionPublic]:
+    return [RevisionPublic.of(revision) for revision in (await presets.get_preset(db, name)).revisions]
+
+
+@router.put("/{name}")
+async def update_preset(name: str, body: PresetUpdate, db: DbSession, user: ApiUser) -> PresetPublic:
+    """Saves a new revision when anything changed; the answer shows the latest revision either way."""
+    preset = await presets.get_preset(db, name)
+    await presets.save_preset(db, preset, presets.PresetInput(name=name, **body.model_dump()), actor=user)
+    return PresetPublic.of(await presets.get_preset(db, name))
+
+
+@router.post("/{name}/clone", status_code=status.HTTP_201_CREATED)
+async def clone_preset(name: str, body: CloneIn, db: DbSession, user: ApiUser) -> PresetPublic:
+    clone = await presets.clone_preset(db, await presets.get_preset(db, name), body.name, actor=user)
+    return PresetPublic.of(clone)
+
+
+@router.post("/{name}/archive")
+async def archive_preset(name: str, db: DbSession, user: ApiUser, restore: bool = False) -> PresetPublic:
+    preset = await presets.get_preset(db, name)
+    await presets.archive_preset(db, preset, actor=user, archived=not restore)
+    return PresetPublic.of(await presets.get_preset(db, name))
+
+
+@router.get("/{name}/diff")
+async def diff(name: str, a: int, b: int, db: DbSession, _user: ApiUser) -> list[Change]:
+    preset = await presets.get_preset(db, name)
+    changes = presets.diff_revisions(presets.revision_of(preset, a), presets.revision_of(preset, b))
+    return [Change(field=field, before=before, after=after) for field, before, after in changes]

@@ -1,0 +1,280 @@
+"""Launching presets on the simulated cluster through the API, over real SSH."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from httpx import ASGITransport, AsyncClient
+
+from app.demo.presets import seed_demo_presets
+from app.gpu.nvidia_smi import read_gpu_memory
+from app.launch.attempts import ACTIVE, Pace
+from app.ssh import HostConnection, HostSpec, render_hosts
+from app.web.app import create_app
+from tests.conftest import TOKEN, make_settings
+from tests.support import free_port
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ROOT = Path(__file__).resolve().parents[1]
+FINAL = {"ready", "failed", "stopped", "lost", "unhealthy"}
+
+
+@pytest.fixture
+async def api(running_app: FastAPI, app_client: AsyncClient) -> AsyncIterator[AsyncClient]:
+    """The API with the demo presets, leaving no server running on the simulated hosts."""
+    runtime = running_app.state.runtime
+    runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
+    async with runtime.sessions() as session:
+        await seed_demo_presets(session)
+    app_client.headers.update(AUTH)
+    yield app_client
+    for attempt in (await app_client.get("/api/attempts", params={"limit": 500})).json():
+        if attempt["pgid"]:
+            host = runtime.ssh.get(attempt["host"])
+            await host.run(["env", "kill", "-KILL", "--", f"-{attempt['pgid']}"], check=False)
+    for host in runtime.ssh:
+        await wait_until_free(host)
+
+
+async def wait_until_free(host: HostConnection, gpus: list[int] | None = None, timeout: float = 10) -> None:
+    for _ in range(int(timeout * 10)):
+        used = {gpu.index: gpu.memory_used_mib for gpu in await read_gpu_memory(host)}
+        if not any(used[index] for index in (gpus if gpus is not None else used)):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{host.name}: GPU memory still in use: {used}")
+
+
+async def wait_for(api: AsyncClient, attempt_id: int, statuses: set[str], timeout: float = 30) -> dict[str, Any]:
+    for _ in range(int(timeout * 10)):
+        attempt: dict[str, Any] = (await api.get(f"/api/attempts/{attempt_id}")).json()
+        if attempt["status"] in statuses:
+            return attempt
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"attempt {attempt_id} stayed {attempt['status']}: {attempt}")
+
+
+async def launch(api: AsyncClient, preset: str, host: str, gpus: list[int], **extra: Any) -> int:
+    body = {"preset": preset, "host": host, "gpus": gpus, "port": free_port(), **extra}
+    response = await api.post("/api/attempts", json=body)
+    assert response.status_code == 202, response.text
+    return int(response.json()["id"])
+
+
+async def remote_log(app: FastAPI, attempt: dict[str, Any]) -> str:
+    host = app.state.runtime.ssh.get(attempt["host"])
+    return (await host.run(["cat", f"{attempt['remote_dir']}/server.log"])).stdout.decode()
+
+
+async def test_demo_presets_replay_the_seed_story(api: AsyncClient, running_app: FastAPI) -> None:
+    launched = {
+        "qwen36-27b-mtp-oom": await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0]),
+        "qwen36-27b-mtp-extra-buffer": await launch(api, "qwen36-27b-mtp-extra-buffer", "rtxpro-01", [1]),
+        "qwen36-27b-mtp-fixed": await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [2]),
+        "llama31-8b on rtxpro-01": await launch(api, "llama31-8b", "rtxpro-01", [3]),
+        "llama31-8b on b200-01": await launch(api, "llama31-8b", "b200-01", [0]),
+    }
+    results = {name: await wait_for(api, attempt_id, FINAL) for name, attempt_id in launched.items()}
+    oom, override = results["qwen36-27b-mtp-oom"], results["qwen36-27b-mtp-extra-buffer"]
+    assert oom["status"] == "failed" and oom["exit_code"] == 137
+    assert "Exception: Capture cuda graph failed: CUDA out of memory." in await remote_log(running_app, oom)
+    assert override["status"] == "failed" and override["exit_code"] == 1
+    assert (
+        "ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix "
+        "cache when using --mamba-scheduler-strategy no_buffer." in await remote_log(running_app, override)
+    )
+    arguments = next(c for c in override["preflight"]["checks"] if c["name"] == "arguments")
+    assert arguments["message"].startswith("SGLang will refuse these arguments: ValueError: Speculative decoding")
+    for name in ("qwen36-27b-mtp-fixed", "llama31-8b on rtxpro-01", "llama31-8b on b200-01"):
+        assert results[name]["status"] == "ready", results[name]
+        assert results[name]["time_to_ready_s"] > 0
+        assert [s["stage"] for s in results[name]["stages"]][-3:] == ["http server", "ready line", "ready"]
+
+
+async def test_stop_terminates_the_group_and_frees_the_gpu(api: AsyncClient, running_app: FastAPI) -> None:
+    host = running_app.state.runtime.ssh.get("rtxpro-01")
+    attempt_id = await launch(api, "llama31-8b", "rtxpro-01", [1])
+    await wait_for(api, attempt_id, {"ready"})
+    assert {gpu.index: gpu.memory_used_mib for gpu in await read_gpu_memory(host)}[1] > 80_000
+    assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+    attempt = await wait_for(api, attempt_id, {"stopped", "failed", "lost"})
+    assert attempt["status"] == "stopped" and attempt["exit_code"] == 143
+    await wait_until_free(host, [1])
+    events = [(e["action"], e["target"]) for e in (await api.get("/api/audit")).json()]
+    assert ("stop", f"attempt {attempt_id}") in events and ("launch", f"attempt {attempt_id}") in events
+
+
+async def test_two_launches_on_one_host_run_side_by_side(api: AsyncClient) -> None:
+    first = await launch(api, "llama31-8b", "rtxpro-01", [2])
+    second = await launch(api, "llama31-8b", "rtxpro-01", [3])
+    assert (await wait_for(api, first, FINAL))["status"] == "ready"
+    assert (await wait_for(api, second, FINAL))["status"] == "ready"
+
+
+async def test_values_reach_the_server_literally_and_run_nothing(api: AsyncClient, running_app: FastAPI) -> None:
+    marker = f"/tmp/launchdeck-pwned-{uuid.uuid4().hex}"
+    nasty = f"x; touch {marker}-a $(touch {marker}-b) `touch {marker}-c` 'single' \"double\"\nsecond line"
+    preset = {
+        "name": "injection",
+        "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+        "args": ["--served-model-name", nasty],
+        "env": {"NASTY": nasty},
+    }
+    assert (await api.post("/api/presets", json=preset)).status_code == 201
+    attempt = await wait_for(api, await launch(api, "injection", "rtxpro-01", [0]), FINAL)
+    assert attempt["status"] == "ready", attempt
+    host = running_app.state.runtime.ssh.get("rtxpro-01")
+    read_process = (
+        "import os, sys, json\n"
+        "for pid in os.listdir('/proc'):\n"
+        "    try:\n"
+        "        argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')[:-1]\n"
+        "        if os.getpgid(int(pid)) == int(sys.argv[1]) and b'sglang.launch_server' in argv:\n"
+        "            environ = open(f'/proc/{pid}/environ', 'rb').read().split(b'\\0')\n"
+        "            env = dict(e.split(b'=', 1) for e in environ if e)\n"
+        "            print(json.dumps([[a.decode() for a in argv], env[b'NASTY'].decode()]))\n"
+        "    except (OSError, ValueError):\n"
+        "        pass\n"
+    )
+    found = await host.run(["python3", "-c", read_process, str(attempt["pgid"])])
+    argv, env_value = json.loads(found.stdout)
+    assert argv == attempt["argv"] and argv[-1] == nasty and env_value == nasty
+    listing = await host.run(["sh", "-c", 'ls -d "$1"* 2>/dev/null || true', "sh", marker])
+    assert listing.stdout == b""
+    listener = await host.forward_local_port(attempt["port"])
+    try:
+        async with httpx.AsyncClient() as client:
+            models = (await client.get(f"http://127.0.0.1:{listener.get_port()}/v1/models")).json()
+    finally:
+        listener.close()
+    assert models["data"][0]["id"] == nasty
+
+
+async def test_preflight_blocks_busy_gpus_unless_overridden(api: AsyncClient) -> None:
+    busy = await launch(api, "llama31-8b", "rtxpro-01", [0])
+    busy_attempt = await wait_for(api, busy, FINAL)
+    check = await api.post("/api/preflight", json={"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [0]})
+    checks = {c["name"]: c for c in check.json()["checks"]}
+    assert check.json()["blocked"] and not checks["memory"]["ok"] and not checks["processes"]["ok"]
+    assert f"attempt {busy}" in checks["processes"]["message"]
+    assert checks["processes"]["detail"]["processes"][0]["attempt"] == busy
+
+    blocked = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [0]), {"failed"})
+    assert blocked["error"].startswith("preflight failed: memory: GPU 0 has ")
+    assert blocked["pid"] is None
+
+    overridden = await launch(api, "llama31-8b", "rtxpro-01", [0], override_reason="testing a shared GPU")
+    attempt = await wait_for(api, overridden, {"failed", "ready", "lost"})
+    assert attempt["override_reason"] == "testing a shared GPU" and attempt["pid"] is not None
+    launches = [e for e in (await api.get("/api/audit")).json() if e["target"] == f"attempt {overridden}"]
+    assert launches[0]["detail"]["override"] == "testing a shared GPU"
+    assert busy_attempt["status"] == "ready"
+
+
+async def test_launch_on_an_offline_host_fails_its_preflight(tmp_path: Path, sim_specs: list[HostSpec]) -> None:
+    offline = HostSpec(
+        name="gone-01",
+        address="127.0.0.1",
+        port=free_port(),
+        identity_files=sim_specs[0].identity_files,
+        known_hosts=sim_specs[0].known_hosts,
+    )
+    app = create_app(make_settings(tmp_path, [*sim_specs, offline], ssh_connect_timeout=1.0))
+    async with app.router.lifespan_context(app):
+        async with app.state.runtime.sessions() as session:
+            await seed_demo_presets(session)
+        async with AsyncClient(transport=ASGITransport(app=app), base_url="http://t", headers=AUTH) as api:
+            attempt = await wait_for(api, await launch(api, "llama31-8b", "gone-01", [0]), {"failed"})
+    assert attempt["error"].startswith("preflight failed: host: offline since ")
+    assert "refused" in attempt["error"]
+    assert attempt["pid"] is None and [s["stage"] for s in attempt["stages"]] == ["pending", "failed"]
+
+
+async def test_dashboard_killed_while_loading_picks_the_attempt_up_again(
+    tmp_path: Path, sim_specs: list[HostSpec]
+) -> None:
+    hosts_file = tmp_path / "hosts.toml"
+    hosts_file.write_text(render_hosts(sim_specs))
+    port = free_port()
+    env = {
+        **os.environ,
+        "LAUNCHDECK_DATA_DIR": str(tmp_path / "data"),
+        "LAUNCHDECK_HOSTS_FILE": str(hosts_file),
+        "LAUNCHDECK_TOKEN": TOKEN,
+        "LAUNCHDECK_PORT": str(port),
+        "LAUNCHDECK_KNOWN_HOSTS": str(tmp_path / "known_hosts"),
+        "LAUNCHDECK_SSH_CONFIG": str(tmp_path / "no-ssh-config"),
+    }
+    base = f"http://127.0.0.1:{port}"
+
+    async def start_dashboard() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        async with httpx.AsyncClient() as client:
+            for _ in range(300):
+                with contextlib.suppress(httpx.TransportError):
+                    if (await client.get(f"{base}/api/health")).status_code == 200:
+                        return process
+                assert process.poll() is None, "the dashboard exited"
+                await asyncio.sleep(0.1)
+        raise AssertionError("the dashboard did not start")
+
+    dashboard = await start_dashboard()
+    try:
+        async with httpx.AsyncClient(base_url=base, headers=AUTH, timeout=30) as api:
+            preset = {
+                "name": "slow-llama",
+                "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+                "env": {"LAUNCHDECK_SIM_TIME_SCALE": "0.25"},  # about five seconds of loading
+            }
+            assert (await api.post("/api/presets", json=preset)).status_code == 201
+            attempt_id = await launch(api, "slow-llama", "rtxpro-01", [2])
+            before = await wait_for(api, attempt_id, {"loading"})
+            for _ in range(100):
+                before = (await api.get(f"/api/attempts/{attempt_id}")).json()
+                if "loading weights" in [s["stage"] for s in before["stages"]]:
+                    break
+                await asyncio.sleep(0.1)
+            dashboard.send_signal(signal.SIGKILL)
+            dashboard.wait()
+            dashboard = await start_dashboard()
+            after = await wait_for(api, attempt_id, FINAL, timeout=60)
+            assert after["status"] == "ready" and after["pid"] == before["pid"] and before["pid"]
+            assert len((await api.get("/api/attempts")).json()) == 1
+            assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+            assert (await wait_for(api, attempt_id, {"stopped", "failed", "lost"}))["status"] == "stopped"
+    finally:
+        dashboard.send_signal(signal.SIGTERM)
+        dashboard.wait(10)
+
+
+async def test_attempts_list_filters_and_pages(api: AsyncClient) -> None:
+    first = await launch(api, "llama31-8b", "rtxpro-01", [9])  # no such GPU: fails its preflight
+    second = await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [9])
+    await wait_for(api, first, {"failed"})
+    await wait_for(api, second, {"failed"})
+    newest = (await api.get("/api/attempts", params={"limit": 1})).json()
+    assert [a["id"] for a in newest] == [second]
+    older = (await api.get("/api/attempts", params={"limit": 1, "before": second})).json()
+    assert [a["id"] for a in older] == [first]
+    by_preset = (await api.get("/api/attempts", params={"preset": "llama31-8b"})).json()
+    assert [a["id"] for a in by_preset] == [first]
+    assert (await api.get("/api/attempts", params={"status": "ready"})).json() == []
+    bad = await api.get("/api/attempts", params={"status": "sleeping"})
+    assert bad.status_code == 422 and "status: 'sleeping' is not one of" in bad.json()["detail"]
+    assert ACTIVE.isdisjoint({a["status"] for a in newest + older})
