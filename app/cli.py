@@ -13,7 +13,7 @@ import sys
 import uvicorn
 from pydantic import ValidationError
 
-from app import db
+from app import client, db
 from app.config import Settings
 from app.errors import InvalidInput, LaunchdeckError
 
@@ -23,6 +23,19 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("serve", help="run the dashboard (settings from LAUNCHDECK_* variables)")
     commands.add_parser("demo", help="run the dashboard with a simulated GPU cluster")
+    launch_parser = commands.add_parser("launch", help="launch a preset on a host through the running dashboard")
+    launch_parser.add_argument("preset")
+    launch_parser.add_argument("host")
+    launch_parser.add_argument("--gpus", default="0", help="comma-separated GPU indices (default 0)")
+    launch_parser.add_argument("--port", type=int, help="server port (default the preset's)")
+    launch_parser.add_argument("--override", default="", metavar="REASON", help="launch despite failed checks")
+    launch_parser.add_argument("--no-wait", action="store_true", help="return once the attempt is recorded")
+    launch_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
+    attempts_parser = commands.add_parser("attempts", help="list attempts, newest first")
+    for option in ("--host", "--preset", "--status"):
+        attempts_parser.add_argument(option)
+    attempts_parser.add_argument("--limit", type=int, default=20)
+    attempts_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
     db_parser = commands.add_parser("db", help="database maintenance")
     db_commands = db_parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     db_commands.add_parser("upgrade", help="migrate the database to the latest schema")
@@ -30,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         settings = Settings()
     except ValidationError as exc:
@@ -41,6 +55,16 @@ def main(argv: list[str] | None = None) -> int:
             return serve(settings)
         if args.command == "demo":
             return asyncio.run(demo(settings))
+        if args.command == "launch":
+            api = client.ApiClient(settings, args.url)
+            gpus = client.parse_gpus(args.gpus)
+            return client.launch(
+                api, preset=args.preset, host=args.host, gpus=gpus, port=args.port, override=args.override,
+                wait=not args.no_wait,
+            )  # fmt: skip
+        if args.command == "attempts":
+            params = {"host": args.host, "preset": args.preset, "status": args.status, "limit": args.limit}
+            return client.list_attempts(client.ApiClient(settings, args.url), params=params)
         db.upgrade(settings.resolved_database_url())
         print(f"launchdeck: database at {_redacted(settings.resolved_database_url())} is up to date")
         return 0
@@ -86,7 +110,7 @@ async def demo(settings: Settings) -> int:
         print(f"launchdeck: LAUNCHDECK_DEMO_HOSTS: {exc}", file=sys.stderr)
         return 2
     _check_port(settings)
-    cluster = SimCluster(settings.data_dir.resolve() / "demo", host_specs)
+    cluster = SimCluster(settings.data_dir.resolve() / "demo", host_specs, time_scale=settings.demo_time_scale)
     specs = await cluster.start()
     try:
         hosts_file = cluster.root / "hosts.toml"

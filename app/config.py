@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     )
     cookie_secure: bool = Field(True, description="Send the session cookie only over HTTPS (and to localhost).")
     session_days: int = Field(14, ge=1, description="Days a browser login lasts.")
+    demo_time_scale: float = Field(
+        1.0,
+        gt=0,
+        description="Pace of the demo's simulated SGLang servers: 1 is about real time, 0.1 ten times faster.",
+    )
     demo_hosts: str = Field(
         "b200-01:b200:8,rtxpro-01:rtx-pro-6000:4",
         description="Simulated hosts for `launchdeck demo`, as NAME:MODEL:COUNT,... (models: b200, rtx-pro-6000).",

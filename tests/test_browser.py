@@ -141,6 +141,7 @@ async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Demo]:
     # LAUNCHDECK_COOKIE_SECURE stays at its default (true): the login must work over plain
     # http://127.0.0.1, which browsers treat as a secure context.
     env.update(LAUNCHDECK_DATA_DIR=str(data_dir), LAUNCHDECK_PORT=str(port), LAUNCHDECK_TOKEN=TOKEN)
+    env.update(LAUNCHDECK_DEMO_TIME_SCALE="0.05")  # simulated servers ready in about a second
     launchdeck = Path(sys.executable).parent / "launchdeck"
     if not launchdeck.exists():
         launchdeck = Path(shutil.which("launchdeck") or "launchdeck")
@@ -410,3 +411,37 @@ async def test_ended_session_sends_the_polling_page_to_the_login_form(tab: Tab, 
     await expect(page).to_have_url(re.compile(r"/login\?next=/hosts$"), timeout=REFRESH_TIMEOUT_MS)
     await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
     await expect(page.locator("#host-list")).to_have_count(0)
+
+
+async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    await log_in(page)
+    await page.get_by_role("link", name="Presets").click()
+    for name in ("llama31-8b", "qwen36-27b-mtp-oom", "qwen36-27b-mtp-extra-buffer", "qwen36-27b-mtp-fixed"):
+        await expect(page.locator(f"tr[data-preset='{name}']")).to_be_visible()
+    await page.get_by_role("link", name="llama31-8b").click()
+    await expect(page.locator("#command")).to_contain_text("--model-path meta-llama/Llama-3.1-8B-Instruct")
+    await page.locator("section").get_by_role("link", name="Launch").click()
+
+    await expect(page.get_by_role("heading", name="Launch")).to_be_visible()
+    await page.wait_for_function("() => document.querySelector('select[name=host]')['htmx-internal-data']")
+    await page.get_by_label("Host").select_option("rtxpro-01")
+    await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
+    await page.locator("input[name=gpus][value='0']").uncheck()
+    await page.locator("input[name=gpus][value='2']").check()
+    await page.get_by_label("Port").fill(str(free_port()))
+    await page.get_by_role("button", name="Run preflight").click()
+    await expect(page.locator("tr[data-check='memory']")).to_contain_text("✓ enough free memory")
+    await expect(page.locator("tr[data-check='gpus']")).to_contain_text("GPU 2")
+
+    await page.get_by_role("button", name="Launch", exact=True).click()
+    await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
+    await expect(page.locator("#status")).to_have_text("ready", timeout=30_000)
+    await expect(page.locator("tr[data-stage='cuda graphs']")).to_be_visible()
+    assert json.loads(demo.gpu_state_path("rtxpro-01").read_text())["processes"]
+
+    await page.get_by_role("button", name="Stop").click()
+    await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)
+    await expect(page.locator("p.summary")).to_contain_text("exit code 143")
+    assert simgpu.read(str(demo.gpu_state_path("rtxpro-01")))["processes"] == []
+    assert tab.console_errors == []

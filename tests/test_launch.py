@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
@@ -278,3 +279,37 @@ async def test_attempts_list_filters_and_pages(api: AsyncClient) -> None:
     bad = await api.get("/api/attempts", params={"status": "sleeping"})
     assert bad.status_code == 422 and "status: 'sleeping' is not one of" in bad.json()["detail"]
     assert ACTIVE.isdisjoint({a["status"] for a in newest + older})
+
+
+async def test_cli_launches_follows_and_lists(api: AsyncClient, running_app: FastAPI) -> None:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(running_app, host="127.0.0.1", port=port, lifespan="off", log_level="error"))
+    serving = asyncio.create_task(server.serve())
+    env = {**os.environ, "LAUNCHDECK_TOKEN": TOKEN}
+    url = f"http://127.0.0.1:{port}"
+
+    async def launchdeck(*args: str) -> tuple[int, str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.cli", *args, "--url", url, cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        output, _ = await process.communicate()
+        assert process.returncode is not None
+        return process.returncode, output.decode()
+
+    try:
+        while not server.started:
+            await asyncio.sleep(0.05)
+        code, output = await launchdeck("launch", "llama31-8b", "rtxpro-01", "--gpus", "1", "--port", str(free_port()))
+        assert code == 0, output
+        assert output.splitlines()[0].startswith(f"attempt 1: {url}/attempts/1")
+        assert "  loading (" in output and output.splitlines()[-1].startswith("ready after ")
+        code, output = await launchdeck("attempts", "--status", "ready")
+        assert code == 0 and output.splitlines()[1].split()[:5] == ["1", "llama31-8b", "rtxpro-01", "1", "ready"]
+        code, output = await launchdeck("launch", "nope", "rtxpro-01")
+        assert code == 1 and output.strip() == "launchdeck: 404: no preset named 'nope'"
+        code, output = await launchdeck("launch", "llama31-8b", "rtxpro-01", "--gpus", "0,x")
+        assert code == 1 and "--gpus: '0,x' is not a comma-separated list of GPU indices" in output
+    finally:
+        server.should_exit = True
+        await serving

@@ -17,7 +17,7 @@ from app.config import Settings
 from app.launch.attempts import AttemptService
 from app.ssh import SSHManager, SSHOptions, load_hosts_file
 from app.ssh.registry import register_hosts
-from app.web import api, api_attempts, api_presets, pages
+from app.web import api, api_attempts, api_presets, attempt_pages, pages, preset_pages
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
 
@@ -111,5 +111,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api_presets.router)
     app.include_router(api_attempts.router)
     app.include_router(pages.router)
+    app.include_router(preset_pages.router)
+    app.include_router(attempt_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

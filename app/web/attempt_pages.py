@@ -1,0 +1,153 @@
+"""Launch form with preflight, attempts list and attempt page, and the audit trail."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy import select
+
+from app.db.models import AuditEvent
+from app.errors import HostError, InvalidInput, LaunchdeckError
+from app.gpu.overview import host_overview
+from app.launch import attempts, presets
+from app.web.deps import DbSession, PageUser, RuntimeDep
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+PAGE_SIZE = 25
+
+
+async def launch_choice(request: Request) -> dict[str, Any]:
+    """The launch form's values, from a query string or a posted form."""
+    values: dict[str, Any] = dict(request.query_params)
+    if request.method == "POST":
+        form = await request.form()
+        values = {key: str(value) for key, value in form.items()}
+        values["gpus"] = [int(str(gpu)) for gpu in form.getlist("gpus") if str(gpu).isdigit()]
+    else:
+        values["gpus"] = [int(gpu) for gpu in request.query_params.getlist("gpus") if gpu.isdigit()]
+    port = str(values.get("port") or "").strip()
+    if port and not port.isdigit():
+        raise InvalidInput(f"port: {port!r} is not a whole number")
+    values["port"] = int(port) if port else None
+    return values
+
+
+async def launch_context(runtime: Any, db: Any, user: str, choice: dict[str, Any]) -> dict[str, Any]:
+    active = await presets.list_presets(db)
+    hosts = [host.name for host in runtime.ssh]
+    preset_name = choice.get("preset") or (active[0].name if active else "")
+    host_name = choice.get("host") or (hosts[0] if hosts else "")
+    overview = await host_overview(runtime.ssh.get(host_name)) if host_name in hosts else None
+    preset = next((p for p in active if p.name == preset_name), None)
+    return {
+        "user": user,
+        "presets": active,
+        "hosts": hosts,
+        "preset": preset,
+        "command": shlex.join(presets.command_argv(presets.latest(preset))) if preset else "",
+        "choice": {**choice, "preset": preset_name, "host": host_name, "gpus": choice.get("gpus") or [0]},
+        "overview": overview,
+        "preflight": None,
+        "error": None,
+    }
+
+
+@router.get("/launch", response_class=HTMLResponse)
+async def launch_form(request: Request, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
+    context = await launch_context(runtime, db, user, await launch_choice(request))
+    return render(request, "launch.html", context, block="launch_form")
+
+
+@router.post("/launch/preflight", response_class=HTMLResponse)
+async def launch_preflight(request: Request, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
+    choice = await launch_choice(request)
+    context = await launch_context(runtime, db, user, choice)
+    try:
+        context["preflight"] = await runtime.attempts.preflight(
+            db, preset=choice["preset"], host=choice["host"], gpus=choice["gpus"], port=choice["port"]
+        )
+    except (InvalidInput, HostError) as exc:
+        context["error"] = str(exc)
+    return render(request, "launch.html", context, block="preflight")
+
+
+@router.post("/launch", response_class=HTMLResponse)
+async def launch(request: Request, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
+    choice = await launch_choice(request)
+    override = choice.get("override_reason", "").strip() if choice.get("override") else ""
+    try:
+        attempt = await runtime.attempts.launch(
+            db,
+            preset=choice.get("preset", ""),
+            host=choice.get("host", ""),
+            gpus=choice["gpus"],
+            port=choice["port"],
+            override_reason=override,
+            actor=user,
+        )
+    except LaunchdeckError as exc:
+        context = await launch_context(runtime, db, user, choice)
+        context["error"] = str(exc)
+        return render(request, "launch.html", context, status_code=422)
+    return RedirectResponse(f"/attempts/{attempt.id}", status_code=303)
+
+
+@router.get("/attempts", response_class=HTMLResponse)
+async def attempts_page(
+    request: Request,
+    runtime: RuntimeDep,
+    db: DbSession,
+    user: PageUser,
+    host: str = "",
+    preset: str = "",
+    status: str = "",
+    before: int | None = None,
+) -> Response:
+    rows = await attempts.list_attempts(
+        db, host=host or None, preset=preset or None, status=status or None, before=before, limit=PAGE_SIZE + 1
+    )
+    context = {
+        "user": user,
+        "attempts": rows[:PAGE_SIZE],
+        "older": rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None,
+        "filters": {"host": host, "preset": preset, "status": status},
+        "hosts": [h.name for h in runtime.ssh],
+        "presets": [p.name for p in await presets.list_presets(db)],
+        "statuses": attempts.STATUSES,
+    }
+    return render(request, "attempts.html", context, block="attempt_list")
+
+
+@router.get("/attempts/{attempt_id}", response_class=HTMLResponse)
+async def attempt_page(request: Request, attempt_id: int, db: DbSession, user: PageUser) -> Response:
+    attempt = await attempts.load_attempt(db, attempt_id)
+    context = {
+        "user": user,
+        "attempt": attempt,
+        "active": attempt.status in attempts.ACTIVE,
+        "stages": attempts.durations(attempt),
+        "time_to_ready": attempts.time_to_ready(attempt),
+        "command": shlex.join(attempt.argv),
+    }
+    return render(request, "attempt.html", context, block="attempt_status")
+
+
+@router.post("/attempts/{attempt_id}/stop")
+async def stop_attempt(attempt_id: int, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
+    attempt = await attempts.load_attempt(db, attempt_id)
+    await runtime.attempts.stop(db, attempt, actor=user)
+    return RedirectResponse(f"/attempts/{attempt_id}", status_code=303)
+
+
+@router.get("/audit", response_class=HTMLResponse)
+async def audit_page(request: Request, db: DbSession, user: PageUser, before: int | None = None) -> Response:
+    query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(101)
+    if before:
+        query = query.where(AuditEvent.id < before)
+    events = list((await db.scalars(query)).all())
+    context = {"user": user, "events": events[:100], "older": events[99].id if len(events) > 100 else None}
+    return render(request, "audit.html", context)

@@ -1,0 +1,163 @@
+"""Preset pages: list, editor with the rendered command, revision history and diffs."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from app.db.models import Preset
+from app.errors import InvalidInput
+from app.launch import presets
+from app.web.deps import DbSession, PageUser
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """KEY=VALUE, one per line; blank lines ignored."""
+    env = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        name, equals, value = line.partition("=")
+        if not equals:
+            raise InvalidInput(f"env: line {number} ({line.strip()!r}) is not NAME=VALUE")
+        env[name.strip()] = value
+    return env
+
+
+async def preset_input(request: Request, name: str) -> presets.PresetInput:
+    form = await request.form()
+    values = {key: str(value) for key, value in form.items()}
+    try:
+        port = int(values.get("port") or 30000)
+    except ValueError:
+        raise InvalidInput(f"port: {values.get('port')!r} is not a whole number") from None
+    return presets.PresetInput(
+        name=name,
+        description=values.get("description", ""),
+        model_path=values.get("model_path", ""),
+        launcher=values.get("launcher", presets.LAUNCHERS[0]),
+        python=values.get("python", "python3"),
+        port=port,
+        env=parse_env(values.get("env", "")),
+        args=presets.args_from_form(values, values.get("extra_args", "")),
+    )
+
+
+def editor_context(data: presets.PresetInput | None, error: str | None = None) -> dict[str, Any]:
+    if data is None:
+        data = presets.PresetInput(name="", model_path="")
+    fields, extra = presets.form_from_args(data.args)
+    return {
+        "data": data,
+        "fields": fields,
+        "extra_args": extra,
+        "env_text": "\n".join(f"{k}={v}" for k, v in data.env.items()),
+        "flags": presets.FLAGS,
+        "launchers": presets.LAUNCHERS,
+        "error": error,
+    }
+
+
+def input_of(preset: Preset) -> presets.PresetInput:
+    return presets.PresetInput(
+        name=preset.name, description=preset.description, **presets.revision_fields(presets.latest(preset))
+    )
+
+
+@router.get("/presets", response_class=HTMLResponse)
+async def presets_page(request: Request, db: DbSession, user: PageUser, archived: bool = False) -> Response:
+    rows = await presets.list_presets(db, archived=archived)
+    return render(request, "presets.html", {"user": user, "presets": rows, "archived": archived})
+
+
+@router.get("/presets/new", response_class=HTMLResponse)
+async def new_preset_form(request: Request, user: PageUser) -> Response:
+    return render(request, "preset_new.html", {"user": user, **editor_context(None)})
+
+
+@router.post("/presets", response_class=HTMLResponse)
+async def create_preset(request: Request, db: DbSession, user: PageUser) -> Response:
+    form = await request.form()
+    name = str(form.get("name", "")).strip()
+    data = None
+    try:
+        data = await preset_input(request, name)
+        await presets.create_preset(db, data, actor=user)
+    except InvalidInput as exc:
+        context = {"user": user, **editor_context(data, str(exc))}
+        context["data"].name = name
+        return render(request, "preset_new.html", context, status_code=422)
+    return RedirectResponse(f"/presets/{name}", status_code=303)
+
+
+@router.get("/presets/{name}", response_class=HTMLResponse)
+async def preset_page(
+    request: Request,
+    name: str,
+    db: DbSession,
+    user: PageUser,
+    a: int | None = None,
+    b: int | None = None,
+    saved: str | None = None,
+) -> Response:
+    preset = await presets.get_preset(db, name)
+    context = preset_context(preset, user, input_of(preset), a=a, b=b, saved=saved)
+    return render(request, "preset.html", context, block="diff")
+
+
+def preset_context(
+    preset: Preset, user: str, data: presets.PresetInput, *, error: str | None = None, a: int | None = None,
+    b: int | None = None, saved: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    current = presets.latest(preset)
+    a = a or max(1, current.number - 1)
+    b = b or current.number
+    changes = presets.diff_revisions(presets.revision_of(preset, a), presets.revision_of(preset, b))
+    return {
+        "user": user,
+        "preset": preset,
+        "current": current,
+        "command": shlex.join(presets.command_argv(current)),
+        "revisions": list(reversed(preset.revisions)),
+        "diff": {"a": a, "b": b, "changes": changes},
+        "saved": saved,
+        **editor_context(data, error),
+    }
+
+
+@router.post("/presets/{name}", response_class=HTMLResponse)
+async def save_preset(request: Request, name: str, db: DbSession, user: PageUser) -> Response:
+    preset = await presets.get_preset(db, name)
+    data = None
+    try:
+        data = await preset_input(request, name)
+        revision = await presets.save_preset(db, preset, data, actor=user)
+    except InvalidInput as exc:
+        context = preset_context(preset, user, data or input_of(preset), error=str(exc))
+        return render(request, "preset.html", context, status_code=422)
+    return RedirectResponse(f"/presets/{name}?saved={revision.number if revision else 'unchanged'}", status_code=303)
+
+
+@router.post("/presets/{name}/clone")
+async def clone_preset(request: Request, name: str, db: DbSession, user: PageUser) -> Response:
+    new_name = str((await request.form()).get("new_name", "")).strip()
+    preset = await presets.get_preset(db, name)
+    try:
+        await presets.clone_preset(db, preset, new_name, actor=user)
+    except InvalidInput as exc:
+        context = preset_context(preset, user, input_of(preset), error=f"clone: {exc}")
+        return render(request, "preset.html", context, status_code=422)
+    return RedirectResponse(f"/presets/{new_name}", status_code=303)
+
+
+@router.post("/presets/{name}/archive")
+async def archive_preset(request: Request, name: str, db: DbSession, user: PageUser) -> Response:
+    restore = (await request.form()).get("restore") == "1"
+    await presets.archive_preset(db, await presets.get_preset(db, name), actor=user, archived=not restore)
+    return RedirectResponse(f"/presets/{name}", status_code=303)

@@ -1,0 +1,109 @@
+"""Preset, launch, attempt and audit pages as plain HTTP forms (what works without JavaScript)."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+
+from fastapi import FastAPI
+from httpx import AsyncClient
+
+from app.launch.attempts import Pace
+from tests.support import free_port
+from tests.test_pages import csrf_from, log_in
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+async def test_preset_editor_creates_validates_revises_and_diffs(app_client: AsyncClient) -> None:
+    csrf = await log_in(app_client)
+    form = {"csrf_token": csrf, "name": "llama", "model_path": LLAMA, "port": "31000", "tp_size": "1", "env": ""}
+    bad = await app_client.post("/presets", data={**form, "tp_size": "one"})
+    assert bad.status_code == 422
+    assert "tp_size: &#39;one&#39; is not a whole number" in bad.text
+    assert 'value="llama"' in bad.text  # what was typed is kept
+    created = await app_client.post("/presets", data=form)
+    assert created.status_code == 303 and created.headers["location"] == "/presets/llama"
+
+    edit = {**form, "tp_size": "2", "disable_radix_cache": "on", "extra_args": "--served-model-name 'my model'",
+            "env": "HF_HUB_OFFLINE=1"}  # fmt: skip
+    saved = await app_client.post("/presets/llama", data=edit)
+    assert saved.headers["location"] == "/presets/llama?saved=2"
+    page = html.unescape((await app_client.get(saved.headers["location"])).text)
+    assert "Saved as revision 2." in page
+    assert (
+        f"python3 -m sglang.launch_server --model-path {LLAMA} --port 31000 --tp-size 2 --disable-radix-cache "
+        "--served-model-name 'my model'" in page
+    )
+    diff = html.unescape((await app_client.get("/presets/llama", params={"a": 1, "b": 2})).text)
+    assert re.search(r"<code>--tp-size</code></td><td class=\"before\">1</td><td class=\"after\">2</td>", diff)
+    assert re.search(r"<code>env HF_HUB_OFFLINE</code></td><td class=\"before\">\(unset\)</td>", diff)
+    fragment = await app_client.get("/presets/llama", params={"a": 2, "b": 2}, headers={"HX-Request": "true"})
+    assert fragment.text.strip().startswith('<div id="diff">') and "are the same" in fragment.text
+
+    unchanged = await app_client.post("/presets/llama", data=edit)
+    assert unchanged.headers["location"] == "/presets/llama?saved=unchanged"
+    cloned = await app_client.post("/presets/llama/clone", data={"csrf_token": csrf, "new_name": "llama-2"})
+    assert cloned.headers["location"] == "/presets/llama-2"
+    listing = (await app_client.get("/presets")).text
+    assert 'data-preset="llama"' in listing and 'data-preset="llama-2"' in listing
+    await app_client.post("/presets/llama-2/archive", data={"csrf_token": csrf})
+    assert 'data-preset="llama-2"' not in (await app_client.get("/presets")).text
+    assert 'data-preset="llama-2"' in (await app_client.get("/presets?archived=true")).text
+
+
+async def test_forms_without_csrf_token_are_refused(app_client: AsyncClient) -> None:
+    await log_in(app_client)
+    response = await app_client.post("/presets", data={"name": "x", "model_path": LLAMA})
+    assert response.status_code == 403
+    assert (
+        await app_client.get("/api/presets", headers={"Authorization": "Bearer test-token-0123456789"})
+    ).json() == []
+
+
+async def test_launch_form_checks_launches_and_stops(app_client: AsyncClient, running_app: FastAPI) -> None:
+    running_app.state.runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
+    csrf = await log_in(app_client)
+    await app_client.post("/presets", data={"csrf_token": csrf, "name": "llama", "model_path": LLAMA, "port": "30000"})
+    form = await app_client.get("/launch", params={"preset": "llama", "host": "rtxpro-01"})
+    assert form.text.count('name="gpus"') == 4 and "GPU 3 · 95.1 GiB free of 95.6" in form.text
+    choice = {"csrf_token": csrf, "preset": "llama", "host": "rtxpro-01", "gpus": ["2"], "port": str(free_port())}
+    checked = await app_client.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})
+    assert checked.text.strip().startswith('<div id="preflight">')
+    assert re.search(r'data-check="memory">\s*<td>memory</td><td>✓ enough free memory', checked.text)
+
+    launched = await app_client.post("/launch", data=choice)
+    assert launched.status_code == 303
+    attempt_url = launched.headers["location"]
+    for _ in range(300):
+        status_html = (await app_client.get(attempt_url, headers={"HX-Request": "true"})).text
+        if 'id="status">ready<' in status_html:
+            break
+        await asyncio.sleep(0.1)
+    assert 'id="status">ready<' in status_html and 'data-stage="cuda graphs"' in status_html
+    attempts = (await app_client.get("/attempts", params={"host": "rtxpro-01", "status": "ready"})).text
+    assert f'href="{attempt_url}"' in attempts
+    assert "No attempts match these filters" in (await app_client.get("/attempts?status=lost")).text
+
+    stopped = await app_client.post(f"{attempt_url}/stop", data={"csrf_token": csrf})
+    assert stopped.status_code == 303
+    for _ in range(100):
+        if 'id="status">stopped<' in (await app_client.get(attempt_url)).text:
+            break
+        await asyncio.sleep(0.1)
+    page = (await app_client.get(attempt_url)).text
+    assert 'id="status">stopped<' in page and "exit code 143" in page
+    audit = (await app_client.get("/audit")).text
+    attempt_target = attempt_url.removeprefix("/attempts/")
+    assert f">attempt {attempt_target}</a>" in audit and "<td>stop</td>" in audit and "<td>launch</td>" in audit
+
+
+async def test_launch_form_keeps_the_choice_and_says_what_is_wrong(app_client: AsyncClient) -> None:
+    csrf = await log_in(app_client)
+    response = await app_client.post(
+        "/launch", data={"csrf_token": csrf, "preset": "missing", "host": "rtxpro-01", "gpus": ["1"]}
+    )
+    assert response.status_code == 422
+    assert "no preset named &#39;missing&#39;" in response.text
+    assert csrf_from(response.text) == csrf
