@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -26,7 +27,7 @@ from app.launch.attempts import ACTIVE, Pace
 from app.ssh import HostConnection, HostSpec, render_hosts
 from app.web.app import create_app
 from tests.conftest import TOKEN, make_settings
-from tests.support import free_port
+from tests.support import Relay, free_port
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -313,3 +314,76 @@ async def test_cli_launches_follows_and_lists(api: AsyncClient, running_app: Fas
     finally:
         server.should_exit = True
         await serving
+
+
+async def test_scheduler_that_stops_answering_makes_a_ready_server_unhealthy(
+    api: AsyncClient, running_app: FastAPI
+) -> None:
+    attempt = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [1]), FINAL)
+    assert attempt["status"] == "ready"
+    host = running_app.state.runtime.ssh.get("rtxpro-01")
+    await host.run(["touch", f"{attempt['remote_dir']}/sim-fault"])  # the simulator's zombie switch
+    unhealthy = await wait_for(api, attempt["id"], {"unhealthy"})
+    assert unhealthy["error"] == "health check failed" and unhealthy["stages"][-1]["stage"] == "unhealthy"
+
+
+async def test_ranks_left_by_a_killed_server_are_found_and_stopped(api: AsyncClient, running_app: FastAPI) -> None:
+    host = running_app.state.runtime.ssh.get("rtxpro-01")
+    attempt = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [3]), FINAL)
+    processes = await host.run(["ps", "-o", "pid=,args=", "-g", str(attempt["pgid"])])
+    main = next(line.split()[0] for line in processes.stdout.decode().splitlines() if "launch_server" in line)
+    await host.run(["kill", "-KILL", main])
+    dead = await wait_for(api, attempt["id"], {"failed", "lost"})
+    assert dead["status"] == "failed" and dead["exit_code"] == 137
+
+    check = (await api.post("/api/preflight", json={"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [3]})).json()
+    stale = next(c for c in check["checks"] if c["name"] == "processes")
+    assert [(p["name"], p["attempt"]) for p in stale["detail"]["processes"]] == [("sglang::scheduler", attempt["id"])]
+    assert (await api.post(f"/api/attempts/{attempt['id']}/stop")).status_code == 202
+    await wait_until_free(host, [3])
+    check = (await api.post("/api/preflight", json={"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [3]})).json()
+    assert not check["blocked"]
+
+
+async def test_attempt_on_a_host_offline_at_start_up_is_reconciled_when_it_returns(
+    tmp_path: Path, sim_specs: list[HostSpec]
+) -> None:
+    rtx = next(spec for spec in sim_specs if spec.name == "rtxpro-01")
+    relay, port = Relay(rtx.port or 22), free_port()
+    prefix = f"[127.0.0.1]:{rtx.port} "
+    key = next(line.removeprefix(prefix) for line in Path(rtx.known_hosts or "").read_text().splitlines()
+               if line.startswith(prefix))  # fmt: skip
+    (tmp_path / "relay_known_hosts").write_text(f"[127.0.0.1]:{port} {key}\n")
+    through_relay = dataclasses.replace(rtx, port=port, known_hosts=str(tmp_path / "relay_known_hosts"))
+    settings = make_settings(tmp_path, [through_relay], ssh_connect_timeout=1.0)
+    preset = {"name": "slow", "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+              "env": {"LAUNCHDECK_SIM_TIME_SCALE": "0.1"}}  # fmt: skip
+
+    await relay.start(port)
+    first = create_app(settings)
+    async with first.router.lifespan_context(first):
+        first.state.runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
+        async with AsyncClient(transport=ASGITransport(app=first), base_url="http://t", headers=AUTH) as api:
+            await first.state.runtime.ssh.get("rtxpro-01").wait_online(10)
+            await api.post("/api/presets", json=preset)
+            attempt_id = await launch(api, "slow", "rtxpro-01", [2])
+            await wait_for(api, attempt_id, {"loading"})
+    await relay.close()  # the dashboard stops, and comes back while the host is unreachable
+
+    second = create_app(settings)
+    async with second.router.lifespan_context(second):
+        runtime = second.state.runtime
+        runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
+        async with AsyncClient(transport=ASGITransport(app=second), base_url="http://t", headers=AUTH) as api:
+            await asyncio.sleep(1)
+            assert runtime.ssh.get("rtxpro-01").status.state.value != "online"
+            assert (await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "loading"
+            relay = Relay(rtx.port or 22)
+            await relay.start(port)
+            try:
+                attempt = await wait_for(api, attempt_id, FINAL, timeout=60)
+                assert attempt["status"] == "ready", attempt
+                await api.post(f"/api/attempts/{attempt_id}/stop")
+                assert (await wait_for(api, attempt_id, {"stopped", "failed"}))["status"] == "stopped"
+            finally:
+                await relay.close()

@@ -86,6 +86,10 @@ async def test_launch_form_checks_launches_and_stops(app_client: AsyncClient, ru
     assert f'href="{attempt_url}"' in attempts
     assert "No attempts match these filters" in (await app_client.get("/attempts?status=lost")).text
 
+    attempt_number = attempt_url.removeprefix("/attempts/")
+    busy = await app_client.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})
+    assert f'from <a href="/attempts/{attempt_number}">attempt {attempt_number}</a>' in busy.text
+    assert f'formaction="/attempts/{attempt_number}/stop"' in busy.text
     stopped = await app_client.post(f"{attempt_url}/stop", data={"csrf_token": csrf})
     assert stopped.status_code == 303
     for _ in range(100):
@@ -95,8 +99,7 @@ async def test_launch_form_checks_launches_and_stops(app_client: AsyncClient, ru
     page = (await app_client.get(attempt_url)).text
     assert 'id="status">stopped<' in page and "exit code 143" in page
     audit = (await app_client.get("/audit")).text
-    attempt_target = attempt_url.removeprefix("/attempts/")
-    assert f">attempt {attempt_target}</a>" in audit and "<td>stop</td>" in audit and "<td>launch</td>" in audit
+    assert f">attempt {attempt_number}</a>" in audit and "<td>stop</td>" in audit and "<td>launch</td>" in audit
 
 
 async def test_launch_form_keeps_the_choice_and_says_what_is_wrong(app_client: AsyncClient) -> None:
