@@ -121,6 +121,7 @@ class AttemptService:
             port=port,
             launched_by=actor,
             override_reason=override_reason.strip(),
+            stage="pending",
             stages=[{"stage": "pending", "at": utcnow().isoformat()}],
         )
         session.add(attempt)

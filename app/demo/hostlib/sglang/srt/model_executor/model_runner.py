@@ -213,7 +213,7 @@ class CudaGraphRunner:
         try:
             self.capture()
         except OutOfMemoryError as e:
-            raise Exception(f"Capture cuda graph failed: {e}\n{CUDA_GRAPH_CAPTURE_FAILED_MSG}")  # noqa: B904
+            raise Exception(f"Capture cuda graph failed: {e}\n{CUDA_GRAPH_CAPTURE_FAILED_MSG}")
 
     def graph_bytes(self, bs: int) -> int:
         """Memory one captured batch size keeps in the graph pool: activations and fp32 logits for every
