@@ -121,6 +121,10 @@ async def running_app(tmp_path: Path, sim_specs: list[HostSpec]) -> AsyncIterato
     async with app.router.lifespan_context(app):
         for host in app.state.runtime.ssh:
             await host.wait_online(10)
+        for _ in range(100):  # the GPU probes' first readings
+            if all(gpus.snapshot for gpus in app.state.runtime.gpus.hosts.values()):
+                break
+            await asyncio.sleep(0.1)
         yield app
 
 

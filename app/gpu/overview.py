@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.errors import HostError
+from app.gpu.monitor import HostGpus
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
-from app.ssh import HostConnection, HostState, HostStatus, SSHManager
+from app.gpu.probe import GpuProcess
+from app.ssh import HostConnection, HostState, HostStatus
 
 # The hosts list must answer quickly even when a host hangs.
 GPU_QUERY_TIMEOUT = 1.5
@@ -39,5 +42,99 @@ async def host_overview(host: HostConnection) -> HostOverview:
     return HostOverview(host.name, host.spec.labels, host.status, gpus, error)
 
 
-async def hosts_overview(ssh: SSHManager) -> list[HostOverview]:
-    return list(await asyncio.gather(*(host_overview(host) for host in ssh)))
+async def current_overview(host: HostConnection, gpus: HostGpus, max_age: float) -> HostOverview:
+    """From the probe's latest reading when it is fresh; otherwise asks nvidia-smi now."""
+    if host.status.state is HostState.ONLINE and gpus.fresh(max_age) and gpus.snapshot is not None:
+        memory = [
+            GpuMemory(g.index, g.name, g.memory_total_mib, g.memory_used_mib, g.memory_free_mib)
+            for g in gpus.snapshot.gpus
+            if not g.error
+        ]
+        return HostOverview(host.name, host.spec.labels, host.status, memory, gpus.message or None)
+    return await host_overview(host)
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    gpu: int
+    pid: int
+    used_mib: int | None
+    command: str
+    owner: str  # attempt | stale | untracked | other
+    attempt_id: int | None = None
+    attempt_status: str = ""
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    name: str
+    total_mib: int | None
+    used_mib: int | None
+    free_mib: int | None
+    ours_mib: int
+    others_mib: int
+    error: str | None
+    sparkline: str  # SVG polyline points over the last 30 minutes, used memory against total
+
+    def share(self, mib: int | None) -> float:
+        return 100 * (mib or 0) / self.total_mib if self.total_mib else 0.0
+
+
+@dataclass(frozen=True)
+class HostView:
+    name: str
+    labels: tuple[str, ...]
+    status: HostStatus
+    probe_state: str
+    probe_message: str
+    source: str
+    gpus: list[GpuView]
+    processes: list[ProcessView]
+
+
+ACTIVE_STATUSES = frozenset({"pending", "uploading", "starting", "loading", "ready", "unhealthy"})
+ATTEMPT_DIR_MARK = "/.launchdeck/attempts/"
+
+
+def classify(process: GpuProcess, owners: dict[int, tuple[int, str]]) -> ProcessView:
+    """Whose a GPU process is: a running attempt's, a finished attempt's left behind (stale), one
+    launchdeck started but no longer tracks (its working directory is an attempt's), or another's."""
+    owner = owners.get(process.pgid) if process.pgid is not None else None
+    base = (process.gpu, process.pid, process.used_mib, process.command)
+    if owner is not None:
+        attempt_id, status = owner
+        return ProcessView(*base, "attempt" if status in ACTIVE_STATUSES else "stale", attempt_id, status)
+    if ATTEMPT_DIR_MARK in process.cwd + "/":
+        return ProcessView(*base, "untracked")
+    return ProcessView(*base, "other")
+
+
+def sparkline(points: Iterable[tuple[float, int, int]], now: float, span: float = 1800.0) -> str:
+    return " ".join(
+        f"{100 * (1 - (now - at) / span):.1f},{20 - 20 * used / total:.1f}" for at, used, total in points if total
+    )
+
+
+def host_view(host: HostConnection, gpus: HostGpus, owners: dict[int, tuple[int, str]]) -> HostView:
+    snapshot = gpus.snapshot
+    processes = [classify(p, owners) for p in snapshot.processes] if snapshot else []
+    views = []
+    for gpu in snapshot.gpus if snapshot else []:
+        mine = [p for p in processes if p.gpu == gpu.index]
+        ours = sum(p.used_mib or 0 for p in mine if p.owner == "attempt")
+        others = max(0, (gpu.memory_used_mib or 0) - ours)
+        views.append(
+            GpuView(
+                index=gpu.index,
+                name=gpu.name,
+                total_mib=gpu.memory_total_mib,
+                used_mib=gpu.memory_used_mib,
+                free_mib=gpu.memory_free_mib,
+                ours_mib=ours,
+                others_mib=others,
+                error=gpu.error,
+                sparkline=sparkline(gpus.history.get(gpu.index, ()), snapshot.taken_at if snapshot else 0),
+            )
+        )
+    return HostView(host.name, host.spec.labels, host.status, gpus.state, gpus.message, gpus.source, views, processes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -64,9 +65,12 @@ class AttemptService:
         *,
         stop_grace: float = 15.0,
         pace: Pace | None = None,
+        gpu_snapshot: Callable[[str], dict[str, Any]] | None = None,
     ):
         self.sessions = sessions
         self.ssh = ssh
+        # The host's latest GPU readings, stored with an attempt at launch and when it fails.
+        self.gpu_snapshot = gpu_snapshot or (lambda host: {})
         self.stop_grace = stop_grace
         self.pace = pace or Pace()
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -162,6 +166,20 @@ class AttemptService:
         if attempt.status in ACTIVE:
             self._follow(attempt.id)
 
+    async def stop_untracked(self, session: AsyncSession, *, host: str, pid: int, actor: str) -> None:
+        """Stops a process launchdeck started but no longer tracks (its working directory is an
+        attempt's directory on the host), with its process group. Refuses any other process."""
+        connection = self.ssh.get(host)
+        found = await connection.run(["sh", "-c", remote.PROCESS_ORIGIN, "sh", str(pid)], check=False)
+        cwd, _, pgid = found.stdout.decode(errors="replace").strip().rpartition(" ")
+        if found.exit_status != 0 or f"/{remote.ATTEMPTS_DIR}/" not in cwd + "/" or not pgid.isdigit():
+            raise InvalidInput(f"pid {pid} on {host} was not started by launchdeck (or has exited); not stopping it")
+        await audit.record(session, actor=actor, action="stop-process", target=f"{host} pid {pid}", detail={"cwd": cwd})
+        await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", pgid], check=False)
+        task = asyncio.create_task(self._kill_after_grace(connection, int(pgid)))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _kill_after_grace(self, connection: HostConnection, pgid: int) -> None:
         for _ in range(int(self.stop_grace * 10)):
             if not await self._group_alive(connection, pgid):
@@ -211,7 +229,7 @@ class AttemptService:
             gpus, port, script = list(attempt.gpus), attempt.port, attempt.script
             directory, override = attempt.remote_dir, attempt.override_reason
         preflight = await _check_revision(connection, revision, gpus=gpus, port=port, owners=owners)
-        snapshot = {row["gpu"]: row for check in preflight.checks for row in check.detail.get("gpus", [])}
+        snapshot = {"at_launch": self.gpu_snapshot(connection.name)}
         await self._update(
             attempt_id, preflight=preflight.as_dict(), effective_args=preflight.effective_args, gpu_snapshot=snapshot
         )
@@ -353,15 +371,20 @@ class _Follower:
 
     async def _finish_process(self, probe: Any) -> None:
         async with self.service.sessions() as session:
-            attempt = await session.get(Attempt, self.attempt_id)
-            assert attempt is not None
+            attempt = await load_attempt(session, self.attempt_id)
             stop_requested = attempt.stop_requested_at is not None
+            snapshot_at_launch, host_name = dict(attempt.gpu_snapshot), attempt.host.name
         if stop_requested:
             await self._finish("stopped", exit_code=probe.exit_code)
         elif probe.exit_code is None:
             await self._finish("lost", error="the server's process is gone and left no exit status")
         else:
-            await self._finish("failed", exit_code=probe.exit_code, error=f"the server exited with {probe.exit_code}")
+            await self._finish(
+                "failed",
+                exit_code=probe.exit_code,
+                error=f"the server exited with {probe.exit_code}",
+                gpu_snapshot={**snapshot_at_launch, "at_failure": self.service.gpu_snapshot(host_name)},
+            )
 
     async def _finish(self, status: str, **changes: Any) -> None:
         await self.service._stage(self.attempt_id, status, status=status, ended_at=utcnow(), **changes)
@@ -394,6 +417,16 @@ async def _owners(session: AsyncSession, host_id: int) -> dict[int, int]:
         select(Attempt.pgid, Attempt.id).where(Attempt.host_id == host_id, Attempt.pgid.is_not(None))
     )
     return {pgid: attempt_id for pgid, attempt_id in rows.all() if pgid is not None}
+
+
+async def process_owners(session: AsyncSession, host_name: str) -> dict[int, tuple[int, str]]:
+    """Process groups of the host's attempts: pgid -> (attempt id, status)."""
+    rows = await session.execute(
+        select(Attempt.pgid, Attempt.id, Attempt.status)
+        .join(Host, Attempt.host_id == Host.id)
+        .where(Host.name == host_name, Attempt.pgid.is_not(None))
+    )
+    return {pgid: (attempt_id, status) for pgid, attempt_id, status in rows.all() if pgid is not None}
 
 
 async def load_attempt(session: AsyncSession, attempt_id: int) -> Attempt:

@@ -69,6 +69,9 @@ echo "log=$(wc -c < server.log 2>/dev/null || echo 0)"
 if [ -n "$pid" ]; then echo "group=$(ps -o stat= -g "$pid" 2>/dev/null | grep -vc '^Z')"; fi
 """
 
+# $1: pid. Prints the process's working directory and its process group, or exits 1.
+PROCESS_ORIGIN = 'cwd=$(readlink "/proc/$1/cwd") && pgid=$(ps -o pgid= -p "$1") && echo "$cwd" $pgid'
+
 # $1: signal name, $2: process group id. Exits 0 when a process got the signal.
 SIGNAL_GROUP = 'env kill -s "$1" -- "-$2" 2>/dev/null'
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from app.gpu.overview import HostOverview, host_overview, hosts_overview
+from app.gpu.overview import HostOverview, current_overview
 from app.web.deps import ApiUser, HostDep, RuntimeDep
 
 router = APIRouter(prefix="/api")
+FRESH = 5.0  # seconds a GPU probe reading is served as current
 
 
 class Health(BaseModel):
@@ -57,9 +59,10 @@ async def health(runtime: RuntimeDep) -> Health:
 @router.get("/hosts")
 async def list_hosts(runtime: RuntimeDep, _user: ApiUser) -> list[HostPublic]:
     """Every configured host with its connection state and per-GPU memory from nvidia-smi."""
-    return [HostPublic.from_overview(overview) for overview in await hosts_overview(runtime.ssh)]
+    overviews = await asyncio.gather(*(current_overview(h, runtime.gpus.hosts[h.name], FRESH) for h in runtime.ssh))
+    return [HostPublic.from_overview(overview) for overview in overviews]
 
 
 @router.get("/hosts/{name}")
-async def get_host(host: HostDep, _user: ApiUser) -> HostPublic:
-    return HostPublic.from_overview(await host_overview(host))
+async def get_host(host: HostDep, runtime: RuntimeDep, _user: ApiUser) -> HostPublic:
+    return HostPublic.from_overview(await current_overview(host, runtime.gpus.hosts[host.name], FRESH))

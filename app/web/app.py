@@ -14,10 +14,11 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from app import credentials, db
 from app.config import Settings
+from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.ssh import SSHManager, SSHOptions, load_hosts_file
 from app.ssh.registry import register_hosts
-from app.web import api, api_attempts, api_presets, attempt_pages, pages, preset_pages
+from app.web import api, api_attempts, api_presets, attempt_pages, host_pages, pages, preset_pages
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
 
@@ -62,7 +63,9 @@ def create_app(settings: Settings) -> FastAPI:
         )
         ssh = SSHManager(specs, options)
         ssh.start()
-        attempts = AttemptService(sessions, ssh, stop_grace=settings.stop_grace_seconds)
+        gpus = GpuMonitor(sessions, ssh)
+        gpus.start()
+        attempts = AttemptService(sessions, ssh, stop_grace=settings.stop_grace_seconds, gpu_snapshot=gpus.snapshot_of)
         await attempts.start()
         versions = frontend_versions()
         app.state.runtime = Runtime(
@@ -71,6 +74,7 @@ def create_app(settings: Settings) -> FastAPI:
             sessions=sessions,
             ssh=ssh,
             attempts=attempts,
+            gpus=gpus,
             htmx_version=versions["htmx.org"],
             htmx_sse_version=versions["htmx-ext-sse"],
         )
@@ -79,6 +83,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             await attempts.close()
+            await gpus.close()
             await ssh.close()
             await engine.dispose()
 
@@ -111,6 +116,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api_presets.router)
     app.include_router(api_attempts.router)
     app.include_router(pages.router)
+    app.include_router(host_pages.router)
     app.include_router(preset_pages.router)
     app.include_router(attempt_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

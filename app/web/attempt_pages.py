@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from app.db.models import AuditEvent
 from app.errors import HostError, InvalidInput, LaunchdeckError
-from app.gpu.overview import host_overview
+from app.gpu.overview import current_overview
 from app.launch import attempts, presets
 from app.web.deps import DbSession, PageUser, RuntimeDep
 from app.web.templating import render
@@ -41,7 +41,9 @@ async def launch_context(runtime: Any, db: Any, user: str, choice: dict[str, Any
     hosts = [host.name for host in runtime.ssh]
     preset_name = choice.get("preset") or (active[0].name if active else "")
     host_name = choice.get("host") or (hosts[0] if hosts else "")
-    overview = await host_overview(runtime.ssh.get(host_name)) if host_name in hosts else None
+    overview = None
+    if host_name in hosts:
+        overview = await current_overview(runtime.ssh.get(host_name), runtime.gpus.hosts[host_name], 5.0)
     preset = next((p for p in active if p.name == preset_name), None)
     return {
         "user": user,

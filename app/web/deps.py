@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
 from app.credentials import fingerprint
+from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.ssh import HostConnection, SSHManager
 
@@ -28,6 +29,7 @@ class Runtime:
     sessions: async_sessionmaker[AsyncSession]
     ssh: SSHManager
     attempts: AttemptService
+    gpus: GpuMonitor
     htmx_version: str
     htmx_sse_version: str
 

@@ -9,7 +9,6 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app import audit
 from app.credentials import fingerprint
-from app.gpu.overview import hosts_overview
 from app.web.deps import DbSession, PageUser, RuntimeDep, check_csrf, session_user
 from app.web.templating import render
 
@@ -65,9 +64,3 @@ async def logout(request: Request, user: PageUser, db: DbSession) -> Response:
     await audit.record(db, actor=user, action="logout", remote_addr=request.client.host if request.client else "")
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
-
-
-@router.get("/hosts", response_class=HTMLResponse)
-async def hosts_page(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
-    overviews = await hosts_overview(runtime.ssh)
-    return render(request, "hosts.html", {"hosts": overviews, "user": user}, block="host_list")

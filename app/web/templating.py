@@ -27,24 +27,31 @@ def wants_fragment(request: Request) -> bool:
     return request.headers.get("hx-request") == "true" and request.headers.get("hx-boosted") != "true"
 
 
-def render(
-    request: Request, name: str, context: dict[str, Any], *, block: str | None = None, status_code: int = 200
-) -> HTMLResponse:
-    """Renders a page, or only `block` of it for an htmx swap."""
+def _full_context(request: Request, context: dict[str, Any]) -> dict[str, Any]:
     runtime = get_runtime(request)
-    context = {
+    return {
         "request": request,
         "csrf_token": csrf_token(request),
         "htmx_version": runtime.htmx_version,
         "htmx_sse_version": runtime.htmx_sse_version,
         **context,
     }
+
+
+def render_block(request: Request, name: str, block: str, context: dict[str, Any]) -> str:
+    """One named block of a page, as HTML (for htmx swaps and server-sent events)."""
+    template = templates.get_template(name)
+    return "".join(template.blocks[block](template.new_context(_full_context(request, context))))
+
+
+def render(
+    request: Request, name: str, context: dict[str, Any], *, block: str | None = None, status_code: int = 200
+) -> HTMLResponse:
+    """Renders a page, or only `block` of it for an htmx swap."""
     if block is not None and wants_fragment(request):
-        template = templates.get_template(name)
-        html = "".join(template.blocks[block](template.new_context(context)))
-        response = HTMLResponse(html, status_code=status_code)
+        response = HTMLResponse(render_block(request, name, block, context), status_code=status_code)
     else:
-        response = templates.TemplateResponse(request, name, context, status_code=status_code)
+        response = templates.TemplateResponse(request, name, _full_context(request, context), status_code=status_code)
     response.headers["Vary"] = "HX-Request, HX-Boosted"
     response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
     return response

@@ -1,0 +1,251 @@
+"""Every host's GPUs, live: one streaming probe per host, restarted with backoff when it dies or
+hangs, its readings kept in memory for the views and sampled into the database for history."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.clock import utcnow
+from app.db.models import GpuSample, Host
+from app.errors import HostError
+from app.gpu.probe import NVML_PROBE, SMI_PROBE, ProbeUnavailable, Snapshot, parse_nvml_line, parse_smi_block
+from app.ssh import HostConnection, SSHManager
+
+log = logging.getLogger(__name__)
+
+BACKOFF_MAX = 30.0
+HISTORY = timedelta(minutes=30)  # kept in memory for sparklines
+RECENT = timedelta(hours=1)  # every stored sample is kept this long, then one per minute
+RETENTION = timedelta(days=7)
+
+
+@dataclass
+class HostGpus:
+    """What the views show for one host's GPUs."""
+
+    name: str
+    state: str = "starting"  # starting | ok | degraded | no-gpus
+    message: str = ""
+    source: str = ""  # nvml | nvidia-smi
+    snapshot: Snapshot | None = None
+    since: datetime = field(default_factory=utcnow)
+    history: dict[int, deque[tuple[float, int, int]]] = field(default_factory=dict)
+
+    def fresh(self, max_age: float) -> bool:
+        return self.snapshot is not None and time.time() - self.snapshot.taken_at <= max_age
+
+
+class GpuMonitor:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        ssh: SSHManager,
+        *,
+        interval: float = 1.0,
+        sample_every: float = 10.0,
+    ):
+        self.sessions = sessions
+        self.ssh = ssh
+        self.interval = interval
+        self.sample_every = sample_every
+        self.hosts = {host.name: HostGpus(host.name) for host in ssh}
+        self.version = 0
+        self._changed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pruned_until = utcnow() - RETENTION
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._watch(host), name=f"gpu-{host.name}") for host in self.ssh]
+        self._tasks.append(asyncio.create_task(self._prune_forever(), name="gpu-prune"))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def changed(self, seen: int, timeout: float) -> int:
+        """Waits until the readings move past version `seen`, or `timeout`; returns the version."""
+        if self.version == seen:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
+        return self.version
+
+    def _publish(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _set(self, host: HostGpus, state: str, message: str = "") -> None:
+        if (host.state, host.message) != (state, message):
+            host.state, host.message, host.since = state, message, utcnow()
+            self._publish()
+
+    async def _watch(self, host: HostConnection) -> None:
+        status = self.hosts[host.name]
+        delay = 1.0
+        use_nvml = True
+        while True:
+            started = time.monotonic()
+            try:
+                await host.wait_online(3600)
+                await self._stream(host, status, nvml=use_nvml)
+            except ProbeUnavailable as exc:
+                if use_nvml:
+                    use_nvml = False  # this host has no usable NVML: nvidia-smi from now on
+                    log.info("%s: NVML probe unavailable (%s); using nvidia-smi", host.name, exc)
+                    continue
+                self._set(status, "no-gpus", f"no GPUs to watch: {exc}")
+                await asyncio.sleep(60)
+                continue
+            except (HostError, OSError, TimeoutError) as exc:
+                reason = str(exc).removeprefix(f"{host.name}: ") or type(exc).__name__
+                self._set(status, "degraded", f"GPU probe restarting: {reason}")
+            if time.monotonic() - started > 60:
+                delay = 1.0
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _stream(self, host: HostConnection, status: HostGpus, *, nvml: bool) -> None:
+        """Reads the probe until it ends; raises when it stops answering."""
+        if nvml:
+            argv = ["python3", "-c", NVML_PROBE, str(self.interval)]
+        else:
+            argv = ["sh", "-c", SMI_PROBE, "sh", str(self.interval)]
+        hang = max(3 * self.interval, 10.0)
+        last_sample = 0.0
+        async with host.stream(argv) as process:
+            while True:
+                snapshot = await asyncio.wait_for(self._read(process, nvml), hang)
+                status.source = "nvml" if nvml else "nvidia-smi"
+                status.snapshot = snapshot
+                self._remember(status, snapshot)
+                if not snapshot.gpus:
+                    self._set(status, "no-gpus", "this host reports no GPUs")
+                elif any(gpu.error for gpu in snapshot.gpus):
+                    lost = ", ".join(f"GPU {gpu.index}: {gpu.error}" for gpu in snapshot.gpus if gpu.error)
+                    self._set(status, "degraded", lost)
+                else:
+                    self._set(status, "ok")
+                self._publish()  # new readings, even when the state stayed the same
+                if time.monotonic() - last_sample >= self.sample_every:
+                    last_sample = time.monotonic()
+                    await self._store(host.name, snapshot)
+
+    async def _read(self, process: object, nvml: bool) -> Snapshot:
+        stdout = process.stdout  # type: ignore[attr-defined]
+        if nvml:
+            line = await stdout.readline()
+            if not line:
+                raise HostError("probe", "the GPU probe exited")
+            try:
+                return parse_nvml_line(line.decode(errors="replace"))
+            except (ValueError, KeyError) as exc:
+                raise HostError("probe", f"unreadable probe output: {exc}") from None
+        gpu_lines: list[str] = []
+        app_lines: list[str] = []
+        target = gpu_lines
+        while True:
+            raw = await stdout.readline()
+            if not raw:
+                text = "".join(gpu_lines).strip()
+                if "not found" in text:
+                    raise ProbeUnavailable(text)
+                raise HostError("probe", "the nvidia-smi loop exited")
+            line = raw.decode(errors="replace")
+            if line.strip() == "--apps--":
+                target = app_lines
+            elif line.strip() == "--end--":
+                return parse_smi_block("".join(gpu_lines), "".join(app_lines), time.time())
+            else:
+                target.append(line)
+
+    def _remember(self, status: HostGpus, snapshot: Snapshot) -> None:
+        cutoff = snapshot.taken_at - HISTORY.total_seconds()
+        for gpu in snapshot.gpus:
+            if gpu.memory_total_mib is None or gpu.memory_used_mib is None:
+                continue
+            points = status.history.setdefault(gpu.index, deque())
+            if not points or snapshot.taken_at - points[-1][0] >= self.sample_every / 2:
+                points.append((snapshot.taken_at, gpu.memory_used_mib, gpu.memory_total_mib))
+            while points and points[0][0] < cutoff:
+                points.popleft()
+
+    async def _store(self, host_name: str, snapshot: Snapshot) -> None:
+        async with self.sessions() as session:
+            host_id = await session.scalar(select(Host.id).where(Host.name == host_name))
+            if host_id is None:
+                return
+            taken = datetime.fromtimestamp(snapshot.taken_at, tz=utcnow().tzinfo)
+            session.add_all(
+                GpuSample(
+                    host_id=host_id,
+                    gpu_index=gpu.index,
+                    taken_at=taken,
+                    memory_total_mib=gpu.memory_total_mib or 0,
+                    memory_used_mib=gpu.memory_used_mib or 0,
+                    memory_reserved_mib=gpu.memory_reserved_mib or 0,
+                    utilization_pct=gpu.utilization_pct,
+                    temperature_c=gpu.temperature_c,
+                    power_w=gpu.power_w,
+                )
+                for gpu in snapshot.gpus
+                if not gpu.error
+            )
+            await session.commit()
+
+    async def _prune_forever(self) -> None:
+        while True:
+            try:
+                async with self.sessions() as session:
+                    self._pruned_until = await prune_samples(session, utcnow(), since=self._pruned_until)
+            except Exception:
+                log.exception("pruning GPU samples failed")
+            await asyncio.sleep(600)
+
+    def snapshot_of(self, host_name: str) -> dict[str, Any]:
+        """The host's latest GPU readings, as stored with an attempt at launch and at failure."""
+        status = self.hosts.get(host_name)
+        if status is None or status.snapshot is None:
+            return {}
+        snapshot = status.snapshot
+        return {
+            "taken_at": snapshot.taken_at,
+            "gpus": [asdict(gpu) for gpu in snapshot.gpus],
+            "processes": [asdict(process) for process in snapshot.processes],
+        }
+
+
+async def prune_samples(session: AsyncSession, now: datetime, *, since: datetime) -> datetime:
+    """Drops samples past retention and thins those older than RECENT to one per GPU and minute.
+
+    Only rows newer than `since` (the previous run's boundary) are thinned, so each run reads
+    the last few minutes, not the week. Returns the new boundary."""
+    await session.execute(delete(GpuSample).where(GpuSample.taken_at < now - RETENTION))
+    boundary = now - RECENT
+    rows = await session.execute(
+        select(GpuSample.id, GpuSample.host_id, GpuSample.gpu_index, GpuSample.taken_at)
+        .where(GpuSample.taken_at >= since, GpuSample.taken_at < boundary)
+        .order_by(GpuSample.taken_at)
+    )
+    seen: set[tuple[int, int, datetime]] = set()
+    extra = []
+    for row_id, host_id, gpu_index, taken_at in rows.all():
+        key = (host_id, gpu_index, taken_at.replace(second=0, microsecond=0))
+        if key in seen:
+            extra.append(row_id)
+        else:
+            seen.add(key)
+    for start in range(0, len(extra), 500):
+        await session.execute(delete(GpuSample).where(GpuSample.id.in_(extra[start : start + 500])))
+    await session.commit()
+    return boundary

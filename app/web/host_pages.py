@@ -1,0 +1,79 @@
+"""Hosts: the GPU grid with live updates over server-sent events, and a host's processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+
+from app.gpu.overview import HostView, host_view
+from app.launch.attempts import process_owners
+from app.web.deps import DbSession, PageUser, Runtime, RuntimeDep, session_user
+from app.web.templating import render, render_block
+
+router = APIRouter(include_in_schema=False)
+
+# A stream ends after this long and the browser reconnects, so a login that ended meanwhile is
+# noticed and the page goes to the login form.
+STREAM_LIFETIME = 8.0
+MIN_PUSH_INTERVAL = 1.0
+
+
+async def host_views(runtime: Runtime, names: list[str] | None = None) -> list[HostView]:
+    views = []
+    async with runtime.sessions() as session:
+        for host in runtime.ssh:
+            if names is None or host.name in names:
+                owners = await process_owners(session, host.name)
+                views.append(host_view(host, runtime.gpus.hosts[host.name], owners))
+    return views
+
+
+def event(name: str, html: str) -> str:
+    return f"event: {name}\n" + "".join(f"data: {line}\n" for line in html.splitlines()) + "\n"
+
+
+@router.get("/hosts", response_class=HTMLResponse)
+async def hosts_page(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
+    context = {"hosts": await host_views(runtime), "user": user}
+    return render(request, "hosts.html", context, block="host_list")
+
+
+@router.get("/hosts/events")
+async def host_events(request: Request, runtime: RuntimeDep) -> StreamingResponse:
+    """The host list, rendered again whenever the GPU readings change (at most once a second)."""
+    user = session_user(request, runtime)
+
+    async def stream() -> AsyncIterator[str]:
+        yield "retry: 1000\n\n"
+        if user is None:  # this swaps in an element whose request htmx turns into the login redirect
+            yield event("hosts", '<div hx-get="/hosts" hx-trigger="load"></div>')
+            return
+        seen, ends = -1, time.monotonic() + STREAM_LIFETIME
+        while (left := ends - time.monotonic()) > 0 and not await request.is_disconnected():
+            version = await runtime.gpus.changed(seen, timeout=left)
+            if version == seen:
+                continue
+            seen = version
+            hosts = await host_views(runtime)
+            yield event("hosts", render_block(request, "hosts.html", "hosts", {"hosts": hosts, "user": user}))
+            await asyncio.sleep(MIN_PUSH_INTERVAL)
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
+@router.get("/hosts/{name}", response_class=HTMLResponse)
+async def host_page(request: Request, name: str, runtime: RuntimeDep, user: PageUser) -> Response:
+    runtime.ssh.get(name)  # 404 for an unknown host
+    (view,) = await host_views(runtime, [name])
+    return render(request, "host.html", {"host": view, "user": user})
+
+
+@router.post("/hosts/{name}/processes/{pid}/stop")
+async def stop_process(name: str, pid: int, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
+    await runtime.attempts.stop_untracked(db, host=name, pid=pid, actor=user)
+    return RedirectResponse(f"/hosts/{name}", status_code=303)
