@@ -10,7 +10,9 @@ import psycopg
 import pytest
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app import db
 from app.config import Settings
 from app.demo.cluster import SimCluster
 from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
@@ -97,6 +99,21 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     finally:
         with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """Sessions on a freshly migrated database."""
+    db.upgrade(database_url)
+    engine = db.create_engine(database_url)
+    yield db.session_factory(engine)
+    await engine.dispose()
+
+
+@pytest.fixture
+async def db_session(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    async with sessions() as session:
+        yield session
 
 
 def make_settings(tmp_path: Path, specs: list[HostSpec], **overrides: object) -> Settings:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,15 +18,6 @@ from app import db
 from app.db.models import Attempt, AuditEvent, Base, GpuSample, Host, Preset, PresetRevision, Signature
 
 Sessions = async_sessionmaker[AsyncSession]
-
-
-@pytest.fixture
-async def sessions(database_url: str) -> AsyncIterator[Sessions]:
-    """Sessions on a freshly migrated database."""
-    db.upgrade(database_url)
-    engine = db.create_engine(database_url)
-    yield db.session_factory(engine)
-    await engine.dispose()
 
 
 def test_migrations_create_every_table_and_match_the_models(database_url: str) -> None:

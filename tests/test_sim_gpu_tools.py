@@ -433,7 +433,7 @@ def test_nvml_reads_bookings_live_through_one_handle(state: Path) -> None:
     seen = nvml(
         state,
         """
-        import json, os, pynvml, simgpu
+        import json, os, pynvml, simgpu, time
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(1)
         def look():
@@ -442,6 +442,7 @@ def test_nvml_reads_bookings_live_through_one_handle(state: Path) -> None:
             return [used, [[p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId] for p in processes]]
         before = look()
         simgpu.book([1], 512, pid=os.getpid(), name="python3")
+        time.sleep(pynvml.CACHE_SECONDS + 0.05)  # past the simulated driver's read cache
         print(json.dumps({"before": before, "after": look(), "pid": os.getpid(),
                           "graphics": pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle)}))
     """,
@@ -535,12 +536,13 @@ def test_nvml_reports_a_gpu_off_the_bus_as_lost(state: Path) -> None:
     lost = nvml(
         state,
         f"""
-        import json, pynvml as n
+        import json, time, pynvml as n
         n.nvmlInit()
         held = n.nvmlDeviceGetHandleByIndex(1)
         state = json.load(open({str(state)!r}))
         state["gpus"][1]["fallen_off_bus"] = True
         json.dump(state, open({str(state)!r}, "w"))
+        time.sleep(n.CACHE_SECONDS + 0.05)
         found = []
         for call in (lambda: n.nvmlDeviceGetHandleByIndex(1), lambda: n.nvmlDeviceGetName(held)):
             try:

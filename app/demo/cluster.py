@@ -26,7 +26,8 @@ class SimCluster:
         self.root = root
         self.specs = list(specs)
         self.hosts = {
-            spec.name: SimHost(spec.name, root / "hosts" / spec.name, time_scale=time_scale) for spec in self.specs
+            spec.name: SimHost(spec.name, root / "hosts" / spec.name, time_scale=time_scale, nvml=spec.nvml)
+            for spec in self.specs
         }
 
     @property

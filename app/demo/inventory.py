@@ -26,6 +26,7 @@ class SimHostSpec:
     name: str
     gpu_model: str
     gpu_count: int
+    nvml: bool = True  # False: nvidia-ml-py is not installed on the host, only nvidia-smi
 
     @property
     def labels(self) -> list[str]:

@@ -36,6 +36,7 @@ class SimHost:
     name: str
     root: Path
     time_scale: float = 1.0  # how fast the simulated servers run: 1.0 is about real time
+    nvml: bool = True  # False: the host's Python has no pynvml, as where nvidia-ml-py is not installed
     port: int = 0
     _server: asyncssh.SSHAcceptor | None = None
     _connections: set[asyncssh.SSHServerConnection] = field(default_factory=set)
@@ -62,6 +63,10 @@ class SimHost:
     def bin_dir(self) -> Path:
         return self.root / "bin"
 
+    @property
+    def lib_without_nvml(self) -> Path:
+        return self.root / "lib"
+
     def environment(self) -> dict[str, str]:
         return {
             "HOME": str(self.home),
@@ -70,7 +75,7 @@ class SimHost:
             "SHELL": "/bin/sh",
             "LANG": "C.UTF-8",
             "PATH": os.pathsep.join([str(self.bin_dir), str(HOSTBIN), "/usr/local/bin", "/usr/bin", "/bin"]),
-            "PYTHONPATH": str(HOSTLIB),
+            "PYTHONPATH": str(HOSTLIB if self.nvml else self.lib_without_nvml),
             "PYTHONDONTWRITEBYTECODE": "1",
             simgpu.STATE_ENV: str(self.gpu_state_path),
             "LAUNCHDECK_SIM_HOST": self.name,
@@ -85,6 +90,12 @@ class SimHost:
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         if not self.host_key_path.exists():
             generate_key_file(self.host_key_path)
+        if not self.nvml:
+            self.lib_without_nvml.mkdir(parents=True, exist_ok=True)
+            for module in ("simgpu.py", "sglang"):
+                link = self.lib_without_nvml / module
+                if not link.is_symlink():
+                    link.symlink_to(HOSTLIB / module)
         for name in ("python3", "python"):
             link = self.bin_dir / name
             if not link.is_symlink() or os.readlink(link) != sys.executable:

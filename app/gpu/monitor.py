@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -27,6 +28,7 @@ BACKOFF_MAX = 30.0
 HISTORY = timedelta(minutes=30)  # kept in memory for sparklines
 RECENT = timedelta(hours=1)  # every stored sample is kept this long, then one per minute
 RETENTION = timedelta(days=7)
+LOCAL_NAME = "this machine"
 
 
 @dataclass
@@ -63,10 +65,36 @@ class GpuMonitor:
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._pruned_until = utcnow() - RETENTION
+        self.local: HostGpus | None = None  # this machine's GPUs, when it has any
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._watch(host), name=f"gpu-{host.name}") for host in self.ssh]
         self._tasks.append(asyncio.create_task(self._prune_forever(), name="gpu-prune"))
+        self._tasks.append(asyncio.create_task(self._watch_local(), name="gpu-local"))
+
+    async def _watch_local(self) -> None:
+        """The dashboard's own GPUs, read with nvidia-ml-py here (no SSH); none on most dashboards."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", NVML_PROBE, str(self.interval),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        assert process.stdout is not None
+        try:
+            while line := await process.stdout.readline():
+                try:
+                    snapshot = parse_nvml_line(line.decode(errors="replace"))
+                except ProbeUnavailable as exc:
+                    log.info("this machine's GPUs are not watched: %s", exc)
+                    return
+                if self.local is None:
+                    self.local = HostGpus(LOCAL_NAME, state="ok", source="nvml")
+                self.local.snapshot = snapshot
+                self._remember(self.local, snapshot)
+                self._publish()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -117,6 +117,17 @@ def sparkline(points: Iterable[tuple[float, int, int]], now: float, span: float 
 
 
 def host_view(host: HostConnection, gpus: HostGpus, owners: dict[int, tuple[int, str]]) -> HostView:
+    return _view(host.name, host.spec.labels, host.status, gpus, owners)
+
+
+def local_view(gpus: HostGpus) -> HostView:
+    """The dashboard's own machine, read directly rather than over SSH."""
+    return _view(gpus.name, ("local",), HostStatus(HostState.ONLINE, gpus.since), gpus, {})
+
+
+def _view(
+    name: str, labels: tuple[str, ...], status: HostStatus, gpus: HostGpus, owners: dict[int, tuple[int, str]]
+) -> HostView:
     snapshot = gpus.snapshot
     processes = [classify(p, owners) for p in snapshot.processes] if snapshot else []
     views = []
@@ -137,4 +148,4 @@ def host_view(host: HostConnection, gpus: HostGpus, owners: dict[int, tuple[int,
                 sparkline=sparkline(gpus.history.get(gpu.index, ()), snapshot.taken_at if snapshot else 0),
             )
         )
-    return HostView(host.name, host.spec.labels, host.status, gpus.state, gpus.message, gpus.source, views, processes)
+    return HostView(name, labels, status, gpus.state, gpus.message, gpus.source, views, processes)

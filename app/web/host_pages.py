@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
-from app.gpu.overview import HostView, host_view
+from app.gpu.overview import HostView, host_view, local_view
 from app.launch.attempts import process_owners
 from app.web.deps import DbSession, PageUser, Runtime, RuntimeDep, session_user
 from app.web.templating import render, render_block
@@ -29,6 +29,8 @@ async def host_views(runtime: Runtime, names: list[str] | None = None) -> list[H
             if names is None or host.name in names:
                 owners = await process_owners(session, host.name)
                 views.append(host_view(host, runtime.gpus.hosts[host.name], owners))
+    if names is None and runtime.gpus.local is not None:
+        views.append(local_view(runtime.gpus.local))
     return views
 
 

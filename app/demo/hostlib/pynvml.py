@@ -8,6 +8,7 @@ nvidia-ml-py; the readings of a busy GPU are derived from its bookings. Standard
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -374,9 +375,19 @@ def _read_state() -> dict[str, Any]:
         raise NVMLError(NVML_ERROR_DRIVER_NOT_LOADED) from None
 
 
+_cache: tuple[float, dict[str, Any]] | None = None
+# A monitor reads a dozen values per GPU in a burst; reading the state file once per burst keeps
+# a host's simulated driver cheap, as a real one is, while changes still show within this time.
+CACHE_SECONDS = 0.1
+
+
 def _state() -> dict[str, Any]:
+    global _cache
     _require_init()
-    return _read_state()
+    now = time.monotonic()
+    if _cache is None or now - _cache[0] > CACHE_SECONDS:
+        _cache = (now, _read_state())
+    return _cache[1]
 
 
 def _handle(gpu: dict[str, Any] | None, missing: int) -> c_nvmlDevice_t:

@@ -1,0 +1,104 @@
+"""The GPU probe's outputs: NVML JSON lines and nvidia-smi's csv in its real shapes."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.clock import utcnow
+from app.db.models import GpuSample, Host
+from app.gpu.monitor import prune_samples
+from app.gpu.overview import classify
+from app.gpu.probe import GpuProcess, ProbeUnavailable, parse_nvml_line, parse_smi_block
+
+GIB = 1 << 30
+
+
+def test_nvml_line_with_v2_memory_processes_and_a_lost_gpu() -> None:
+    line = json.dumps({
+        "t": 1796219990.5,
+        "gpus": [
+            {"index": 0, "uuid": "GPU-1", "name": "NVIDIA H200", "total": 141 * GIB, "used": 80 * GIB,
+             "free": 60 * GIB, "reserved": GIB, "util": 97, "temp": 61, "power_mw": 612345,
+             "processes": [{"pid": 41, "used": 79 * GIB, "cmd": "sglang::scheduler_TP0", "pgid": 40,
+                            "cwd": "/home/u/.launchdeck/attempts/7-ab12cd34"}]},
+            {"index": 1, "error": "GPU is lost"},
+        ],
+    })  # fmt: skip
+    snapshot = parse_nvml_line(line)
+    first, lost = snapshot.gpus
+    assert (first.memory_total_mib, first.memory_used_mib, first.memory_free_mib) == (144384, 81920, 61440)
+    assert first.memory_reserved_mib == 1024 and first.power_w == 612.345 and first.utilization_pct == 97
+    assert lost.error == "GPU is lost" and lost.memory_total_mib is None
+    assert snapshot.processes == [
+        GpuProcess(0, 41, 80896, "sglang::scheduler_TP0", 40, "/home/u/.launchdeck/attempts/7-ab12cd34")
+    ]
+
+
+def test_nvml_error_report_means_the_probe_cannot_run_here() -> None:
+    with pytest.raises(ProbeUnavailable, match="NVMLError_LibraryNotFound"):
+        parse_nvml_line(
+            json.dumps({"error": "NVMLError_LibraryNotFound: NVML Shared Library Not Found", "nvml": False})
+        )
+
+
+def test_nvidia_smi_csv_with_unreadable_fields_mig_and_a_gpu_off_the_bus() -> None:
+    gpus = (
+        "0, GPU-aaaa, NVIDIA B200, 183359, 90000, 92826, 100, 54, 880.12\n"
+        "1, GPU-bbbb, NVIDIA A100-SXM4-80GB, 81920, 14000, 67387, [N/A], 40, [Not Supported]\n"
+        "2, GPU-cccc, Some, GPU, With, Commas, 24576, [Unknown Error], [Unknown Error], 0, 35, 60.00\n"
+        "Unable to determine the device handle for GPU0000:9A:00.0: GPU is lost.  Reboot the system to recover "
+        "this GPU\n"
+    )
+    apps = (
+        "GPU-aaaa, 1234, 89000\n"
+        "MIG-3b1c7e80-0000-5555-9999-111111111111, 2345, 9728\n"
+        "GPU-bbbb, 3456, [N/A]\n"
+        "No running processes found\n"
+    )
+    snapshot = parse_smi_block(gpus, apps, 1.0)
+    b200, a100, odd, lost = snapshot.gpus
+    assert (b200.memory_used_mib, b200.power_w, b200.utilization_pct) == (90000, 880.12, 100)
+    assert a100.utilization_pct is None and a100.power_w is None and a100.memory_free_mib == 67387
+    assert odd.name == "Some, GPU, With, Commas" and odd.memory_used_mib is None and odd.memory_total_mib == 24576
+    assert lost.error is not None and "GPU is lost" in lost.error
+    assert [(p.gpu, p.pid, p.used_mib) for p in snapshot.processes] == [
+        (0, 1234, 89000),
+        (-1, 2345, 9728),
+        (1, 3456, None),
+    ]
+
+
+def test_gpu_processes_are_told_apart_by_owner() -> None:
+    owners = {100: (7, "ready"), 200: (8, "failed")}
+    assert classify(GpuProcess(0, 101, 10, "x", 100), owners).owner == "attempt"
+    stale = classify(GpuProcess(0, 201, 10, "sglang::scheduler_TP0", 200), owners)
+    assert (stale.owner, stale.attempt_id, stale.attempt_status) == ("stale", 8, "failed")
+    untracked = GpuProcess(0, 301, 10, "x", 300, "/home/u/.launchdeck/attempts/3-deadbeef")
+    assert classify(untracked, owners).owner == "untracked"
+    assert classify(GpuProcess(0, 401, 10, "python train.py", 400, "/home/u/work"), owners).owner == "other"
+
+
+async def test_samples_are_thinned_after_an_hour_and_dropped_after_a_week(db_session: AsyncSession) -> None:
+    host = Host(name="h")
+    db_session.add(host)
+    await db_session.flush()
+    now = utcnow().replace(second=30, microsecond=0)
+    ages = [timedelta(minutes=5), *(timedelta(hours=2, seconds=10 * i) for i in range(12)), timedelta(days=8)]
+    for age in ages:
+        db_session.add(
+            GpuSample(host_id=host.id, gpu_index=0, taken_at=now - age, memory_total_mib=1, memory_used_mib=0)
+        )
+    await db_session.commit()
+    boundary = await prune_samples(db_session, now, since=now - timedelta(days=30))
+    times = sorted((await db_session.scalars(select(GpuSample.taken_at))).all())
+    two_hours = [t for t in times if now - t > timedelta(hours=1)]
+    assert len(times) == 1 + len(two_hours) and times[-1] == now - timedelta(minutes=5)
+    # The twelve samples span 110 s over three clock minutes: one is left in each.
+    assert len(two_hours) == len({t.replace(second=0) for t in two_hours}) == 3
+    assert boundary == now - timedelta(hours=1)
+    assert await db_session.scalar(select(func.count()).select_from(GpuSample)) == 4
