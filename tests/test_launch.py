@@ -335,6 +335,9 @@ async def test_ranks_left_by_a_killed_server_are_found_and_stopped(api: AsyncCli
     await host.run(["kill", "-KILL", main])
     dead = await wait_for(api, attempt["id"], {"failed", "lost"})
     assert dead["status"] == "failed" and dead["exit_code"] == 137
+    at_launch, at_failure = dead["gpu_snapshot"]["at_launch"], dead["gpu_snapshot"]["at_failure"]
+    assert next(g for g in at_launch["gpus"] if g["index"] == 3)["memory_used_mib"] == 0
+    assert any(p["command"].startswith("sglang::scheduler") for p in at_failure["processes"] if p["gpu"] == 3)
 
     check = (await api.post("/api/preflight", json={"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [3]})).json()
     stale = next(c for c in check["checks"] if c["name"] == "processes")

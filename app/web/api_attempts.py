@@ -56,6 +56,7 @@ class AttemptPublic(BaseModel):
     log_size: int
     preflight: dict[str, Any]
     effective_args: dict[str, Any]
+    gpu_snapshot: dict[str, Any]
     override_reason: str
     launched_by: str
     created_at: datetime
@@ -87,6 +88,7 @@ class AttemptPublic(BaseModel):
             log_size=attempt.log_size,
             preflight=attempt.preflight,
             effective_args=attempt.effective_args,
+            gpu_snapshot=attempt.gpu_snapshot,
             override_reason=attempt.override_reason,
             launched_by=attempt.launched_by,
             created_at=attempt.created_at,
