@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,7 +27,7 @@ from app.db.models import Attempt, Host, Preset, PresetRevision
 from app.errors import HostError, InvalidInput, NotFound
 from app.launch import remote
 from app.launch.preflight import Preflight, run_preflight
-from app.launch.presets import command_argv, get_preset, latest
+from app.launch.presets import command_argv, get_preset, latest, revision_of
 from app.ssh import HostConnection, SSHManager
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class AttemptService:
         """Records the attempt and starts it in the background; returns at once."""
         connection = self.ssh.get(host)
         preset_row = await get_preset(session, preset)
-        chosen = latest(preset_row) if revision is None else _revision(preset_row.revisions, revision)
+        chosen = latest(preset_row) if revision is None else revision_of(preset_row, revision)
         if len(set(gpus)) != len(gpus) or any(gpu < 0 for gpu in gpus):
             raise InvalidInput("gpus: give distinct GPU indices, e.g. [0, 1]")
         if port is not None and not 1 <= port <= 65535:
@@ -146,8 +146,7 @@ class AttemptService:
         """The checks a launch of the preset's latest revision would run, without launching."""
         connection = self.ssh.get(host)
         revision = latest(await get_preset(session, preset))
-        host_row = await session.scalar(select(Host).where(Host.name == connection.name))
-        owners = await _owners(session, host_row.id) if host_row else {}
+        owners = await attempt_groups(session, connection.name)
         return await _check_revision(connection, revision, gpus=gpus, port=port, owners=owners)
 
     async def stop(self, session: AsyncSession, attempt: Attempt, *, actor: str) -> None:
@@ -160,9 +159,7 @@ class AttemptService:
         attempt.stop_requested_at = attempt.stop_requested_at or utcnow()
         await audit.record(session, actor=actor, action="stop", target=f"attempt {attempt.id}")
         await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(attempt.pgid)], check=False)
-        task = asyncio.create_task(self._kill_after_grace(connection, attempt.pgid))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._in_background(self._kill_after_grace(connection, attempt.pgid))
         if attempt.status in ACTIVE:
             self._follow(attempt.id)
 
@@ -176,7 +173,10 @@ class AttemptService:
             raise InvalidInput(f"pid {pid} on {host} was not started by launchdeck (or has exited); not stopping it")
         await audit.record(session, actor=actor, action="stop-process", target=f"{host} pid {pid}", detail={"cwd": cwd})
         await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", pgid], check=False)
-        task = asyncio.create_task(self._kill_after_grace(connection, int(pgid)))
+        self._in_background(self._kill_after_grace(connection, int(pgid)))
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -199,12 +199,6 @@ class AttemptService:
         self._tasks[attempt_id] = task
         task.add_done_callback(lambda _: self._tasks.pop(attempt_id, None))
 
-    async def wait(self, attempt_id: int) -> None:
-        """Waits until the attempt is no longer followed (tests and the CLI use this)."""
-        task = self._tasks.get(attempt_id)
-        if task:
-            await asyncio.shield(task)
-
     async def _run(self, attempt_id: int, launching: bool) -> None:
         try:
             if launching:
@@ -225,7 +219,7 @@ class AttemptService:
             attempt = await load_attempt(session, attempt_id)
             connection = self.ssh.get(attempt.host.name)
             revision = attempt.revision
-            owners = await _owners(session, attempt.host_id)
+            owners = await attempt_groups(session, attempt.host.name)
             gpus, port, script = list(attempt.gpus), attempt.port, attempt.script
             directory, override = attempt.remote_dir, attempt.override_reason
         preflight = await _check_revision(connection, revision, gpus=gpus, port=port, owners=owners)
@@ -405,20 +399,6 @@ async def _check_revision(
     )
 
 
-def _revision(revisions: list[PresetRevision], number: int) -> PresetRevision:
-    for revision in revisions:
-        if revision.number == number:
-            return revision
-    raise NotFound(f"no revision {number}")
-
-
-async def _owners(session: AsyncSession, host_id: int) -> dict[int, int]:
-    rows = await session.execute(
-        select(Attempt.pgid, Attempt.id).where(Attempt.host_id == host_id, Attempt.pgid.is_not(None))
-    )
-    return {pgid: attempt_id for pgid, attempt_id in rows.all() if pgid is not None}
-
-
 async def process_owners(session: AsyncSession, host_name: str) -> dict[int, tuple[int, str]]:
     """Process groups of the host's attempts: pgid -> (attempt id, status)."""
     rows = await session.execute(
@@ -427,6 +407,11 @@ async def process_owners(session: AsyncSession, host_name: str) -> dict[int, tup
         .where(Host.name == host_name, Attempt.pgid.is_not(None))
     )
     return {pgid: (attempt_id, status) for pgid, attempt_id, status in rows.all() if pgid is not None}
+
+
+async def attempt_groups(session: AsyncSession, host_name: str) -> dict[int, int]:
+    """Process groups of the host's attempts: pgid -> attempt id."""
+    return {pgid: attempt_id for pgid, (attempt_id, _) in (await process_owners(session, host_name)).items()}
 
 
 async def load_attempt(session: AsyncSession, attempt_id: int) -> Attempt:
