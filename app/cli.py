@@ -36,11 +36,16 @@ def main(argv: list[str] | None = None) -> int:
         attempts_parser.add_argument(option)
     attempts_parser.add_argument("--limit", type=int, default=20)
     attempts_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
+    diagnose_parser = commands.add_parser("diagnose", help="read an SGLang log: stage, root error, class, hint")
+    diagnose_parser.add_argument("logfile")
+    diagnose_parser.add_argument("--json", action="store_true", help="print the result as JSON")
     db_parser = commands.add_parser("db", help="database maintenance")
     db_commands = db_parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     db_commands.add_parser("upgrade", help="migrate the database to the latest schema")
     args = parser.parse_args(argv)
 
+    if args.command == "diagnose":
+        return diagnose_file(args.logfile, as_json=args.json)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -71,6 +76,37 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchdeckError as exc:
         print(f"launchdeck: {exc}", file=sys.stderr)
         return 1
+
+
+def diagnose_file(path: str, *, as_json: bool) -> int:
+    """Reads the log in chunks, so a log of any size takes bounded memory."""
+    import codecs
+    import json
+
+    from app.diagnose.analyze import Analyzer
+
+    analyzer = Analyzer()
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    try:
+        with open(path, "rb") as log:
+            while chunk := log.read(1 << 20):
+                analyzer.feed(decoder.decode(chunk))
+    except OSError as exc:
+        print(f"launchdeck: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    analyzer.feed(decoder.decode(b"", final=True))
+    result = analyzer.finish().as_dict()
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for key in ("stage", "class", "root_error", "fingerprint", "hint"):
+        print(f"{key + ':':13} {result[key] if result[key] is not None else '-'}")
+    adjustments = result["adjustments"]
+    assert isinstance(adjustments, list)
+    print(f"{'adjustments:':13} {len(adjustments) or '-'}")
+    for line in adjustments:
+        print(f"  {line}")
+    return 0
 
 
 def _check_port(settings: Settings) -> None:

@@ -1,0 +1,54 @@
+"""Logical lines of an SGLang log: wrapper prefixes removed, SGLang's own prefix read, glued
+records split apart. Pure functions over text."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Prefixes that launchers and pastes put before SGLang's own, stripped before anything else.
+WRAPPERS = (
+    re.compile(r"^[\w.-]+\s*\| "),  # docker compose: "<service><pad> | "
+    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - \S+ - [A-Z]+ - "),  # a Python logger
+    re.compile(r"^> ?(?:\[\d{4}-\d\d-\d\dT[\d:.]+Z\] )?"),  # a quoted CI log
+    re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)\s+[A-Z]+\s+\S+\.go:\d+\s+"),  # a Go logger
+    re.compile(r"^`+"),  # Markdown residue
+)
+SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
+# Where a record starts in the middle of a physical line (after a progress bar redrawn with \r).
+GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[ \]])")
+
+
+@dataclass(frozen=True)
+class Line:
+    number: int  # 1-based physical line in the file
+    raw: str  # as it stands in the log
+    text: str  # without wrappers and SGLang's prefix
+    ranks: str  # e.g. "TP3" or "DP1 TP1"; empty on main-process lines and unprefixed ones
+    prefixed: bool  # carried SGLang's [timestamp] prefix
+
+
+def strip_wrappers(text: str) -> str:
+    for _ in range(3):  # wrappers can nest (a quoted compose log)
+        before = text
+        for wrapper in WRAPPERS:
+            text = wrapper.sub("", text, count=1)
+        if text == before:
+            break
+    return text
+
+
+def logical_lines(physical: str, number: int) -> list[Line]:
+    """One physical line (without its newline) as the records in it."""
+    lines = []
+    for segment in physical.split("\r"):
+        for piece in GLUED.split(segment):
+            if not piece.strip():
+                continue
+            text = strip_wrappers(piece.rstrip("\n"))
+            match = SGLANG_PREFIX.match(text)
+            if match:
+                lines.append(Line(number, piece, text[match.end() :], match.group(1).strip(), True))
+            else:
+                lines.append(Line(number, piece, text, "", False))
+    return lines

@@ -1,0 +1,255 @@
+"""Diagnosis of SGLang logs: fixtures written from the format catalogue, traps included."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.diagnose.analyze import Analyzer, diagnose
+
+ROOT = Path(__file__).resolve().parents[1]
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {size} GiB. GPU {gpu} has a total capacity of "
+    "79.19 GiB of which 120.00 MiB is free. Including non-PyTorch memory, this process has 79.06 GiB memory in use. "
+    "Of the allocated memory 77.10 GiB is allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated. "
+    "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+    "avoid fragmentation.  See documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
+
+
+def kv_oom_log(size: str = "2.00", gpu: int = 1, compose: bool = False) -> str:
+    lines = [
+        "[2025-11-02 10:00:01] server_args=ServerArgs(model_path='org/model', tp_size=2, mem_fraction_static=0.9)",
+        "[2025-11-02 10:00:05 TP0] Load weight begin. avail mem=78.50 GB",
+        "[2025-11-02 10:00:05 TP1] Load weight begin. avail mem=78.50 GB",
+        "[2025-11-02 10:00:05 TP0] The following error message 'operation scheduled before its operands' can be "
+        "ignored.",
+        "Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:03<00:00,  1.21it/s]",
+        "[2025-11-02 10:00:09 TP1] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=63.40 GB, "
+        "mem usage=15.10 GB.",
+        "[2025-11-02 10:00:09 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=63.40 GB, "
+        "mem usage=15.10 GB.",
+        "[2025-11-02 10:00:10] Received sigquit from a child process. It usually means the child failed.",
+        "[2025-11-02 10:00:10 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/scheduler.py", line 2765, in run_scheduler_process',
+        "    scheduler = Scheduler(",
+        '  File "/usr/lib/python3/dist-packages/sglang/srt/mem_cache/memory_pool.py", line 600, in _create_buffers',
+        "    torch.zeros(",
+        OOM.format(size=size, gpu=gpu),
+        "",
+        "[2025-11-02 10:00:10 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/sglang/srt/mem_cache/memory_pool.py", line 600, in _create_buffers',
+        OOM.format(size=size, gpu=0),
+        "Killed",
+    ]
+    if compose:
+        lines = [f"sglang-1  | {line}" for line in lines]
+    return "\n".join(lines) + "\n"
+
+
+MAMBA_LOG = """/opt/venv/lib/python3.12/site-packages/sglang/launch_server.py:51: UserWarning: \
+'python -m sglang.launch_server' is still supported, but 'sglang serve' is the recommended entrypoint.
+  Example: sglang serve --model-path <model> [options]
+  warnings.warn(
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/server_args.py", line 2207, in _handle_mamba_radix_cache
+    raise ValueError(
+ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix cache when using \
+--mamba-scheduler-strategy no_buffer.To use radix cache with speculative decoding, please use \
+--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1.
+"""
+
+CAPTURE_LOG = """[2025-04-10 08:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. \
+avail mem=3.10 GB
+Capturing batches (avail_mem=3.05 GB):   0%|          | 0/23 [00:00<?, ?it/s]\
+[2025-04-10 08:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl/srt/model_executor/cuda_graph_runner.py", line 300, in capture_one_batch_size
+    run_once()
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 7 has a total capacity of 95.00 GiB \
+of which 100.00 MiB is free.
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/sgl/srt/model_executor/cuda_graph_runner.py", line 250, in __init__
+    raise Exception(
+Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 7 has a total \
+capacity of 95.00 GiB of which 100.00 MiB is free.
+Possible solutions:
+1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)
+[2025-04-10 08:00:02] Received sigquit from a child process. It usually means the child failed.
+"""
+
+HEALTHY_LOG = """[2026-04-01 09:00:00] server_args=ServerArgs(model_path='m', speculative_algorithm='EAGLE')
+Max running requests is reset to 48 for speculative decoding. You can override this by explicitly setting \
+--max-running-requests.
+Overlap scheduler is disabled because of using eagle speculative decoding.
+[2026-04-01 09:00:05] Load weight begin. avail mem=90.00 GB
+[2026-04-01 09:00:09] Load weight end. type=M, dtype=torch.bfloat16, avail mem=60.00 GB, mem usage=30.00 GB.
+[2026-04-01 09:00:09] KV Cache is allocated. #tokens: 100000, K size: 10.00 GB, V size: 10.00 GB
+[2026-04-01 09:00:10] Capture cuda graph begin. This can take up to several minutes. avail mem=9.00 GB
+Capturing batches (bs=1 avail_mem=8.00 GB): 100%|██████████| 20/20 [00:05<00:00,  3.90it/s]
+[2026-04-01 09:00:16] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)
+[2026-04-01 09:00:17] INFO:     127.0.0.1:40000 - "GET /health HTTP/1.1" 503 Service Unavailable
+[2026-04-01 09:00:18] The server is fired up and ready to roll!
+[2026-04-01 09:00:30] Decode batch, #running-req: 1, #token: 120, token usage: 0.00, cuda graph: True, \
+gen throughput (token/s): 50.10, #queue-req: 0
+"""
+
+CASES = {
+    "argparse": (
+        "usage: sglang serve [-h] --model-path MODEL_PATH\nsglang serve: error: unrecognized arguments: --tp-szie 2\n",
+        "arg-conflict",
+        "sglang serve: error: unrecognized arguments: --tp-szie 2",
+    ),
+    "nccl init": (
+        "[2025-02-01 01:00:00 TP3] Init torch distributed begin.\n"
+        "[2025-02-01 01:00:01 TP3] Scheduler hit an exception: Traceback (most recent call last):\n"
+        'File "/x/pynccl_wrapper.py", line 300, in NCCL_CHECK\n'
+        'raise RuntimeError(f"NCCL error: {error_str}")\n'
+        "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n",
+        "nccl",
+        "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+    ),
+    "zmq port": (
+        "[2026-06-01 01:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/x/shm_broadcast.py", line 200, in __init__\n'
+        "zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:5757')\n",
+        "port-in-use",
+        "zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:5757')",
+    ),
+    "unsupported architecture": (
+        "Traceback (most recent call last):\n"
+        "ValueError: Model architectures ['FooForCausalLM'] are not supported for now. Supported architectures: "
+        "dict_keys(['LlamaForCausalLM', 'Qwen2ForCausalLM'])\n",
+        "model-load",
+        "ValueError: Model architectures ['FooForCausalLM'] are not supported for now. Supported architectures: "
+        "dict_keys(['LlamaForCausalLM', 'Qwen2ForCausalLM'])",
+    ),
+    "sgl_kernel": (
+        "Traceback (most recent call last):\n"
+        "ImportError: \n"
+        "[sgl_kernel] CRITICAL: Could not load any common_ops library!\n"
+        "Error details from previous import attempts:\n"
+        "- ImportError: libnvrtc.so.13: cannot open shared object file: No such file or directory\n"
+        "- ModuleNotFoundError: No module named 'common_ops'\n",
+        "import-error",
+        "- ImportError: libnvrtc.so.13: cannot open shared object file: No such file or directory",
+    ),
+    "warmup after uvicorn": (
+        "[2024-12-01 00:00:01] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)\n"
+        "[2024-12-01 00:00:03] Initialization failed. warmup error: Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/server.py", line 500, in _wait_and_warmup\n'
+        '    assert res.status_code == 200, f"{res=}, {res.text=}"\n'
+        "AssertionError: res=<Response [502]>, res.text=''\n",
+        "other",
+        "AssertionError: res=<Response [502]>, res.text=''",
+    ),
+    "no kernel image, flat and time-only": (
+        "[10:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        'File "/x/rotary_embedding.py", line 90, in _ensure_cos_sin_cache_length\n'
+        "torch.arange(\n"
+        "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device\n",
+        "driver",
+        "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device",
+    ),
+    "python logger wrapper": (
+        "2025-03-01 10:00:00,123 - olmocr - INFO - [2025-03-01 10:00:00] Load weight begin. avail mem=20.00 GB\n"
+        "2025-03-01 10:00:01,123 - olmocr - INFO - [2025-03-01 10:00:01 TP0] Scheduler hit an exception: "
+        "Traceback (most recent call last):\n"
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n",
+        "oom",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_root_error_and_class(name: str) -> None:
+    log, failure_class, root = CASES[name]
+    result = diagnose(log)
+    assert (result.failure_class, result.root_error) == (failure_class, root)
+    assert result.fingerprint and len(result.fingerprint) == 16
+
+
+def test_interleaved_ranks_under_compose_prefixes_give_the_first_ranks_error() -> None:
+    result = diagnose(kv_oom_log(compose=True))
+    assert result.failure_class == "oom" and result.stage == "weights loaded"
+    assert result.root_error == "sglang-1  | " + OOM.format(size="2.00", gpu=1)
+    assert "mem-fraction-static" in result.hint
+
+
+def test_one_cause_one_fingerprint_whatever_the_numbers() -> None:
+    first = diagnose(kv_oom_log(size="2.00", gpu=1)).fingerprint
+    second = diagnose(kv_oom_log(size="13.75", gpu=6, compose=True)).fingerprint
+    assert first == second
+    assert diagnose(CASES["nccl init"][0]).fingerprint != first
+
+
+def test_capture_failure_is_rooted_in_the_inner_oom() -> None:
+    result = diagnose(CAPTURE_LOG)
+    assert result.failure_class == "oom" and result.as_dict()["stage"] == "cuda graph capture (0%)"
+    assert result.root_error is not None and result.root_error.startswith("torch.OutOfMemoryError: CUDA out of memory.")
+
+
+def test_mamba_override_is_explained() -> None:
+    result = diagnose(MAMBA_LOG)
+    assert result.failure_class == "arg-conflict" and result.stage == "starting"
+    assert result.root_error is not None and result.root_error.startswith("ValueError: Speculative decoding for")
+    assert "switches the mamba scheduler strategy to no_buffer" in result.hint
+
+
+def test_healthy_log_with_adjustments_and_scary_words_is_healthy() -> None:
+    result = diagnose(HEALTHY_LOG)
+    assert (result.failure_class, result.root_error, result.stage) == ("healthy", None, "serving")
+    assert result.adjustments == [
+        "Max running requests is reset to 48 for speculative decoding. You can override this by explicitly setting "
+        "--max-running-requests.",
+        "Overlap scheduler is disabled because of using eagle speculative decoding.",
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=12))
+def test_chunked_and_whole_give_the_same_answer(cuts: list[int]) -> None:
+    log = kv_oom_log(compose=True) + HEALTHY_LOG + CAPTURE_LOG
+    analyzer = Analyzer()
+    last = 0
+    for cut in sorted(set(cuts)):
+        analyzer.feed(log[last:cut])
+        last = max(last, cut)
+    analyzer.feed(log[last:])
+    assert analyzer.finish() == diagnose(log)
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(max_size=2000))
+def test_never_raises_on_arbitrary_text(text: str) -> None:
+    diagnose(text).as_dict()
+
+
+def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(kv_oom_log().encode() + b"\xff\xfe garbage bytes\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "diagnose", str(log), "--json"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert set(answer) == {"stage", "class", "root_error", "fingerprint", "hint", "adjustments"}
+    assert answer["class"] == "oom" and answer["root_error"] == OOM.format(size="2.00", gpu=1)
+    missing = subprocess.run(
+        [sys.executable, "-m", "app.cli", "diagnose", str(tmp_path / "nope.log")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 1 and "cannot read" in missing.stderr
