@@ -161,6 +161,13 @@ CASES = {
         "driver",
         "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device",
     ),
+    "ray worker with colours": (
+        "\x1b[36m(WorkerDict pid=616, ip=10.1.2.3)\x1b[0m [2025-05-01 01:00:01 TP0] Scheduler hit an exception: "
+        "Traceback (most recent call last):\n"
+        "\x1b[36m(WorkerDict pid=616, ip=10.1.2.3)\x1b[0m RuntimeError: CUDA error: out of memory\n",
+        "oom",
+        "\x1b[36m(WorkerDict pid=616, ip=10.1.2.3)\x1b[0m RuntimeError: CUDA error: out of memory",
+    ),
     "python logger wrapper": (
         "2025-03-01 10:00:00,123 - olmocr - INFO - [2025-03-01 10:00:00] Load weight begin. avail mem=20.00 GB\n"
         "2025-03-01 10:00:01,123 - olmocr - INFO - [2025-03-01 10:00:01 TP0] Scheduler hit an exception: "

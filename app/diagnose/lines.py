@@ -7,7 +7,9 @@ import re
 from dataclasses import dataclass
 
 # Prefixes that launchers and pastes put before SGLang's own, stripped before anything else.
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 WRAPPERS = (
+    re.compile(r"^\(\w+ pid=\d+(?:, ip=[\d.]+)?\) "),  # Ray: "(WorkerDict pid=616, ip=10.0.0.1) "
     re.compile(r"^[\w.-]+\s*\| "),  # docker compose: "<service><pad> | "
     re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - \S+ - [A-Z]+ - "),  # a Python logger
     re.compile(r"^> ?(?:\[\d{4}-\d\d-\d\dT[\d:.]+Z\] )?"),  # a quoted CI log
@@ -29,6 +31,7 @@ class Line:
 
 
 def strip_wrappers(text: str) -> str:
+    text = ANSI.sub("", text)
     for _ in range(3):  # wrappers can nest (a quoted compose log)
         before = text
         for wrapper in WRAPPERS:
