@@ -168,6 +168,17 @@ CASES = {
         "oom",
         "\x1b[36m(WorkerDict pid=616, ip=10.1.2.3)\x1b[0m RuntimeError: CUDA error: out of memory",
     ),
+    "illegal access inside capture": (
+        "[2025-05-08 10:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/x/cuda_graph_runner.py", line 523, in capture_one_batch_size\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        "Exception: Capture cuda graph failed: CUDA error: an illegal memory access was encountered\n",
+        "cuda-graph",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ),
     "python logger wrapper": (
         "2025-03-01 10:00:00,123 - olmocr - INFO - [2025-03-01 10:00:00] Load weight begin. avail mem=20.00 GB\n"
         "2025-03-01 10:00:01,123 - olmocr - INFO - [2025-03-01 10:00:01 TP0] Scheduler hit an exception: "

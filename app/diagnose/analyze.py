@@ -225,7 +225,8 @@ class Analyzer:
         if not _message(root):
             # A report that lists its causes under an empty header (sgl_kernel's loader): the first one.
             root = next((line for line in tb.lines if DETAIL.match(line.text.strip())), root)
-        context = " ".join(line.text for line in tb.lines[-12:])
+        # What else the traceback says (the outer exceptions, the last lines) can name the kind of failure.
+        context = " ".join(line.text for line in [*tb.exceptions, *tb.lines[-12:]])
         self._root = (root, context)
 
     def _track_stage(self, text: str) -> None:
@@ -273,7 +274,7 @@ def classify(message: str, context: str = "") -> str:
         if pattern.search(message):
             return name
     for name, pattern in CLASSES:
-        if name in ("timeout", "arg-conflict", "model-load") and pattern.search(context):
+        if name in ("cuda-graph", "timeout", "arg-conflict", "model-load") and pattern.search(context):
             return name
     return "other"
 
