@@ -274,6 +274,7 @@ class _Follower:
         self.tail = b""
         self.seen: set[str] = set()
         self.ready_group_size = 0
+        self.recorded_size = -1  # the log size last written to the attempt's row
 
     async def run(self) -> None:
         async with self.service.sessions() as session:
@@ -330,7 +331,9 @@ class _Follower:
                 if stage not in self.seen and marker in text:
                     self.seen.add(stage)
                     await self.service._stage(self.attempt_id, stage, status="loading", log_size=self.offset)
-        await self.service._update(self.attempt_id, log_size=size)
+        if size != self.recorded_size:
+            self.recorded_size = size
+            await self.service._update(self.attempt_id, log_size=size)
 
     async def _check_readiness(self, connection: HostConnection, port: int | None, status: str, probe: Any) -> str:
         """Ready needs the ready line and a healthy /health; a ready server whose processes thin out
@@ -401,12 +404,25 @@ async def _check_revision(
 
 async def process_owners(session: AsyncSession, host_name: str) -> dict[int, tuple[int, str]]:
     """Process groups of the host's attempts: pgid -> (attempt id, status)."""
-    rows = await session.execute(
-        select(Attempt.pgid, Attempt.id, Attempt.status)
+    return (await owners_by_host(session, [host_name])).get(host_name, {})
+
+
+async def owners_by_host(
+    session: AsyncSession, host_names: list[str] | None = None
+) -> dict[str, dict[int, tuple[int, str]]]:
+    """Process groups of attempts per host, in one query: host -> pgid -> (attempt id, status)."""
+    query = (
+        select(Host.name, Attempt.pgid, Attempt.id, Attempt.status)
         .join(Host, Attempt.host_id == Host.id)
-        .where(Host.name == host_name, Attempt.pgid.is_not(None))
+        .where(Attempt.pgid.is_not(None))
     )
-    return {pgid: (attempt_id, status) for pgid, attempt_id, status in rows.all() if pgid is not None}
+    if host_names is not None:
+        query = query.where(Host.name.in_(host_names))
+    owners: dict[str, dict[int, tuple[int, str]]] = {}
+    for host_name, pgid, attempt_id, status in (await session.execute(query)).all():
+        if pgid is not None:
+            owners.setdefault(host_name, {})[pgid] = (attempt_id, status)
+    return owners
 
 
 async def attempt_groups(session: AsyncSession, host_name: str) -> dict[int, int]:

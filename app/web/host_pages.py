@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from app.gpu.overview import HostView, host_view, local_view
-from app.launch.attempts import process_owners
+from app.launch.attempts import owners_by_host
 from app.web.deps import DbSession, PageUser, Runtime, RuntimeDep, session_user
 from app.web.templating import render, render_block
 
@@ -23,12 +23,13 @@ MIN_PUSH_INTERVAL = 1.0
 
 
 async def host_views(runtime: Runtime, names: list[str] | None = None) -> list[HostView]:
-    views = []
     async with runtime.sessions() as session:
-        for host in runtime.ssh:
-            if names is None or host.name in names:
-                owners = await process_owners(session, host.name)
-                views.append(host_view(host, runtime.gpus.hosts[host.name], owners))
+        owners = await owners_by_host(session, names)
+    views = [
+        host_view(host, runtime.gpus.hosts[host.name], owners.get(host.name, {}))
+        for host in runtime.ssh
+        if names is None or host.name in names
+    ]
     if names is None and runtime.gpus.local is not None:
         views.append(local_view(runtime.gpus.local))
     return views
