@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 MAX_CONNECTIONS_PER_HOST = 8
 # How long an operation waits for a host whose first connection is still being made.
 FIRST_CONNECT_WAIT = 1.0
-BACKOFF_MAX = 30.0
 # A connection that lasted less than this did not prove the host healthy: keep backing off.
 STABLE_AFTER = 30.0
 # asyncssh drops the connection after this many unanswered keepalives plus one, so with the
@@ -82,6 +81,8 @@ class SSHOptions:
     ssh_config: Path | None = None
     keepalive_interval: float = 10.0
     connect_timeout: float = 10.0
+    # The longest wait between reconnection attempts to a host that is down or keeps dropping.
+    reconnect_backoff_max: float = 30.0
 
 
 class _Client(asyncssh.SSHClient):
@@ -315,17 +316,17 @@ class HostConnection:
 
     async def _supervise(self) -> None:
         """Keeps the first connection up; the host's state follows it."""
-        backoff = 0.0
+        backoff, limit = 0.0, self.options.reconnect_backoff_max
         while True:
             try:
                 pooled = await self._connect()
             except HostUnavailable as exc:
                 self._set_status(HostState.OFFLINE, str(exc).removeprefix(f"{self.name}: "))
-                backoff = BACKOFF_MAX if isinstance(exc, HostKeyRejected) else min(max(2 * backoff, 1.0), BACKOFF_MAX)
+                backoff = limit if isinstance(exc, HostKeyRejected) else min(max(2 * backoff, 1.0), limit)
             except Exception as exc:  # a bug must not stop the host from ever reconnecting
                 log.exception("%s: unexpected error while connecting", self.name)
                 self._set_status(HostState.OFFLINE, f"unexpected error: {exc!r}")
-                backoff = BACKOFF_MAX
+                backoff = limit
             else:
                 self._pool.insert(0, pooled)
                 self._set_status(HostState.ONLINE)
@@ -335,7 +336,7 @@ class HostConnection:
                 log.warning("%s: connection lost: %s", self.name, reason)
                 self._set_status(HostState.OFFLINE, reason)
                 stable = time.monotonic() - connected_at >= STABLE_AFTER
-                backoff = 0.0 if stable else min(max(2 * backoff, 1.0), BACKOFF_MAX)
+                backoff = 0.0 if stable else min(max(2 * backoff, 1.0), limit)
             await asyncio.sleep(backoff)
 
     def _set_status(self, state: HostState, error: str | None = None) -> None:
