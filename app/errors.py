@@ -3,6 +3,7 @@
 LaunchdeckError
 ├── NotFound            a named thing does not exist                      (HTTP 404)
 ├── InvalidInput        a value a user gave is wrong; the message says which (HTTP 422)
+│   └── InvalidPattern  a search pattern grep cannot use, with grep's reason    (HTTP 400)
 ├── DatabaseUnavailable the database cannot be reached or migrated           (HTTP 503)
 └── HostError           something about a GPU host                        (HTTP 502)
     ├── HostUnavailable     not connected now; the message says why and since when (HTTP 503)
@@ -24,6 +25,10 @@ class NotFound(LaunchdeckError):
 
 
 class InvalidInput(LaunchdeckError):
+    pass
+
+
+class InvalidPattern(InvalidInput):
     pass
 
 

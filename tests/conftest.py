@@ -15,12 +15,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app import db
 from app.config import Settings
 from app.demo.cluster import SimCluster
+from app.demo.presets import seed_demo_presets
+from app.gpu.nvidia_smi import read_gpu_memory
+from app.launch.attempts import Pace
 from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
 from app.web.app import create_app
 from tests.support import STRICT, OpenSSHServer, require
 
 POSTGRES_ADMIN_URL = os.environ.get("LAUNCHDECK_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SIM_TIME_SCALE = 0.02  # simulated SGLang servers start in about a second
 
 
@@ -149,6 +153,32 @@ async def running_app(tmp_path: Path, sim_specs: list[HostSpec]) -> AsyncIterato
 async def app_client(running_app: FastAPI) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(transport=ASGITransport(app=running_app), base_url="http://testserver") as client:
         yield client
+
+
+@pytest.fixture
+async def api(running_app: FastAPI, app_client: AsyncClient) -> AsyncIterator[AsyncClient]:
+    """The API with the demo presets, leaving no server running on the simulated hosts."""
+    runtime = running_app.state.runtime
+    runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
+    async with runtime.sessions() as session:
+        await seed_demo_presets(session)
+    app_client.headers.update(AUTH)
+    yield app_client
+    for attempt in (await app_client.get("/api/attempts", params={"limit": 500})).json():
+        if attempt["pgid"]:
+            host = runtime.ssh.get(attempt["host"])
+            await host.run(["env", "kill", "-KILL", "--", f"-{attempt['pgid']}"], check=False)
+    for host in runtime.ssh:
+        await wait_until_free(host)
+
+
+async def wait_until_free(host: HostConnection, gpus: list[int] | None = None, timeout: float = 10) -> None:
+    for _ in range(int(timeout * 10)):
+        used = {gpu.index: gpu.memory_used_mib for gpu in await read_gpu_memory(host)}
+        if not any(used[index] for index in (gpus if gpus is not None else used)):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{host.name}: GPU memory still in use: {used}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

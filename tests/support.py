@@ -153,3 +153,30 @@ class Relay:
                 sink.write(data)
                 await sink.drain()
         sink.close()
+
+
+# Appends numbered lines to a log at a steady rate, as a busy server does; runs on a simulated host.
+# argv: path, lines per second, line count. Line 100 holds invalid UTF-8, line 200 is 1 MB long.
+LOG_WRITER = r"""
+import sys, time
+path, rate, count = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+batch = max(1, int(rate / 200))
+started = time.monotonic()
+with open(path, "ab", buffering=0) as f:
+    for first in range(0, count, batch):
+        lines = []
+        for n in range(first, min(first + batch, count)):
+            if n == 100:
+                lines.append(b"line 100 \xff\xfe invalid \xc3( utf-8\n")
+            elif n == 200:
+                lines.append(b"line 200 " + b"x" * (1 << 20) + b"\n")
+            else:
+                lines.append(b"[2026-01-05 10:00:01 TP0] line %d written at %.6f\n" % (n, time.time()))
+        f.write(b"".join(lines))
+        delay = started + (first + batch) / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+"""
+
+# $@: a command. Starts it detached in its own session on the host and prints its pid.
+START_DETACHED = 'setsid "$@" > /dev/null 2>&1 < /dev/null & echo $!'

@@ -11,12 +11,10 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import uvicorn
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
@@ -24,40 +22,13 @@ from httpx import ASGITransport, AsyncClient
 from app.demo.presets import seed_demo_presets
 from app.gpu.nvidia_smi import read_gpu_memory
 from app.launch.attempts import ACTIVE, Pace
-from app.ssh import HostConnection, HostSpec, render_hosts
+from app.ssh import HostSpec, render_hosts
 from app.web.app import create_app
-from tests.conftest import TOKEN, make_settings
+from tests.conftest import AUTH, TOKEN, make_settings, wait_until_free
 from tests.support import Relay, free_port
 
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ROOT = Path(__file__).resolve().parents[1]
 FINAL = {"ready", "failed", "stopped", "lost", "unhealthy"}
-
-
-@pytest.fixture
-async def api(running_app: FastAPI, app_client: AsyncClient) -> AsyncIterator[AsyncClient]:
-    """The API with the demo presets, leaving no server running on the simulated hosts."""
-    runtime = running_app.state.runtime
-    runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
-    async with runtime.sessions() as session:
-        await seed_demo_presets(session)
-    app_client.headers.update(AUTH)
-    yield app_client
-    for attempt in (await app_client.get("/api/attempts", params={"limit": 500})).json():
-        if attempt["pgid"]:
-            host = runtime.ssh.get(attempt["host"])
-            await host.run(["env", "kill", "-KILL", "--", f"-{attempt['pgid']}"], check=False)
-    for host in runtime.ssh:
-        await wait_until_free(host)
-
-
-async def wait_until_free(host: HostConnection, gpus: list[int] | None = None, timeout: float = 10) -> None:
-    for _ in range(int(timeout * 10)):
-        used = {gpu.index: gpu.memory_used_mib for gpu in await read_gpu_memory(host)}
-        if not any(used[index] for index in (gpus if gpus is not None else used)):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{host.name}: GPU memory still in use: {used}")
 
 
 async def wait_for(api: AsyncClient, attempt_id: int, statuses: set[str], timeout: float = 30) -> dict[str, Any]:
@@ -304,7 +275,8 @@ async def test_cli_launches_follows_and_lists(api: AsyncClient, running_app: Fas
         code, output = await launchdeck("launch", "llama31-8b", "rtxpro-01", "--gpus", "1", "--port", str(free_port()))
         assert code == 0, output
         assert output.splitlines()[0].startswith(f"attempt 1: {url}/attempts/1")
-        assert "  loading (" in output and output.splitlines()[-1].startswith("ready after ")
+        # The stages it shows depend on how fast the server comes up; it ends with ready.
+        assert output.splitlines()[1].startswith("  ") and output.splitlines()[-1].startswith("ready after ")
         code, output = await launchdeck("attempts", "--status", "ready")
         assert code == 0 and output.splitlines()[1].split()[:5] == ["1", "llama31-8b", "rtxpro-01", "1", "ready"]
         code, output = await launchdeck("launch", "nope", "rtxpro-01")

@@ -117,6 +117,7 @@ def test_launch_script_passes_any_value_through_sh_literally(tmp_path: Path, val
     argv = [sys.executable, "-c", FAKE_SERVER, "--served-model-name", value, f"--x={value}"]
     script = render_script(attempt_id=1, directory=str(tmp_path), argv=argv, env={"VALUE": value})
     (tmp_path / "launch.sh").write_text(script)
+    (tmp_path / "server.log").unlink(missing_ok=True)  # the script appends; each example starts afresh
     subprocess.run(["sh", str(tmp_path / "launch.sh")], check=True, timeout=30)
     printed = json.loads((tmp_path / "server.log").read_text())
     assert printed == [["--served-model-name", value, f"--x={value}"], value]

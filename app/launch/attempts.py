@@ -9,11 +9,12 @@ directory on the host) for `reconcile` to finish the story.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ from app.errors import HostError, InvalidInput, NotFound
 from app.launch import remote
 from app.launch.preflight import Preflight, run_preflight
 from app.launch.presets import command_argv, get_preset, latest, revision_of
+from app.logs.mirror import LogMirror, Mirrors, MirrorSource
 from app.ssh import HostConnection, SSHManager
 
 log = logging.getLogger(__name__)
@@ -43,7 +45,11 @@ STAGE_MARKERS = (
     ("http server", b"Uvicorn running on"),
     ("ready line", READY_LINE),
 )
-LOG_CHUNK = 1 << 20
+# How long a finished attempt waits for its log to be drained before it is marked finished (the
+# mirror goes on after that, if the host is slow or away).
+DRAIN_WAIT = 30.0
+# Finished attempts whose log mirror a restart resumes.
+RESUME_MIRRORS_DAYS = 7
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,7 @@ class AttemptService:
         self,
         sessions: async_sessionmaker[AsyncSession],
         ssh: SSHManager,
+        mirrors: Mirrors,
         *,
         stop_grace: float = 15.0,
         pace: Pace | None = None,
@@ -69,6 +76,7 @@ class AttemptService:
     ):
         self.sessions = sessions
         self.ssh = ssh
+        self.mirrors = mirrors
         # The host's latest GPU readings, stored with an attempt at launch and when it fails.
         self.gpu_snapshot = gpu_snapshot or (lambda host: {})
         self.stop_grace = stop_grace
@@ -77,11 +85,35 @@ class AttemptService:
         self._background: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        """Resumes following every attempt a previous run left unfinished."""
+        """Resumes following every attempt a previous run left unfinished, and mirroring the logs
+        of recently finished ones that were not completely mirrored."""
+        since = utcnow() - timedelta(days=RESUME_MIRRORS_DAYS)
         async with self.sessions() as session:
             ids = (await session.scalars(select(Attempt.id).where(Attempt.status.in_(ACTIVE)))).all()
+            query = (
+                select(Attempt)
+                .options(selectinload(Attempt.host), selectinload(Attempt.revision))
+                .where(Attempt.status.not_in(ACTIVE), Attempt.pid.is_not(None), Attempt.ended_at >= since)
+            )
+            finished = (await session.scalars(query)).all()
         for attempt_id in ids:
             self._follow(attempt_id)
+        for attempt in finished:
+            if attempt.host.name in self.ssh and not self.mirrors.store.get(attempt.id).meta.complete:
+                self.mirror(attempt)
+            self.mirrors.store.forget(attempt.id)
+
+    def mirror(self, attempt: Attempt) -> LogMirror:
+        """The attempt's log mirror, started unless it runs already."""
+        assert attempt.pid is not None
+        source = MirrorSource(
+            connection=self.ssh.get(attempt.host.name),
+            python=attempt.revision.python,
+            path=f"{attempt.remote_dir}/{remote.LOG_NAME}",
+            pid=attempt.pid,
+            start_time=attempt.pid_start_time,
+        )
+        return self.mirrors.start(attempt.id, source)
 
     async def close(self) -> None:
         tasks = [*self._tasks.values(), *self._background]
@@ -270,9 +302,9 @@ class _Follower:
     def __init__(self, service: AttemptService, attempt_id: int):
         self.service = service
         self.attempt_id = attempt_id
-        self.offset = 0
         self.tail = b""
         self.seen: set[str] = set()
+        self.found: list[tuple[str, str]] = []  # stages the log showed, not yet recorded
         self.ready_group_size = 0
         self.recorded_size = -1  # the log size last written to the attempt's row
 
@@ -283,62 +315,96 @@ class _Follower:
             self.seen = {entry["stage"] for entry in attempt.stages}
             pid, start = attempt.pid, attempt.pid_start_time
             directory, port, status = attempt.remote_dir, attempt.port, attempt.status
-        while True:
-            try:
-                await connection.wait_online(3600)
-                probe = await self._probe(connection, directory, pid, start)
-            except HostError:
-                await asyncio.sleep(self.service.pace.loading)
-                continue
-            if pid is None and probe.pid is not None:  # the dashboard stopped before recording it
-                pid, start = probe.pid, probe.start_time
-                await self.service._update(self.attempt_id, pid=pid, pgid=pid, pid_start_time=start)
-            elif start is None and probe.start_time is not None and probe.pid == pid:
-                start = probe.start_time
-                await self.service._update(self.attempt_id, pid_start_time=start)
-            if probe.missing or (pid is None and status in ("pending", "uploading")):
-                await self._finish("failed", error="the launch was interrupted before the server started")
-                return
-            if status in ("pending", "uploading", "starting"):
-                await self.service._stage(self.attempt_id, "process started", status="loading")
-                status = "loading"
-            await self._read_log(connection, directory, probe.log_size)
-            if probe.exit_code is not None or not probe.alive:
-                await self._finish_process(probe)
-                return
-            status = await self._check_readiness(connection, port, status, probe)
-            await asyncio.sleep(self.service.pace.serving if status == "ready" else self.service.pace.loading)
+        mirror: LogMirror | None = None
+        try:
+            while True:
+                try:
+                    await connection.wait_online(3600)
+                    probe = await self._probe(connection, directory, pid, start)
+                except HostError:
+                    await asyncio.sleep(self.service.pace.loading)
+                    continue
+                if pid is None and probe.pid is not None:  # the dashboard stopped before recording it
+                    pid, start = probe.pid, probe.start_time
+                    await self.service._update(self.attempt_id, pid=pid, pgid=pid, pid_start_time=start)
+                elif start is None and probe.start_time is not None and probe.pid == pid:
+                    start = probe.start_time
+                    await self.service._update(self.attempt_id, pid_start_time=start)
+                if probe.missing or (pid is None and status in ("pending", "uploading")):
+                    await self._finish("failed", error="the launch was interrupted before the server started")
+                    return
+                if status in ("pending", "uploading", "starting"):
+                    await self.service._stage(self.attempt_id, "process started", status="loading")
+                    status = "loading"
+                if mirror is None and pid is not None:
+                    mirror = await self._start_mirror()
+                await self._record_log_progress(mirror)
+                if probe.exit_code is not None or not probe.alive:
+                    if mirror is not None:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(mirror.done.wait(), DRAIN_WAIT)
+                        await self._record_log_progress(mirror)
+                    await self._finish_process(probe)
+                    return
+                status = await self._check_readiness(connection, port, status, probe)
+                await asyncio.sleep(self.service.pace.serving if status == "ready" else self.service.pace.loading)
+        finally:
+            if mirror is not None:
+                mirror.log.watchers.discard(self._scan)
 
     async def _probe(self, connection: HostConnection, directory: str, pid: int | None, start: int | None) -> Any:
         args = ["sh", "-c", remote.PROBE, "sh", directory, str(pid or ""), str(start or "")]
         result = await connection.run(args, check=False)
         return remote.ProbeResult.parse(result.stdout.decode(errors="replace"))
 
-    async def _read_log(self, connection: HostConnection, directory: str, size: int) -> None:
-        """Reads what the log gained since the last look and records the stages it shows."""
-        while self.offset < size:
-            path = f"{directory}/{remote.LOG_NAME}"
-            script = 'tail -c +"$2" "$1" | head -c "$3"'
-            chunk = (
-                await connection.run(["sh", "-c", script, "sh", path, str(self.offset + 1), str(LOG_CHUNK)])
-            ).stdout
-            if not chunk:
-                break
-            self.offset += len(chunk)
-            text = self.tail + chunk
-            self.tail = text[-200:]
-            for stage, marker in STAGE_MARKERS:
-                if stage not in self.seen and marker in text:
-                    self.seen.add(stage)
-                    await self.service._stage(self.attempt_id, stage, status="loading", log_size=self.offset)
-        if size != self.recorded_size:
-            self.recorded_size = size
-            await self.service._update(self.attempt_id, log_size=size)
+    async def _start_mirror(self) -> LogMirror:
+        """Starts the log mirror and watches what it appends for the stages of the launch; what
+        was mirrored before (by a previous run of the dashboard) is scanned first."""
+        log_file = self.service.mirrors.store.get(self.attempt_id)
+        scanned = log_file.size
+        if scanned:
+            await asyncio.to_thread(self._scan_file, log_file.path, scanned)
+        log_file.watchers.add(self._scan)
+        if log_file.size > scanned:  # appended while the file was scanned
+            self._scan(scanned, log_file.read(scanned, log_file.size - scanned))
+        async with self.service.sessions() as session:
+            return self.service.mirror(await load_attempt(session, self.attempt_id))
+
+    def _scan_file(self, path: Any, size: int) -> None:
+        with open(path, "rb") as f:
+            offset = 0
+            while offset < size and (block := f.read(min(1 << 20, size - offset))):
+                self._scan(offset, block)
+                offset += len(block)
+
+    def _scan(self, offset: int, data: bytes) -> None:
+        text = self.tail + data
+        self.tail = text[-200:]
+        for stage, marker in STAGE_MARKERS:
+            if stage not in self.seen and marker in text:
+                self.seen.add(stage)
+                self.found.append((stage, utcnow().isoformat()))
+
+    async def _record_log_progress(self, mirror: LogMirror | None) -> None:
+        """Writes the stages the log showed, and its size, to the attempt's row."""
+        size = mirror.log.size if mirror else 0
+        found, self.found = self.found, []
+        if not found and size == self.recorded_size:
+            return
+        async with self.service.sessions() as session:
+            attempt = await session.get(Attempt, self.attempt_id)
+            assert attempt is not None
+            for stage, at in found:
+                attempt.stage = stage
+                attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
+            attempt.log_size = self.recorded_size = size
+            await session.commit()
 
     async def _check_readiness(self, connection: HostConnection, port: int | None, status: str, probe: Any) -> str:
         """Ready needs the ready line and a healthy /health; a ready server whose processes thin out
         or whose health check fails becomes unhealthy."""
-        if "ready line" not in self.seen or port is None:
+        pending = {stage for stage, _ in self.found}  # seen in the log, not yet on the timeline
+        if "ready line" not in self.seen or "ready line" in pending or port is None:
             return status
         healthy = await self._http_ok(connection, port)
         if status != "ready" and healthy and (not self.ready_group_size or probe.group_size >= self.ready_group_size):

@@ -36,7 +36,8 @@ def render_script(*, attempt_id: int, directory: str, argv: Sequence[str], env: 
         # Outlive a SIGTERM to the group just long enough to record how the server ended.
         "trap true HUP INT TERM",
         *(f"export {name}={q(value)}" for name, value in env.items()),
-        f"{shlex.join(argv)} > {LOG_NAME} 2>&1 < /dev/null",
+        # Appending: whoever else writes to the log (a tool, a person) cannot clobber the server's lines.
+        f"{shlex.join(argv)} >> {LOG_NAME} 2>&1 < /dev/null",
         "echo $? > exit_code.tmp && mv exit_code.tmp exit_code",
         "",
     ]

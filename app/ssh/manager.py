@@ -29,6 +29,9 @@ class SSHManager:
     def __len__(self) -> int:
         return len(self._hosts)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._hosts
+
     def get(self, name: str) -> HostConnection:
         try:
             return self._hosts[name]

@@ -16,9 +16,22 @@ from app import credentials, db
 from app.config import Settings
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
+from app.logs.live import Fanout
+from app.logs.mirror import Mirrors
+from app.logs.store import LogStore
 from app.ssh import SSHManager, SSHOptions, load_hosts_file
 from app.ssh.registry import register_hosts
-from app.web import api, api_attempts, api_presets, attempt_pages, host_pages, pages, preset_pages
+from app.web import (
+    api,
+    api_attempts,
+    api_logs,
+    api_presets,
+    attempt_pages,
+    host_pages,
+    log_pages,
+    pages,
+    preset_pages,
+)
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
 
@@ -65,7 +78,11 @@ def create_app(settings: Settings) -> FastAPI:
         ssh.start()
         gpus = GpuMonitor(sessions, ssh)
         gpus.start()
-        attempts = AttemptService(sessions, ssh, stop_grace=settings.stop_grace_seconds, gpu_snapshot=gpus.snapshot_of)
+        logs = LogStore(settings.data_dir / "logs")
+        mirrors = Mirrors(logs)
+        attempts = AttemptService(
+            sessions, ssh, mirrors, stop_grace=settings.stop_grace_seconds, gpu_snapshot=gpus.snapshot_of
+        )
         await attempts.start()
         versions = frontend_versions()
         app.state.runtime = Runtime(
@@ -75,6 +92,9 @@ def create_app(settings: Settings) -> FastAPI:
             ssh=ssh,
             attempts=attempts,
             gpus=gpus,
+            logs=logs,
+            mirrors=mirrors,
+            fanout=Fanout(logs),
             htmx_version=versions["htmx.org"],
             htmx_sse_version=versions["htmx-ext-sse"],
         )
@@ -83,6 +103,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             await attempts.close()
+            await mirrors.close()
             await gpus.close()
             await ssh.close()
             await engine.dispose()
@@ -115,9 +136,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api.router)
     app.include_router(api_presets.router)
     app.include_router(api_attempts.router)
+    app.include_router(api_logs.router)
     app.include_router(pages.router)
     app.include_router(host_pages.router)
     app.include_router(preset_pages.router)
     app.include_router(attempt_pages.router)
+    app.include_router(log_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -15,6 +15,9 @@ from app.config import Settings
 from app.credentials import fingerprint
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
+from app.logs.live import Fanout
+from app.logs.mirror import Mirrors
+from app.logs.store import LogStore
 from app.ssh import HostConnection, SSHManager
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -30,6 +33,9 @@ class Runtime:
     ssh: SSHManager
     attempts: AttemptService
     gpus: GpuMonitor
+    logs: LogStore
+    mirrors: Mirrors
+    fanout: Fanout
     htmx_version: str
     htmx_sse_version: str
 

@@ -10,7 +10,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
-from app.errors import DatabaseUnavailable, HostError, HostUnavailable, InvalidInput, LaunchdeckError, NotFound
+from app.errors import (
+    DatabaseUnavailable,
+    HostError,
+    HostUnavailable,
+    InvalidInput,
+    InvalidPattern,
+    LaunchdeckError,
+    NotFound,
+)
 from app.web.deps import LoginRequired
 from app.web.templating import render
 
@@ -18,6 +26,7 @@ log = logging.getLogger(__name__)
 
 STATUS_BY_ERROR: list[tuple[type[LaunchdeckError], int]] = [
     (NotFound, 404),
+    (InvalidPattern, 400),
     (InvalidInput, 422),
     (HostUnavailable, 503),
     (DatabaseUnavailable, 503),

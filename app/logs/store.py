@@ -1,0 +1,307 @@
+"""Mirrored logs on local disk: the bytes exactly as the host wrote them, a sparse line index
+that makes any line of a 1 GB log as quick to reach as the first, and a small metadata file.
+
+`<id>.log` only ever grows. `<id>.idx` holds (line number, byte offset) checkpoints, one every
+INDEX_SPACING bytes, each at the start of a line; it trails the log and is rebuilt from the last
+checkpoint whenever it is behind, so a crash between the two writes loses nothing. `<id>.json`
+records where the host's file was truncated or replaced (the mirror keeps the old bytes and
+carries on after a marker) and, once the log is complete, how its sha256 compared with the host's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.clock import utcnow
+
+INDEX_SPACING = 64 * 1024
+READ_BLOCK = 64 * 1024
+# The bytes before the mirrored offset that the host reader checks, so a file replaced while
+# nobody watched is noticed even when it has grown past the old size.
+OVERLAP = 4096
+
+# Called with (offset, data) after each append, and with empty data once the log is complete.
+Watcher = Callable[[int, bytes], None]
+
+
+@dataclass(frozen=True)
+class Line:
+    number: int  # 1-based, as grep counts
+    offset: int  # of the line's first byte
+    text: bytes  # without its newline; cut short for a very long line
+    length: int  # the whole line's length, without its newline
+
+    @property
+    def cut(self) -> int:
+        """How many bytes of the line `text` leaves out."""
+        return self.length - len(self.text)
+
+
+@dataclass(frozen=True)
+class Page:
+    lines: list[Line]
+    size: int
+    total_lines: int
+
+    @property
+    def at_start(self) -> bool:
+        return not self.lines or self.lines[0].number == 1
+
+    @property
+    def at_end(self) -> bool:
+        return not self.lines or self.lines[-1].number >= self.total_lines
+
+
+@dataclass
+class Meta:
+    segments: list[dict[str, Any]] = field(default_factory=list)  # where the host file restarted
+    complete: bool = False
+    verification: dict[str, Any] | None = None
+
+    @property
+    def segment_start(self) -> int:
+        return self.segments[-1]["at"] if self.segments else 0
+
+
+class LogFile:
+    """One attempt's mirror. Appends come from its single reader; any number of readers page it."""
+
+    def __init__(self, directory: Path, attempt_id: int):
+        self.attempt_id = attempt_id
+        self.path = directory / f"{attempt_id}.log"
+        self.index_path = directory / f"{attempt_id}.idx"
+        self.meta_path = directory / f"{attempt_id}.json"
+        self.meta = Meta()
+        if self.meta_path.exists():
+            self.meta = Meta(**json.loads(self.meta_path.read_text()))
+        # Flat (line, offset) pairs; line is 0-based here: the number of newlines before offset.
+        self.checkpoints = array("Q", [0, 0])
+        if self.index_path.exists():
+            self.checkpoints.frombytes(self.index_path.read_bytes())
+        self.size = self.path.stat().st_size if self.path.exists() else 0
+        while len(self.checkpoints) > 2 and self.checkpoints[-1] > self.size:
+            del self.checkpoints[-2:]
+        self.newlines = self.checkpoints[-2]
+        self._next_checkpoint = self.checkpoints[-1] + INDEX_SPACING
+        self._new_checkpoints = array("Q")
+        self._ends_with_newline = self.checkpoints[-1] > 0
+        self.watchers: set[Watcher] = set()
+        self._catch_up_index()
+
+    @property
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    @property
+    def host_offset(self) -> int:
+        """How far into the host's current file the mirror has read."""
+        return self.size - self.meta.segment_start
+
+    @property
+    def total_lines(self) -> int:
+        return self.newlines + (1 if self.size and not self._ends_with_newline else 0)
+
+    def overlap_sha256(self) -> tuple[int, str]:
+        """The length and sha256 of the mirror's last bytes from the host's current file."""
+        length = min(OVERLAP, self.host_offset)
+        return length, hashlib.sha256(self.read(self.size - length, length)).hexdigest()
+
+    # Writing (the mirror)
+
+    def append(self, data: bytes) -> None:
+        if not data:
+            return
+        start = self.size
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "ab", buffering=0) as f:
+            f.write(data)
+        self._index(start, data)
+        self._flush_index()
+        for watcher in list(self.watchers):
+            watcher(start, data)
+
+    def mark_restart(self, reason: str) -> None:
+        """The host's file was truncated or replaced: what follows starts at its offset 0."""
+        self.meta.segments.append({"at": self.size, "reason": reason, "time": utcnow().isoformat()})
+        self._save_meta()
+
+    def finish(self, *, host_size: int, host_sha256: str | None, mirror_sha256: str) -> None:
+        """Records the end of the log and whether the mirror matches the host's file byte for byte;
+        watchers get an empty append."""
+        self.meta.complete = True
+        self.meta.verification = {
+            "host_size": host_size,
+            "host_sha256": host_sha256,
+            "mirror_sha256": mirror_sha256,
+            "match": host_sha256 == mirror_sha256 and host_size == self.host_offset,
+            "at": utcnow().isoformat(),
+        }
+        self._save_meta()
+        for watcher in list(self.watchers):
+            watcher(self.size, b"")
+
+    def sha256(self, start: int = 0) -> str:
+        digest = hashlib.sha256()
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            while block := f.read(1 << 20):
+                digest.update(block)
+        return digest.hexdigest()
+
+    def _index(self, start: int, data: bytes) -> None:
+        end = start + len(data)
+        while self._next_checkpoint < end:
+            newline = data.find(b"\n", max(self._next_checkpoint - start, 0))
+            if newline < 0:
+                break
+            line_start = start + newline + 1
+            self._new_checkpoints.extend((self.newlines + data.count(b"\n", 0, newline + 1), line_start))
+            self._next_checkpoint = line_start + INDEX_SPACING
+        self.newlines += data.count(b"\n")
+        self._ends_with_newline = data.endswith(b"\n")
+        self.size = end
+
+    def _flush_index(self) -> None:
+        if self._new_checkpoints:
+            with open(self.index_path, "ab") as f:
+                f.write(self._new_checkpoints.tobytes())
+            self.checkpoints.extend(self._new_checkpoints)
+            self._new_checkpoints = array("Q")
+
+    def _catch_up_index(self) -> None:
+        """Indexes what the log holds beyond the last checkpoint (after a crash, or an old log)."""
+        scanned = self.checkpoints[-1]
+        self.size, self.newlines = scanned, self.checkpoints[-2]
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as f:
+            f.seek(scanned)
+            while block := f.read(1 << 20):
+                self._index(self.size, block)
+                self._flush_index()
+
+    def _save_meta(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.meta_path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(self.meta.__dict__))
+        os.replace(partial, self.meta_path)
+
+    # Reading
+
+    def read(self, offset: int, limit: int) -> bytes:
+        """Exactly the bytes at [offset, offset + limit), cut at the end of the log."""
+        if offset < 0 or limit <= 0 or offset >= self.size:
+            return b""
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            return f.read(min(limit, self.size - offset))
+
+    def line_at(self, offset: int) -> tuple[int, int]:
+        """The 1-based number and the start offset of the line that holds byte `offset`."""
+        offset = max(0, min(offset, self.size))
+        if not offset:
+            return 1, 0
+        i = bisect.bisect_right(self.checkpoints[1::2], offset) - 1
+        newlines, position = self.checkpoints[2 * i], self.checkpoints[2 * i + 1]
+        line_start = position
+        with open(self.path, "rb") as f:
+            f.seek(position)
+            while position < offset:
+                block = f.read(min(READ_BLOCK, offset - position))
+                if not block:
+                    break
+                newlines += block.count(b"\n")
+                last = block.rfind(b"\n")
+                if last >= 0:
+                    line_start = position + last + 1
+                position += len(block)
+        return newlines + 1, line_start
+
+    def offset_of_line(self, number: int) -> int:
+        """Where line `number` (1-based) starts; the end of the log for a line past the last."""
+        target = max(number, 1) - 1
+        if not target or not self.size:
+            return 0
+        i = bisect.bisect_right(self.checkpoints[0::2], target) - 1
+        newlines, position = self.checkpoints[2 * i], self.checkpoints[2 * i + 1]
+        with open(self.path, "rb") as f:
+            f.seek(position)
+            while newlines < target:
+                block = f.read(READ_BLOCK)
+                if not block:
+                    return self.size
+                found = -1
+                for _ in range(target - newlines):
+                    found = block.find(b"\n", found + 1)
+                    if found < 0:
+                        break
+                    newlines += 1
+                if found >= 0 and newlines == target:
+                    return position + found + 1
+                position += len(block)
+        return position
+
+    def lines(self, number: int, count: int, max_line: int = 64 * 1024) -> Page:
+        """`count` lines from line `number`; each line's text is cut at `max_line` bytes."""
+        offset = self.offset_of_line(number)
+        return Page(self.lines_from(offset, max(number, 1), count, max_line=max_line), self.size, self.total_lines)
+
+    def last_lines(self, count: int, max_line: int = 64 * 1024) -> Page:
+        return self.lines(max(self.total_lines - count + 1, 1), count, max_line)
+
+    def lines_from(
+        self, offset: int, number: int, count: int, *, end: int | None = None, max_line: int = 64 * 1024
+    ) -> list[Line]:
+        """Up to `count` lines from `offset` (the start of line `number`), stopping at `end`."""
+        result: list[Line] = []
+        end = self.size if end is None else min(end, self.size)
+        with open(self.path, "rb") if self.path.exists() else open(os.devnull, "rb") as f:
+            f.seek(offset)
+            while len(result) < count and offset < end:
+                text = f.readline(max_line)
+                if not text:
+                    break
+                consumed, newline = len(text), text.endswith(b"\n")
+                if newline:
+                    text = text[:-1]
+                else:  # longer than max_line, or the log's unfinished last line: find its end
+                    while chunk := f.readline(READ_BLOCK):
+                        consumed += len(chunk)
+                        if newline := chunk.endswith(b"\n"):
+                            break
+                result.append(Line(number, offset, text, consumed - newline))
+                offset += consumed
+                number += 1
+        return result
+
+
+class LogStore:
+    """Every attempt's mirrored log under `<data_dir>/logs`; the open ones are kept in memory."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._open: dict[int, LogFile] = {}
+
+    def get(self, attempt_id: int) -> LogFile:
+        log = self._open.get(attempt_id)
+        if log is None:
+            log = self._open[attempt_id] = LogFile(self.directory, attempt_id)
+        return log
+
+    def forget(self, attempt_id: int) -> None:
+        """Drops a complete log nobody watches from memory; it opens again from disk when asked
+        for. An incomplete one stays: its mirror appends to this very object."""
+        log = self._open.get(attempt_id)
+        if log is not None and log.meta.complete and not log.watchers:
+            del self._open[attempt_id]
+
+    def paths(self, attempt_ids: list[int]) -> dict[int, Path]:
+        return {attempt_id: self.directory / f"{attempt_id}.log" for attempt_id in attempt_ids}
