@@ -36,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         attempts_parser.add_argument(option)
     attempts_parser.add_argument("--limit", type=int, default=20)
     attempts_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
+    logs_parser = commands.add_parser("logs", help="print an attempt's log, follow it, or grep it")
+    logs_parser.add_argument("attempt", type=int)
+    logs_parser.add_argument("--follow", "-f", action="store_true", help="keep printing what the log gains")
+    logs_parser.add_argument("--grep", metavar="PATTERN", help="print matching lines with their numbers")
+    logs_parser.add_argument("--regex", action="store_true", help="PATTERN is an extended regular expression")
+    logs_parser.add_argument("--ignore-case", "-i", action="store_true")
+    logs_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
     diagnose_parser = commands.add_parser("diagnose", help="read an SGLang log: stage, root error, class, hint")
     diagnose_parser.add_argument("logfile")
     diagnose_parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -43,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     db_commands = db_parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     db_commands.add_parser("upgrade", help="migrate the database to the latest schema")
     args = parser.parse_args(argv)
+    if args.command == "logs" and args.follow and args.grep is not None:
+        parser.error("logs: --follow and --grep do not go together; grep the log, or follow it")
 
     if args.command == "diagnose":
         return diagnose_file(args.logfile, as_json=args.json)
@@ -70,12 +79,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "attempts":
             params = {"host": args.host, "preset": args.preset, "status": args.status, "limit": args.limit}
             return client.list_attempts(client.ApiClient(settings, args.url), params=params)
+        if args.command == "logs":
+            api = client.ApiClient(settings, args.url)
+            if args.grep is not None:
+                return client.grep_log(
+                    api, args.attempt, args.grep, regex=args.regex, ignore_case=args.ignore_case, err=_stderr
+                )
+            return client.show_log(api, args.attempt, follow=args.follow, out=sys.stdout.buffer, err=_stderr)
         db.upgrade(settings.resolved_database_url())
         print(f"launchdeck: database at {_redacted(settings.resolved_database_url())} is up to date")
         return 0
     except LaunchdeckError as exc:
         print(f"launchdeck: {exc}", file=sys.stderr)
         return 1
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def diagnose_file(path: str, *, as_json: bool) -> int:

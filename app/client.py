@@ -1,10 +1,11 @@
-"""`launchdeck launch` and `launchdeck attempts`: the dashboard's HTTP API from a terminal."""
+"""`launchdeck launch`, `attempts` and `logs`: the dashboard's HTTP API from a terminal."""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 import httpx
 
@@ -22,17 +23,47 @@ class ApiClient:
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.request(method, path, **kwargs).json()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             raise LaunchdeckError(f"cannot reach the dashboard at {self.url}: {exc}") from None
-        if response.status_code >= 400:
-            try:
-                detail = response.json().get("detail", response.text)
-            except ValueError:
-                detail = response.text
-            raise LaunchdeckError(f"{response.status_code}: {detail}")
-        return response.json()
+        _check(response)
+        return response
+
+    def events(self, path: str, *, last_event_id: str | None = None) -> Iterator[tuple[str, str, str]]:
+        """Server-sent events as (event, id, data) until the server ends the stream."""
+        headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+        with self.http.stream("GET", path, headers=headers, timeout=httpx.Timeout(60, read=None)) as response:
+            if response.status_code >= 400:
+                response.read()
+                _check(response)
+            event, event_id, data = "message", "", list[str]()
+            for line in response.iter_lines():
+                if not line:
+                    if data:
+                        yield event, event_id, "\n".join(data)
+                    event, data = "message", []
+                    continue
+                field, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if field == "event":
+                    event = value
+                elif field == "id":
+                    event_id = value
+                elif field == "data":
+                    data.append(value)
+
+
+def _check(response: httpx.Response) -> None:
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", response.text)
+        except ValueError:
+            detail = response.text
+        raise LaunchdeckError(f"{response.status_code}: {detail}")
 
 
 def _token_file(settings: Settings) -> str:
@@ -95,3 +126,59 @@ def list_attempts(client: ApiClient, *, params: dict[str, Any], out: Callable[[s
         created = a["created_at"][:19].replace("T", " ")
         out(f"{a['id']:>5}  {a['preset']:<28} {a['host']:<12} {gpus:<8} {a['status']:<10} {a['stage']:<16} {created}")
     return 0
+
+
+LOG_READ = 4 << 20
+
+
+def show_log(
+    client: ApiClient, attempt_id: int, *, follow: bool, out: IO[bytes], err: Callable[[str], None] = print
+) -> int:
+    """Writes the attempt's log byte for byte; with `follow`, then what it gains until it ends,
+    resuming after a dropped connection where it left off."""
+    offset = 0
+    while True:
+        response = client.request(
+            "GET", f"/api/attempts/{attempt_id}/log", params={"offset": offset, "limit": LOG_READ}
+        )
+        out.write(response.content)
+        offset += len(response.content)
+        if offset >= int(response.headers["X-Log-Size"]):
+            break
+    out.flush()
+    if not follow or response.headers["X-Log-Complete"] == "true":
+        return 0
+    last_id = str(offset)
+    while True:
+        try:
+            for event, event_id, data in client.events(f"/api/attempts/{attempt_id}/events", last_event_id=last_id):
+                last_id = event_id or last_id
+                if event == "log":
+                    out.write(json.loads(data)["text"].encode(errors="surrogateescape"))
+                    out.flush()
+                elif event == "skipped":
+                    err(f"launchdeck: skipped {json.loads(data)['lines']:,} lines to keep up")
+                elif event == "end":
+                    return 0
+        except (httpx.TransportError, LaunchdeckError) as exc:
+            err(f"launchdeck: stream interrupted ({exc}); resuming at byte {last_id}")
+            time.sleep(1)
+
+
+def grep_log(
+    client: ApiClient, attempt_id: int, pattern: str, *, regex: bool, ignore_case: bool,
+    out: Callable[[str], None] = print, err: Callable[[str], None] = print,
+) -> int:  # fmt: skip
+    """Prints matching lines as `LINE:text`, like grep -n; exit status 1 when nothing matches."""
+    params = {"q": pattern, "regex": regex, "ignore_case": ignore_case, "limit": 5000}
+    result = client.call("GET", f"/api/attempts/{attempt_id}/grep", params=params)
+    for match in result["matches"]:
+        out(f"{match['line']}:{match['text']}")
+    if result["more"]:
+        err(f"launchdeck: {result['more']:,} more matching lines; open the attempt's log page for all")
+    if result["total"]:
+        return 0
+    where = f"; first traceback at line {result['first_traceback_line']}" if result["first_traceback_line"] else ""
+    searched = f"{result['searched_lines']:,} lines, {result['searched_bytes']:,} bytes"
+    err(f"launchdeck: no line matches: searched {searched}{where}")
+    return 1

@@ -20,6 +20,7 @@ import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 import httpx
@@ -443,3 +444,111 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     await expect(page.locator("p.summary")).to_contain_text("exit code 143")
     assert simgpu.read(str(demo.gpu_state_path("rtxpro-01")))["processes"] == []
     assert tab.console_errors == []
+
+
+async def launch_ready(demo: Demo, gpu: int) -> dict[str, Any]:
+    """A llama31-8b attempt on rtxpro-01, launched through the API and ready."""
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        body = {"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
+        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+
+        async def ready() -> bool:
+            return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
+
+        await wait_until(ready, 30, f"attempt {attempt_id} to be ready", demo)
+        attempt: dict[str, Any] = (await api.get(f"/api/attempts/{attempt_id}")).json()
+        return attempt
+
+
+def append_to_host_log(demo: Demo, attempt: dict[str, Any], lines: list[bytes]) -> None:
+    """As the server would: the simulated host's files are on this machine."""
+    path = demo.data_dir / "demo" / "hosts" / attempt["host"] / "home" / attempt["remote_dir"] / "server.log"
+    with open(path, "ab") as log:
+        log.write(b"".join(line + b"\n" for line in lines))
+
+
+async def line_numbers(page: Page) -> list[int]:
+    numbers: list[int] = await page.eval_on_selector_all(
+        "#live-lines .ln .n", "links => links.map(a => +a.textContent)"
+    )
+    return numbers
+
+
+async def test_live_log_resumes_exactly_after_drops_and_keeps_markup_inert(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    attempt = await launch_ready(demo, 1)
+    streams: list[str] = []
+    page.on("request", lambda r: streams.append(r.url) if "/log/stream" in r.url else None)
+    await log_in(page)
+    await page.goto(f"/attempts/{attempt['id']}")
+    await expect(page.locator("#live-lines .ln").last).to_be_visible()
+    hostile = [
+        b"[2026-01-05 10:00:01 TP0] <script>window.__pwned = 1</script>",
+        b'[2026-01-05 10:00:01 TP1] <img src=x onerror="window.__pwned = 2">',
+        b"\x1b[31mERROR\x1b[0m coloured \x1b]8;;javascript:window.__pwned=3\x1b\\link text\x1b]8;;\x1b\\"
+        b" \xff\xfe bad bytes",
+    ]
+    append_to_host_log(demo, attempt, hostile)
+    await expect(page.locator("#live-lines")).to_contain_text("<script>window.__pwned = 1</script>")
+    await expect(page.locator("#live-lines")).to_contain_text("link text \\xff\\xfe bad bytes")
+    assert await page.locator("#live-lines img, #live-lines script, #live-lines a[href^=javascript]").count() == 0
+    assert await page.locator("#live-lines .ansi-fg-1").first.text_content() == "ERROR"
+    assert await page.evaluate("window.__pwned") is None
+
+    for drop in range(5):  # each time the browser gives up on the stream and htmx opens a fresh one
+        append_to_host_log(demo, attempt, [b"before drop %d line %d" % (drop, n) for n in range(300)])
+        await expect(page.locator("#live-lines")).to_contain_text(f"before drop {drop} line 299")
+        await page.evaluate(
+            """() => { const source = document.querySelector('#live-log')['htmx-internal-data'].sseEventSource;
+                       source.close(); source.onerror(new Event('error')); }"""
+        )
+        append_to_host_log(demo, attempt, [b"during drop %d line %d" % (drop, n) for n in range(300)])
+        await expect(page.locator("#live-lines")).to_contain_text(f"during drop {drop} line 299")
+    numbers = await line_numbers(page)
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), "a line was lost or shown twice"
+    offsets = [int(re.search(r"offset=(\d+)", url).group(1)) for url in streams]  # type: ignore[union-attr]
+    assert len(offsets) >= 6 and offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    assert [e for e in tab.console_errors if e != "[object Event]"] == []  # htmx logs each forced error
+
+
+async def test_grep_with_zero_hits_pivots_to_the_full_log(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        body = {"preset": "qwen36-27b-mtp-extra-buffer", "host": "rtxpro-01", "gpus": [3], "port": free_port()}
+        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+
+        async def failed() -> bool:
+            return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "failed")
+
+        await wait_until(failed, 30, f"attempt {attempt_id} to fail", demo)
+    await log_in(page)
+    await page.goto(f"/attempts/{attempt_id}")
+    await page.get_by_label("pattern").fill("mamba_scheduler")
+    await page.get_by_label("- and _ alike").uncheck()  # the plain grep of the story
+    await page.get_by_role("button", name="Grep").click()
+    zero = page.locator(".zero-hits")
+    await expect(zero).to_contain_text("No line matches mamba_scheduler: searched")
+    await expect(zero.locator(".tail .ln").first).to_be_visible()
+    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
+        await page.locator("#grep-results").screenshot(path=f"{shots}/zero-hits.png")
+    await zero.get_by_role("link", name=re.compile("First traceback")).click()
+    await expect(page).to_have_url(re.compile(r"/log\?line=\d+#L\d+$"))
+    target = page.locator(".ln:target")
+    await expect(target).to_contain_text("Traceback (most recent call last):")
+    await expect(target).to_be_in_viewport()
+
+    await page.get_by_label("pattern").fill("mamba_scheduler")
+    await page.get_by_role("button", name="Grep").click()  # flag-aware, as by default
+    hit = page.locator("#grep-results .ln.mark").first
+    await expect(hit).to_contain_text("--mamba-scheduler-strategy no_buffer")
+    number = await hit.locator(".n").text_content()
+    await hit.locator(".n").click()
+    await expect(page.locator(f"#L{number}")).to_be_in_viewport()
+    await page.goto(f"/attempts/{attempt_id}/log?start=1#L{number}")  # a shared deep link
+    await expect(page.locator(f"#L{number}")).to_be_visible()
+    await page.get_by_label("pattern").fill("(unclosed")
+    await page.get_by_label("regex").check()
+    await page.get_by_role("button", name="Grep").click()
+    await expect(page.locator(".grep-error")).to_contain_text("Invalid regular expression: Unmatched ( or \\(")
+    # The browser notes the 400 that carried the reason; nothing else went wrong.
+    assert tab.console_errors == ["Failed to load resource: the server responded with a status of 400 (Bad Request)"]

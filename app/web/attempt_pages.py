@@ -13,8 +13,10 @@ from app.db.models import AuditEvent
 from app.errors import HostError, InvalidInput, LaunchdeckError
 from app.gpu.overview import current_overview
 from app.launch import attempts, presets
+from app.logs.live import tail
 from app.web.deps import DbSession, PageUser, RuntimeDep
-from app.web.templating import render
+from app.web.log_pages import LIVE_TAIL_LINES, lines_html, log_context
+from app.web.templating import render, wants_fragment
 
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 25
@@ -125,9 +127,11 @@ async def attempts_page(
 
 
 @router.get("/attempts/{attempt_id}", response_class=HTMLResponse)
-async def attempt_page(request: Request, attempt_id: int, db: DbSession, user: PageUser) -> Response:
+async def attempt_page(
+    request: Request, attempt_id: int, runtime: RuntimeDep, db: DbSession, user: PageUser
+) -> Response:
     attempt = await attempts.load_attempt(db, attempt_id)
-    context = {
+    context: dict[str, Any] = {
         "user": user,
         "attempt": attempt,
         "active": attempt.status in attempts.ACTIVE,
@@ -135,6 +139,13 @@ async def attempt_page(request: Request, attempt_id: int, db: DbSession, user: P
         "time_to_ready": attempts.time_to_ready(attempt),
         "command": shlex.join(attempt.argv),
     }
+    if not wants_fragment(request):  # the live log, which the status block's refreshes leave alone
+        lines, offset = tail(runtime.logs.get(attempt_id), LIVE_TAIL_LINES)
+        context |= log_context(runtime, attempt_id) | {
+            "tail_html": lines_html(attempt_id, lines),
+            "live_offset": offset,
+        }
+        runtime.logs.forget(attempt_id)
     return render(request, "attempt.html", context, block="attempt_status")
 
 

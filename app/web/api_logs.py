@@ -1,0 +1,147 @@
+"""JSON API for logs: exact bytes by offset, download, live events, grep, grep across attempts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header
+from fastapi.responses import FileResponse, Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.errors import NotFound
+from app.launch import attempts
+from app.logs.live import Ended, Lines, Restarted, Skipped
+from app.logs.search import search_log
+from app.web.deps import ApiUser, DbSession, RuntimeDep
+from app.web.log_pages import SEND_TIMEOUT, attempts_matching, resume_offset
+
+router = APIRouter(prefix="/api", tags=["logs"])
+
+MAX_READ = 16 << 20
+
+
+@router.get("/attempts/{attempt_id}/log", response_class=Response)
+async def read_log(
+    attempt_id: int, runtime: RuntimeDep, db: DbSession, _user: ApiUser, offset: int = 0, limit: int = 1 << 20
+) -> Response:
+    """The mirrored bytes at [offset, offset + limit), exactly; X-Log-Size and X-Log-Complete say
+    whether there is more to come."""
+    await attempts.load_attempt(db, attempt_id)
+    log = runtime.logs.get(attempt_id)
+    data = log.read(max(offset, 0), max(0, min(limit, MAX_READ)))
+    headers = {
+        "X-Log-Size": str(log.size),
+        "X-Log-Complete": "true" if log.meta.complete else "false",
+        "X-Next-Offset": str(max(offset, 0) + len(data)),
+    }
+    runtime.logs.forget(attempt_id)
+    return Response(data, media_type="application/octet-stream", headers=headers)
+
+
+@router.get("/attempts/{attempt_id}/log/download", response_class=FileResponse)
+async def download_log(attempt_id: int, runtime: RuntimeDep, db: DbSession, _user: ApiUser) -> FileResponse:
+    attempt = await attempts.load_attempt(db, attempt_id)
+    path = runtime.logs.get(attempt_id).path
+    runtime.logs.forget(attempt_id)
+    if not path.exists():
+        raise NotFound(f"attempt {attempt_id} has no mirrored log yet")
+    filename = f"attempt-{attempt_id}-{attempt.host.name}.log"
+    return FileResponse(path, media_type="application/octet-stream", filename=filename)
+
+
+@router.get("/attempts/{attempt_id}/events")
+async def log_events(
+    attempt_id: int,
+    runtime: RuntimeDep,
+    db: DbSession,
+    _user: ApiUser,
+    offset: int = 0,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """The log live, as `log` events of JSON {offset, text} (event id = the byte offset after the
+    text, so Last-Event-ID resumes exactly); `skipped` and `restarted` markers; `end` when the log
+    is complete. Invalid UTF-8 travels as lone surrogates, so Python clients get the exact bytes
+    back with errors="surrogateescape"."""
+    await attempts.load_attempt(db, attempt_id)
+    await db.close()
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        async for event in runtime.fanout.follow(attempt_id, resume_offset(offset, last_event_id)):
+            if isinstance(event, Lines):
+                start = event.batches[0].start
+                text = runtime.logs.get(attempt_id).read(start, event.end - start).decode(errors="surrogateescape")
+                yield _json_event("log", {"offset": start, "text": text}, event.end)
+            elif isinstance(event, Skipped):
+                yield _json_event("skipped", {"offset": event.start, "lines": event.lines}, event.end)
+            elif isinstance(event, Restarted):
+                yield _json_event("restarted", {"offset": event.offset, "reason": event.reason}, None)
+            elif isinstance(event, Ended):
+                yield _json_event("end", {"offset": event.offset}, event.offset)
+
+    return EventSourceResponse(events(), send_timeout=SEND_TIMEOUT, headers={"X-Accel-Buffering": "no"})
+
+
+def _json_event(name: str, data: dict[str, Any], end: int | None) -> ServerSentEvent:
+    return ServerSentEvent(data=json.dumps(data), event=name, id=None if end is None else str(end))
+
+
+@router.get("/attempts/{attempt_id}/grep")
+async def grep(
+    attempt_id: int,
+    runtime: RuntimeDep,
+    db: DbSession,
+    _user: ApiUser,
+    q: str,
+    regex: bool = False,
+    ignore_case: bool = False,
+    context: int = 0,
+    flags: bool = True,
+    limit: int = 200,
+) -> dict[str, Any]:
+    """Matching lines with their line numbers and byte offsets. With no hits: how much was
+    searched, the last lines and the first traceback's line."""
+    await attempts.load_attempt(db, attempt_id)
+    options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flags}
+    search = await search_log(runtime.logs.get(attempt_id), q, limit=max(1, min(limit, 5000)), **options)
+    runtime.logs.forget(attempt_id)
+
+    def line(number: int, offset: int, text: bytes) -> dict[str, Any]:
+        return {"line": number, "offset": offset, "text": text.decode(errors="replace")}
+
+    return {
+        "matches": [
+            {
+                **line(m.line, m.offset, m.text),
+                "before": [line(c.line, c.offset, c.text) for c in m.before],
+                "after": [line(c.line, c.offset, c.text) for c in m.after],
+            }
+            for m in search.result.matches
+        ],
+        "total": search.result.total,
+        "more": search.result.more,
+        "searched_bytes": search.result.searched_bytes,
+        "searched_lines": search.searched_lines,
+        "tail": [line(t.number, t.offset, t.text) for t in search.tail],
+        "first_traceback_line": search.first_traceback,
+    }
+
+
+@router.get("/grep")
+async def grep_attempts(
+    runtime: RuntimeDep,
+    db: DbSession,
+    _user: ApiUser,
+    q: str,
+    preset: str = "",
+    host: str = "",
+    regex: bool = False,
+    ignore_case: bool = False,
+) -> list[dict[str, Any]]:
+    """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts."""
+    found = await attempts_matching(runtime, db, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+    return [
+        {"attempt": row.id, "preset": row.revision.preset.name, "host": row.host.name, "status": row.status, "hits": n}
+        for row, n in found
+    ]

@@ -1,0 +1,269 @@
+"""Log pages: the live tail (server-sent events), grep with its zero-hits answer, the full log
+paged through the line index, and grep across attempts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from html import escape
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.db.models import Attempt
+from app.errors import InvalidInput, InvalidPattern
+from app.launch import attempts
+from app.logs.live import Ended, Event, Lines, Restarted, Skipped
+from app.logs.render import line_class, render_line
+from app.logs.search import FIRST_ERROR, count_matches, first_line, search_log
+from app.logs.store import Line, LogFile
+from app.web.deps import DbSession, PageUser, Runtime, RuntimeDep, session_user
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+
+PAGE_LINES = 500
+MAX_PAGE_LINES = 5000
+LINES_ABOVE_TARGET = 20  # a page opened at a line shows a little of what led to it
+LIVE_TAIL_LINES = 200
+SEARCH_ATTEMPTS = 500  # the newest attempts a search across attempts looks at
+SEND_TIMEOUT = 30.0  # a viewer that takes nothing for this long is dropped
+
+
+def lines_html(attempt_id: int, lines: Iterable[Line], *, mark: int | None = None, anchors: bool = True) -> str:
+    """Log lines as HTML: numbered, linked into the full log, coloured, every byte escaped; line
+    `mark` is highlighted. Without `anchors` (for excerpts shown beside a log) lines have no id."""
+    href = f"/attempts/{attempt_id}/log"
+    parts = []
+    for line in lines:
+        number, kind = line.number, line_class(line.text)
+        anchor = f' id="L{number}"' if anchors else ""
+        if number == mark:
+            kind += " mark"
+        cut = ""
+        if line.cut:
+            download = f"/api/attempts/{attempt_id}/log/download"
+            cut = f' <span class="cut">… {line.cut:,} more bytes in the <a href="{download}">download</a></span>'
+        parts.append(
+            f'<div class="ln {kind}"{anchor}>'
+            f'<a class="n" href="{href}?line={number}#L{number}">{number}</a>'
+            f'<span class="t">{render_line(line.text)}{cut}</span></div>'
+        )
+    return "\n".join(parts)
+
+
+def marker_html(attempt_id: int, event: Skipped | Restarted) -> str:
+    if isinstance(event, Skipped):
+        link = f"/attempts/{attempt_id}/log?line={event.first_line}#L{event.first_line}"
+        return (
+            f'<div class="marker skipped">skipped {event.lines:,} lines to keep up — '
+            f'<a href="{link}">open the full log here</a></div>'
+        )
+    return (
+        f'<div class="marker restarted">the log on the host was {escape(event.reason)} here; '
+        "what follows is its new content</div>"
+    )
+
+
+def event_html(attempt_id: int, event: Lines | Skipped | Restarted) -> str:
+    if not isinstance(event, Lines):
+        return marker_html(attempt_id, event)
+    parts = []
+    for batch in event.batches:
+        if "html" not in batch.cache:  # rendered once, for every viewer
+            batch.cache["html"] = lines_html(attempt_id, batch.lines)
+        parts.append(batch.cache["html"])
+    return "\n".join(parts)
+
+
+def resume_offset(offset: int, last_event_id: str | None) -> int:
+    """The browser's own reconnection sends Last-Event-ID, the newest; a fresh EventSource (as htmx
+    makes after an error) has only the offset the page keeps in the stream's URL."""
+    if last_event_id and last_event_id.strip().isdigit():
+        return int(last_event_id)
+    return max(offset, 0)
+
+
+async def live_events(runtime: Runtime, attempt_id: int, offset: int) -> AsyncIterator[ServerSentEvent]:
+    async for event in runtime.fanout.follow(attempt_id, offset):
+        yield _page_event(attempt_id, event)
+
+
+def _page_event(attempt_id: int, event: Event) -> ServerSentEvent:
+    if isinstance(event, Ended):
+        return ServerSentEvent(data="", event="end", id=str(event.offset))
+    end = None if isinstance(event, Restarted) else str(event.end)
+    return ServerSentEvent(data=event_html(attempt_id, event), event="lines", id=end)
+
+
+def log_context(runtime: Runtime, attempt_id: int) -> dict[str, Any]:
+    """What every log view shows about the mirror itself."""
+    log = runtime.logs.get(attempt_id)
+    mirror = runtime.mirrors.get(attempt_id)
+    return {
+        "log": log,
+        "mirror_error": mirror.error if mirror else None,
+        "restarts": log.meta.segments,
+        "verification": log.meta.verification,
+    }
+
+
+@router.get("/attempts/{attempt_id}/log/stream")
+async def log_stream(
+    request: Request,
+    attempt_id: int,
+    runtime: RuntimeDep,
+    db: DbSession,
+    offset: int = 0,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """New lines of the attempt's log as HTML fragments; event id = the byte offset after them."""
+    user = session_user(request, runtime)
+    if user is None:  # this swaps in an element whose request htmx turns into the login redirect
+
+        async def login() -> AsyncIterator[ServerSentEvent]:
+            yield ServerSentEvent(data=f'<div hx-get="/attempts/{attempt_id}" hx-trigger="load"></div>', event="lines")
+            yield ServerSentEvent(data="", event="end")
+
+        return EventSourceResponse(login())
+    await attempts.load_attempt(db, attempt_id)  # 404 for an unknown attempt
+    await db.close()  # the stream may last hours: hold no database connection
+    events = live_events(runtime, attempt_id, resume_offset(offset, last_event_id))
+    return EventSourceResponse(events, send_timeout=SEND_TIMEOUT, headers={"X-Accel-Buffering": "no"})
+
+
+@router.get("/attempts/{attempt_id}/log", response_class=HTMLResponse)
+async def full_log(
+    request: Request,
+    attempt_id: int,
+    runtime: RuntimeDep,
+    db: DbSession,
+    user: PageUser,
+    line: int | None = None,
+    start: int | None = None,
+    offset: int | None = None,
+    at: str | None = None,
+    count: int = PAGE_LINES,
+) -> Response:
+    """One page of the mirrored log: from line `start`, around a `line` or a byte `offset`, at the
+    bottom or at the first error."""
+    attempt = await attempts.load_attempt(db, attempt_id)
+    context = log_context(runtime, attempt_id)
+    log: LogFile = context["log"]
+    count = max(1, min(count, MAX_PAGE_LINES))
+    notice = ""
+    if at == "error":
+        line = await first_line(log.path, FIRST_ERROR, regex=True, flag_aware=False) if log.exists else None
+        notice = "" if line else "no traceback or error line in this log"
+    elif offset is not None:
+        line = log.line_at(offset)[0]
+    if at == "bottom" or (line is None and at == "error"):
+        page = log.last_lines(count)
+    else:
+        page = log.lines(start or max(1, (line or 1) - LINES_ABOVE_TARGET), count)
+    first = page.lines[0].number if page.lines else 1
+    context |= {
+        "user": user,
+        "attempt": attempt,
+        "page": page,
+        "lines_html": lines_html(attempt_id, page.lines),
+        "target": line,
+        "notice": notice,
+        "previous_line": max(1, first - count) if not page.at_start else None,
+        "next_line": page.lines[-1].number + 1 if not page.at_end else None,
+        "count": count,
+    }
+    runtime.logs.forget(attempt_id)
+    return render(request, "log.html", context)
+
+
+@router.get("/attempts/{attempt_id}/log/grep", response_class=HTMLResponse)
+async def grep_page(
+    request: Request,
+    attempt_id: int,
+    runtime: RuntimeDep,
+    db: DbSession,
+    user: PageUser,
+    q: str = "",
+    regex: bool = False,
+    ignore_case: bool = False,
+    context: int = 0,
+    flags: bool = False,
+    submitted: bool = False,
+) -> Response:
+    """Grep of the attempt's log; hits link into the full log. A form sends `submitted`, so an
+    unticked flag-aware box means off; a plain link without it gets the default, on."""
+    attempt = await attempts.load_attempt(db, attempt_id)
+    flag_aware = flags or not submitted
+    options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flag_aware}
+    search, error, status = None, "", 200
+    if q:
+        try:
+            search = await search_log(runtime.logs.get(attempt_id), q, **options)
+        except InvalidInput as exc:
+            error, status = str(exc), 400 if isinstance(exc, InvalidPattern) else 422
+        runtime.logs.forget(attempt_id)
+    page = {
+        "user": user,
+        "attempt": attempt,
+        "q": q,
+        "options": options,
+        "search": search,
+        "error": error,
+        "hits_html": _hits_html(attempt_id, search) if search else "",
+        "tail_html": lines_html(attempt_id, search.tail, anchors=False) if search else "",
+    }
+    return render(request, "grep.html", page, block="results", status_code=status)
+
+
+async def attempts_matching(
+    runtime: Runtime, db: AsyncSession, q: str, *, preset: str = "", host: str = "", **options: bool
+) -> list[tuple[Attempt, int]]:
+    """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts."""
+    if not q:
+        return []
+    rows = await attempts.list_attempts(db, host=host or None, preset=preset or None, limit=SEARCH_ATTEMPTS)
+    paths = runtime.logs.paths([row.id for row in rows])
+    counts = await count_matches(list(paths.values()), q, **options)
+    return [(row, counts[paths[row.id]]) for row in rows if counts.get(paths[row.id])]
+
+
+def _hits_html(attempt_id: int, search: Any) -> str:
+    groups = []
+    for match in search.result.matches:
+        lines = [
+            *(Line(c.line, c.offset, c.text, len(c.text)) for c in match.before),
+            Line(match.line, match.offset, match.text, len(match.text)),
+            *(Line(c.line, c.offset, c.text, len(c.text)) for c in match.after),
+        ]
+        groups.append(f'<div class="hit">{lines_html(attempt_id, lines, mark=match.line, anchors=False)}</div>')
+    return "\n".join(groups)
+
+
+@router.get("/search", response_class=HTMLResponse)
+async def search_attempts(
+    request: Request,
+    runtime: RuntimeDep,
+    db: DbSession,
+    user: PageUser,
+    q: str = "",
+    preset: str = "",
+    host: str = "",
+    regex: bool = False,
+    ignore_case: bool = False,
+) -> Response:
+    """Which attempts of a preset or a host contain a pattern, with hit counts."""
+    rows = await attempts_matching(runtime, db, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+    context = {
+        "user": user,
+        "q": q,
+        "preset": preset,
+        "host": host,
+        "regex": regex,
+        "ignore_case": ignore_case,
+        "rows": rows,
+        "hosts": [h.name for h in runtime.ssh],
+    }
+    return render(request, "search.html", context, block="results")

@@ -1,0 +1,295 @@
+"""Logs of real launches on the simulated cluster: exact bytes, grep with its zero-hits answer,
+the full log paged at a line, live events that resume exactly, and the `launchdeck logs` CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from httpx import AsyncClient
+
+from app.demo.cluster import SimCluster
+from tests.conftest import TOKEN
+from tests.support import free_port
+from tests.test_launch import FINAL, launch, wait_for
+from tests.test_pages import log_in
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def failed_override_attempt(api: AsyncClient) -> dict[str, Any]:
+    """The seed story's second failure: SGLang overrode extra_buffer and refused the arguments."""
+    attempt = await wait_for(api, await launch(api, "qwen36-27b-mtp-extra-buffer", "rtxpro-01", [1]), FINAL)
+    assert attempt["status"] == "failed"
+    return attempt
+
+
+def host_log(sim_cluster: SimCluster, attempt: dict[str, Any]) -> Path:
+    return sim_cluster.hosts[attempt["host"]].home / attempt["remote_dir"] / "server.log"
+
+
+async def test_the_mirror_holds_the_host_log_byte_for_byte(
+    api: AsyncClient, running_app: FastAPI, sim_cluster: SimCluster
+) -> None:
+    attempt = await failed_override_attempt(api)
+    response = await api.get(f"/api/attempts/{attempt['id']}/log", params={"offset": 0, "limit": 1 << 24})
+    expected = host_log(sim_cluster, attempt).read_bytes()
+    assert response.content == expected and response.headers["X-Log-Complete"] == "true"
+    assert attempt["log_size"] == len(expected)
+    part = await api.get(f"/api/attempts/{attempt['id']}/log", params={"offset": 100, "limit": 50})
+    assert part.content == expected[100:150] and part.headers["X-Next-Offset"] == "150"
+    verification = running_app.state.runtime.logs.get(attempt["id"]).meta.verification
+    assert verification["match"] is True
+    download = await api.get(f"/api/attempts/{attempt['id']}/log/download")
+    assert download.content == expected and "attachment" in download.headers["content-disposition"]
+
+
+async def test_flag_aware_grep_finds_the_option_the_plain_grep_missed(api: AsyncClient) -> None:
+    attempt = await failed_override_attempt(api)
+    grep = f"/api/attempts/{attempt['id']}/grep"
+    plain = (await api.get(grep, params={"q": "mamba_scheduler", "flags": "false"})).json()
+    assert plain["total"] == 0  # the story's grep: the process died before printing its arguments
+    found = (await api.get(grep, params={"q": "mamba_scheduler"})).json()
+    assert found["total"] >= 1
+    hit = found["matches"][0]
+    assert "--mamba-scheduler-strategy no_buffer" in hit["text"]
+    log = (await api.get(f"/api/attempts/{attempt['id']}/log", params={"limit": 1 << 24})).content
+    assert log[hit["offset"] :].startswith(hit["text"].encode())
+    assert log[: hit["offset"]].count(b"\n") + 1 == hit["line"]
+
+
+async def test_zero_hits_says_what_was_searched_and_where_to_look(api: AsyncClient) -> None:
+    attempt = await failed_override_attempt(api)
+    log = (await api.get(f"/api/attempts/{attempt['id']}/log", params={"limit": 1 << 24})).content
+    answer = (await api.get(f"/api/attempts/{attempt['id']}/grep", params={"q": "no such text anywhere"})).json()
+    lines = log.decode().splitlines()
+    assert answer["total"] == 0 and answer["matches"] == []
+    assert answer["searched_bytes"] == len(log) and answer["searched_lines"] == len(lines)
+    assert [t["text"] for t in answer["tail"]] == lines[-50:]
+    assert lines[answer["first_traceback_line"] - 1] == "Traceback (most recent call last):"
+    assert "Traceback (most recent call last):" not in lines[: answer["first_traceback_line"] - 1]
+
+
+@pytest.mark.parametrize(
+    "pattern", ["-v", "--help", "-e x", "'; touch {marker}; '", "$(touch {marker})", '"quoted"', "a\x00b", "\\"]
+)
+async def test_grep_searches_hostile_patterns_literally(api: AsyncClient, pattern: str) -> None:
+    attempt = await failed_override_attempt(api)
+    marker = Path(f"/tmp/launchdeck-grep-{uuid.uuid4().hex}")
+    answer = await api.get(f"/api/attempts/{attempt['id']}/grep", params={"q": pattern.format(marker=marker)})
+    assert answer.status_code == 200 and answer.json()["total"] == 0, answer.text
+    assert not marker.exists()
+
+
+async def test_bad_patterns_get_a_400_with_the_reason(api: AsyncClient) -> None:
+    attempt = await failed_override_attempt(api)
+    grep = f"/api/attempts/{attempt['id']}/grep"
+    bad = await api.get(grep, params={"q": "(radix", "regex": "true"})
+    assert bad.status_code == 400 and bad.json()["detail"] == "Invalid regular expression: Unmatched ( or \\("
+    assert (await api.get(grep, params={"q": "a\nb"})).status_code == 400
+    regex = await api.get(grep, params={"q": "radix cache when using --mamba-[a-z-]+ no_buffer", "regex": "true"})
+    assert regex.json()["total"] >= 1
+
+
+async def test_grep_across_attempts_counts_hits_per_attempt(api: AsyncClient) -> None:
+    failed = await failed_override_attempt(api)
+    ready = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [2]), FINAL)
+    rows = (await api.get("/api/grep", params={"q": "not compatible with radix cache"})).json()
+    assert [(r["attempt"], r["hits"] >= 1) for r in rows] == [(failed["id"], True)]
+    both = (await api.get("/api/grep", params={"q": "sglang serve", "host": "rtxpro-01"})).json()
+    assert {r["attempt"] for r in both} == {failed["id"], ready["id"]}
+    assert (await api.get("/api/grep", params={"q": "sglang serve", "host": "b200-01"})).json() == []
+
+
+async def test_full_log_opens_at_a_line_and_at_the_first_error(api: AsyncClient, app_client: AsyncClient) -> None:
+    attempt = await failed_override_attempt(api)
+    log = (await api.get(f"/api/attempts/{attempt['id']}/log", params={"limit": 1 << 24})).content.decode()
+    lines = log.splitlines()
+    app_client.headers.pop("Authorization")
+    await log_in(app_client)
+    target = len(lines) - 1
+    assert target > 21
+    page = (await app_client.get(f"/attempts/{attempt['id']}/log", params={"line": target})).text
+    above = [f'id="L{n}"' in page for n in (target, target - 20, target - 21)]
+    assert above == [True, True, False]  # the page opens a little above the target
+    first_error = lines.index("Traceback (most recent call last):") + 1
+    page = (await app_client.get(f"/attempts/{attempt['id']}/log", params={"at": "error"})).text
+    assert f'id="L{first_error}"' in page and f'data-target="{first_error}"' in page
+    offset = log.index("Traceback (most recent call last):") + 5
+    page = (await app_client.get(f"/attempts/{attempt['id']}/log", params={"offset": offset})).text
+    assert f'data-target="{first_error}"' in page
+    zero = await app_client.get(
+        f"/attempts/{attempt['id']}/log/grep", params={"q": "mamba_scheduler", "submitted": "true"}
+    )
+    assert "No line matches" in zero.text and f"?line={first_error}#L{first_error}" in zero.text
+    bad = await app_client.get(f"/attempts/{attempt['id']}/log/grep", params={"q": "(", "regex": "true"})
+    assert bad.status_code == 400 and "Invalid regular expression" in bad.text
+
+
+@contextlib.asynccontextmanager
+async def serve(app: FastAPI) -> AsyncIterator[str]:
+    """The app on a real port, for the CLI."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="error"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await serving
+
+
+def asgi_scope(path: str, headers: dict[str, str]) -> dict[str, Any]:
+    url = httpx.URL(path)
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+        "path": url.path, "raw_path": url.raw_path, "query_string": url.query, "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
+    }  # fmt: skip
+
+
+async def read_events(
+    app: FastAPI, path: str, *, count: int = 10**9, until: int | None = None, headers: dict[str, str] | None = None
+) -> list[tuple[str, str, str]]:
+    """Events of a stream as (event, id, data), the first `count` or up to event id `until`, read
+    by calling the app as an ASGI server would, then disconnecting."""
+    scope = asgi_scope(path, {"authorization": f"Bearer {TOKEN}", **(headers or {})})
+    left = asyncio.Event()
+    events: list[tuple[str, str, str]] = []
+    buffer = b""
+
+    async def receive() -> dict[str, Any]:
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal buffer
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+        if message["type"] != "http.response.body" or left.is_set():
+            return
+        buffer += message.get("body", b"")
+        *blocks, buffer = buffer.replace(b"\r\n", b"\n").split(b"\n\n")
+        for block in blocks:
+            fields: dict[str, list[str]] = {}
+            for line in block.decode().split("\n"):
+                name, _, value = line.partition(":")
+                fields.setdefault(name, []).append(value.removeprefix(" "))
+            if "data" in fields:
+                name, event_id = fields.get("event", ["message"])[0], fields.get("id", [""])[0]
+                events.append((name, event_id, "\n".join(fields["data"])))
+                if len(events) >= count or (until is not None and event_id and int(event_id) >= until):
+                    left.set()
+
+    async with asyncio.timeout(30):
+        await app(scope, receive, send)
+    return events
+
+
+async def append_lines(path: Path, first: int, count: int) -> None:
+    with open(path, "ab") as f:
+        for n in range(first, first + count, 100):
+            f.write(b"".join(b"appended line %d \xff <script>x</script>\n" % i for i in range(n, n + 100)))
+            f.flush()
+            await asyncio.sleep(0.005)
+
+
+async def test_live_events_resume_exactly_with_last_event_id(
+    api: AsyncClient, sim_cluster: SimCluster, running_app: FastAPI
+) -> None:
+    attempt = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [0]), {"ready"})
+    path = host_log(sim_cluster, attempt)
+    events_path = f"/api/attempts/{attempt['id']}/events"
+    mirror = running_app.state.runtime.logs.get(attempt["id"])
+    await append_lines(path, 0, 2000)
+    first = await read_events(running_app, events_path + "?offset=0", count=1)
+    last_id = first[-1][1]
+    await append_lines(path, 2000, 3000)
+    size = path.stat().st_size
+    rest = await read_events(running_app, events_path + "?offset=0", until=size, headers={"Last-Event-ID": last_id})
+    received = "".join(json.loads(data)["text"] for _, _, data in first + rest)
+    assert received.encode(errors="surrogateescape") == path.read_bytes() == mirror.read(0, size)
+    assert json.loads(rest[0][2])["offset"] == int(last_id)  # resumed exactly where the first stream ended
+
+
+async def test_a_viewer_that_never_reads_does_not_stall_another(
+    api: AsyncClient, sim_cluster: SimCluster, running_app: FastAPI
+) -> None:
+    attempt = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [3]), {"ready"})
+    path = host_log(sim_cluster, attempt)
+    runtime = running_app.state.runtime
+    events_path = f"/api/attempts/{attempt['id']}/events"
+    start = path.stat().st_size
+    stuck = asyncio.create_task(stuck_viewer(running_app, events_path + f"?offset={start}"))
+    while runtime.fanout.viewers(attempt["id"]) < 1:
+        await asyncio.sleep(0.05)
+    watcher = asyncio.create_task(read_events(running_app, events_path + f"?offset={start}", count=1))
+    while runtime.fanout.viewers(attempt["id"]) < 2:
+        await asyncio.sleep(0.05)
+    await append_lines(path, 0, 100_000)  # 5 MB: more than a viewer's queue holds
+    size = path.stat().st_size
+    events = await watcher
+    events += await read_events(running_app, events_path, until=size, headers={"Last-Event-ID": events[-1][1]})
+    assert runtime.logs.get(attempt["id"]).size == size  # the mirror kept up
+    assert runtime.fanout.viewers(attempt["id"]) == 1 and not stuck.done()  # the stuck viewer is still there
+    stuck.cancel()
+    received = "".join(json.loads(data)["text"] for _, _, data in events).encode(errors="surrogateescape")
+    assert received == path.read_bytes()[start:]
+
+
+async def stuck_viewer(app: FastAPI, path: str) -> None:
+    """A viewer whose connection takes one message and then nothing more, forever."""
+    scope = asgi_scope(path, {"authorization": f"Bearer {TOKEN}"})
+    never = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await never.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await never.wait()
+
+    await app(scope, receive, send)
+
+
+async def test_logs_cli_prints_follows_and_greps(
+    api: AsyncClient, sim_cluster: SimCluster, running_app: FastAPI
+) -> None:
+    attempt = await failed_override_attempt(api)
+    env = {**os.environ, "LAUNCHDECK_TOKEN": TOKEN}
+
+    async def launchdeck(url: str, *args: str) -> tuple[int, bytes, bytes]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.cli", "logs", str(attempt["id"]), *args, "--url", url, cwd=ROOT, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await process.communicate()
+        assert process.returncode is not None
+        return process.returncode, out, err
+
+    async with serve(running_app) as url:
+        code, out, _ = await launchdeck(url, "--follow")
+        assert code == 0 and out == host_log(sim_cluster, attempt).read_bytes()
+        code, out, _ = await launchdeck(url, "--grep", "mamba_scheduler")
+        assert code == 0 and b"--mamba-scheduler-strategy no_buffer" in out and out.split(b":")[0].isdigit()
+        code, out, err = await launchdeck(url, "--grep", "nothing like this")
+        assert code == 1 and out == b"" and b"no line matches: searched" in err and b"first traceback at line" in err
+        code, _, err = await launchdeck(url, "--grep", "(", "--regex")
+        assert code == 1 and b"400: Invalid regular expression" in err
+        code, _, err = await launchdeck(url, "--grep", "x", "--follow")
+        assert code == 2 and b"--follow and --grep do not go together" in err
