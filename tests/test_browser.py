@@ -494,6 +494,8 @@ async def test_live_log_resumes_exactly_after_drops_and_keeps_markup_inert(tab: 
     assert await page.locator("#live-lines img, #live-lines script, #live-lines a[href^=javascript]").count() == 0
     assert await page.locator("#live-lines .ansi-fg-1").first.text_content() == "ERROR"
     assert await page.evaluate("window.__pwned") is None
+    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
+        await page.locator("#live-log").screenshot(path=f"{shots}/live-log.png")
 
     for drop in range(5):  # each time the browser gives up on the stream and htmx opens a fresh one
         append_to_host_log(demo, attempt, [b"before drop %d line %d" % (drop, n) for n in range(300)])

@@ -293,3 +293,14 @@ async def test_logs_cli_prints_follows_and_greps(
         assert code == 1 and b"400: Invalid regular expression" in err
         code, _, err = await launchdeck(url, "--grep", "x", "--follow")
         assert code == 2 and b"--follow and --grep do not go together" in err
+
+
+async def test_the_stream_of_an_attempt_that_never_started_ends_at_once(
+    api: AsyncClient, running_app: FastAPI
+) -> None:
+    attempt = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [42]), FINAL)
+    assert attempt["status"] == "failed" and attempt["error"].startswith("preflight failed")
+    events = await read_events(running_app, f"/api/attempts/{attempt['id']}/events?offset=0", count=1)
+    assert events == [("end", "0", '{"offset": 0}')]
+    grep = (await api.get(f"/api/attempts/{attempt['id']}/grep", params={"q": "x"})).json()
+    assert (grep["total"], grep["searched_bytes"], grep["tail"]) == (0, 0, [])

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 STATUSES = ("pending", "uploading", "starting", "loading", "ready", "unhealthy", "failed", "stopped", "lost")
 ACTIVE = frozenset({"pending", "uploading", "starting", "loading", "ready", "unhealthy"})
+FINISHED = frozenset(STATUSES) - ACTIVE
 READY_LINE = b"The server is fired up and ready to roll!"
 # Stages a launch goes through, each recognised by the first log line SGLang writes in it.
 STAGE_MARKERS = (
@@ -294,6 +295,11 @@ class AttemptService:
             for key, value in changes.items():
                 setattr(attempt, key, value)
             await session.commit()
+        if changes.get("status") in FINISHED and self.mirrors.get(attempt_id) is None:
+            log_file = self.mirrors.store.get(attempt_id)
+            if not log_file.exists and not log_file.meta.complete:  # it ended before its server wrote a line
+                log_file.finish(host_size=0, host_sha256=None, mirror_sha256=None)
+            self.mirrors.store.forget(attempt_id)
 
 
 class _Follower:

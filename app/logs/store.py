@@ -133,7 +133,7 @@ class LogFile:
         self.meta.segments.append({"at": self.size, "reason": reason, "time": utcnow().isoformat()})
         self._save_meta()
 
-    def finish(self, *, host_size: int, host_sha256: str | None, mirror_sha256: str) -> None:
+    def finish(self, *, host_size: int, host_sha256: str | None, mirror_sha256: str | None) -> None:
         """Records the end of the log and whether the mirror matches the host's file byte for byte;
         watchers get an empty append."""
         self.meta.complete = True
@@ -141,7 +141,7 @@ class LogFile:
             "host_size": host_size,
             "host_sha256": host_sha256,
             "mirror_sha256": mirror_sha256,
-            "match": host_sha256 == mirror_sha256 and host_size == self.host_offset,
+            "match": host_sha256 is not None and host_sha256 == mirror_sha256 and host_size == self.host_offset,
             "at": utcnow().isoformat(),
         }
         self._save_meta()
