@@ -46,6 +46,13 @@ def running():
     except (OSError, ValueError):
         return False
     return fields[0] != "Z" and (not start or fields[19] == start)
+def digest_of(f, size):
+    digest = hashlib.sha256()
+    f.seek(0)
+    while size > 0 and (block := f.read(min(1 << 20, size))):
+        digest.update(block)
+        size -= len(block)
+    return digest
 f, ended, idle = None, False, 0.0
 while True:
     if f is None:
@@ -67,20 +74,17 @@ while True:
                 send(b"R", b"replaced")
                 offset = 0
         overlap = 0
+        digest = digest_of(f, offset)  # the file's sha256 is kept up as it is sent
         f.seek(offset)
-    data = f.read(262144)
+    data = f.read(1 << 20)
     if data:
         offset += len(data)
+        digest.update(data)
         send(b"D", data)
         idle = 0.0
         continue
     if ended:
-        f.seek(0)
-        digest, size = hashlib.sha256(), 0
-        while block := f.read(1 << 20):
-            digest.update(block)
-            size += len(block)
-        send(b"E", json.dumps({"size": size, "sha256": digest.hexdigest()}).encode())
+        send(b"E", json.dumps({"size": offset, "sha256": digest.hexdigest()}).encode())
         break
     try:
         now = os.stat(path)
@@ -93,7 +97,7 @@ while True:
         offset = 0
     elif now is not None and now.st_size < offset:
         send(b"R", b"truncated")
-        offset = 0
+        offset, digest = 0, hashlib.sha256()
         f.seek(0)
     elif not running():
         ended = True  # one more read to the end of the file, then the end frame
@@ -160,7 +164,9 @@ class LogMirror:
                     self.log.mark_restart(payload.decode())
                 elif kind == b"E":
                     end = json.loads(payload)
-                    mirror_sha256 = await asyncio.to_thread(self.log.sha256, self.log.meta.segment_start)
+                    mirror_sha256 = self.log.segment_sha256() or await asyncio.to_thread(
+                        self.log.sha256, self.log.meta.segment_start
+                    )
                     self.log.finish(host_size=end["size"], host_sha256=end["sha256"], mirror_sha256=mirror_sha256)
                     return
 

@@ -94,6 +94,9 @@ class LogFile:
         self._new_checkpoints = array("Q")
         self._ends_with_newline = self.checkpoints[-1] > 0
         self.watchers: set[Watcher] = set()
+        # The sha256 of the current segment, kept while appending: known only for a segment this
+        # object saw from its start (after a restart of the dashboard, it is read from the file).
+        self._digest: Any = None
         self._catch_up_index()
 
     @property
@@ -120,6 +123,10 @@ class LogFile:
         if not data:
             return
         start = self.size
+        if start == self.meta.segment_start:
+            self._digest = hashlib.sha256()
+        if self._digest is not None:
+            self._digest.update(data)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "ab", buffering=0) as f:
             f.write(data)
@@ -148,6 +155,12 @@ class LogFile:
         for watcher in list(self.watchers):
             watcher(self.size, b"")
 
+    def segment_sha256(self) -> str | None:
+        """The sha256 of what was mirrored from the host's current file, if kept while appending."""
+        if self.host_offset == 0:
+            return hashlib.sha256().hexdigest()
+        return self._digest.hexdigest() if self._digest is not None else None
+
     def sha256(self, start: int = 0) -> str:
         digest = hashlib.sha256()
         with open(self.path, "rb") as f:
@@ -157,15 +170,16 @@ class LogFile:
         return digest.hexdigest()
 
     def _index(self, start: int, data: bytes) -> None:
-        end = start + len(data)
+        end, counted = start + len(data), 0  # newlines in data[:counted] are in self.newlines
         while self._next_checkpoint < end:
-            newline = data.find(b"\n", max(self._next_checkpoint - start, 0))
+            newline = data.find(b"\n", max(self._next_checkpoint - start, counted))
             if newline < 0:
                 break
-            line_start = start + newline + 1
-            self._new_checkpoints.extend((self.newlines + data.count(b"\n", 0, newline + 1), line_start))
-            self._next_checkpoint = line_start + INDEX_SPACING
-        self.newlines += data.count(b"\n")
+            self.newlines += data.count(b"\n", counted, newline + 1)
+            counted = newline + 1
+            self._new_checkpoints.extend((self.newlines, start + counted))
+            self._next_checkpoint = start + counted + INDEX_SPACING
+        self.newlines += data.count(b"\n", counted)
         self._ends_with_newline = data.endswith(b"\n")
         self.size = end
 

@@ -12,7 +12,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.errors import NotFound
 from app.launch import attempts
-from app.logs.live import Ended, Lines, Restarted, Skipped
+from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import search_log
 from app.web.deps import ApiUser, DbSession, RuntimeDep
 from app.web.log_pages import SEND_TIMEOUT, attempts_matching, resume_offset
@@ -67,12 +67,20 @@ async def log_events(
     await attempts.load_attempt(db, attempt_id)
     await db.close()
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
+    log_file = runtime.logs.get(attempt_id)
+
+    def batch_event(batch: Batch) -> bytes:
+        """Made once per batch and sent to every viewer."""
+        if "api-event" not in batch.cache:
+            text = log_file.read(batch.start, batch.end - batch.start).decode(errors="surrogateescape")
+            batch.cache["api-event"] = _json_event("log", {"offset": batch.start, "text": text}, batch.end).encode()
+        encoded: bytes = batch.cache["api-event"]
+        return encoded
+
+    async def events() -> AsyncIterator[ServerSentEvent | bytes]:
         async for event in runtime.fanout.follow(attempt_id, resume_offset(offset, last_event_id)):
             if isinstance(event, Lines):
-                start = event.batches[0].start
-                text = runtime.logs.get(attempt_id).read(start, event.end - start).decode(errors="surrogateescape")
-                yield _json_event("log", {"offset": start, "text": text}, event.end)
+                yield b"".join(batch_event(batch) for batch in event.batches)
             elif isinstance(event, Skipped):
                 yield _json_event("skipped", {"offset": event.start, "lines": event.lines}, event.end)
             elif isinstance(event, Restarted):

@@ -15,7 +15,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from app.db.models import Attempt
 from app.errors import InvalidInput, InvalidPattern
 from app.launch import attempts
-from app.logs.live import Ended, Event, Lines, Restarted, Skipped
+from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.render import line_class, render_line
 from app.logs.search import FIRST_ERROR, count_matches, first_line, search_log
 from app.logs.store import Line, LogFile
@@ -67,15 +67,13 @@ def marker_html(attempt_id: int, event: Skipped | Restarted) -> str:
     )
 
 
-def event_html(attempt_id: int, event: Lines | Skipped | Restarted) -> str:
-    if not isinstance(event, Lines):
-        return marker_html(attempt_id, event)
-    parts = []
-    for batch in event.batches:
-        if "html" not in batch.cache:  # rendered once, for every viewer
-            batch.cache["html"] = lines_html(attempt_id, batch.lines)
-        parts.append(batch.cache["html"])
-    return "\n".join(parts)
+def batch_event(attempt_id: int, batch: Batch) -> bytes:
+    """A batch of lines as an encoded `lines` event, made once and sent to every viewer."""
+    if "page-event" not in batch.cache:
+        html = lines_html(attempt_id, batch.lines)
+        batch.cache["page-event"] = ServerSentEvent(data=html, event="lines", id=str(batch.end)).encode()
+    encoded: bytes = batch.cache["page-event"]
+    return encoded
 
 
 def resume_offset(offset: int, last_event_id: str | None) -> int:
@@ -86,16 +84,15 @@ def resume_offset(offset: int, last_event_id: str | None) -> int:
     return max(offset, 0)
 
 
-async def live_events(runtime: Runtime, attempt_id: int, offset: int) -> AsyncIterator[ServerSentEvent]:
+async def live_events(runtime: Runtime, attempt_id: int, offset: int) -> AsyncIterator[bytes]:
     async for event in runtime.fanout.follow(attempt_id, offset):
-        yield _page_event(attempt_id, event)
-
-
-def _page_event(attempt_id: int, event: Event) -> ServerSentEvent:
-    if isinstance(event, Ended):
-        return ServerSentEvent(data="", event="end", id=str(event.offset))
-    end = None if isinstance(event, Restarted) else str(event.end)
-    return ServerSentEvent(data=event_html(attempt_id, event), event="lines", id=end)
+        if isinstance(event, Lines):
+            yield b"".join(batch_event(attempt_id, batch) for batch in event.batches)
+        elif isinstance(event, Ended):
+            yield ServerSentEvent(data="", event="end", id=str(event.offset)).encode()
+        else:
+            end = str(event.end) if isinstance(event, Skipped) else None
+            yield ServerSentEvent(data=marker_html(attempt_id, event), event="lines", id=end).encode()
 
 
 def log_context(runtime: Runtime, attempt_id: int) -> dict[str, Any]:
