@@ -295,9 +295,7 @@ async def test_logs_cli_prints_follows_and_greps(
         assert code == 2 and b"--follow and --grep do not go together" in err
 
 
-async def test_the_stream_of_an_attempt_that_never_started_ends_at_once(
-    api: AsyncClient, running_app: FastAPI
-) -> None:
+async def test_the_stream_of_an_attempt_that_never_started_ends_at_once(api: AsyncClient, running_app: FastAPI) -> None:
     attempt = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [42]), FINAL)
     assert attempt["status"] == "failed" and attempt["error"].startswith("preflight failed")
     events = await read_events(running_app, f"/api/attempts/{attempt['id']}/events?offset=0", count=1)
