@@ -11,6 +11,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from app.diagnose.figures import Figures
 from app.diagnose.lines import Line, logical_lines
 
 EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception)(?:: ?(.*))?$")
@@ -134,6 +135,7 @@ class Diagnosis:
     fingerprint: str | None = None
     hint: str = ""
     adjustments: list[str] = field(default_factory=list)
+    figures: Figures = field(default_factory=Figures)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -163,6 +165,7 @@ class Analyzer:
         self._root: tuple[Line, str] | None = None  # the first fatal exception, with the lines before it
         self._fatal_line: Line | None = None
         self._adjustments: list[str] = []
+        self._figures = Figures()
 
     def feed(self, chunk: str) -> None:
         text = self._pending + chunk
@@ -185,6 +188,7 @@ class Analyzer:
     def _see(self, line: Line) -> None:
         text = line.text.strip()
         self._track_stage(text)
+        self._figures.see(text)
         new = text not in self._adjustments and len(self._adjustments) < 50
         if new and ADJUSTMENT.search(text) and not EXCEPTION.match(text):
             self._adjustments.append(text)
@@ -241,7 +245,9 @@ class Analyzer:
                         self._percent = int(percent.group(1))
 
     def _diagnosis(self) -> Diagnosis:
-        result = Diagnosis(adjustments=list(self._adjustments))
+        figures = self._figures
+        snapshot = Figures(figures.server_args, dict(figures.memory), list(figures.decode))
+        result = Diagnosis(adjustments=list(self._adjustments), figures=snapshot)
         if self._stage_index >= 0:
             result.stage = STAGES[self._stage_index][0]
             result.stage_percent = self._percent
