@@ -92,3 +92,25 @@ def test_figures_are_the_same_however_the_log_is_cut_into_chunks(cuts: list[int]
         position += size
     analyzer.feed(text[position:])
     assert analyzer.finish().figures == diagnose(text).figures
+
+
+def test_a_failure_after_hours_of_serving_is_found_among_the_batch_lines() -> None:
+    decode = "[2026-01-05 11:00:00 TP{rank}] Decode batch, #running-req: 8, #token: 9000, token usage: 0.40, \
+gen throughput (token/s): 800.00, #queue-req: 0\n"
+    log = STARTUP + "[2026-01-05 10:01:20] The server is fired up and ready to roll!\n"
+    log += (
+        decode.format(rank=0) * 50_000
+        + (
+            "[2026-01-05 11:00:01 TP1] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2100, in run_scheduler_process\n'
+            + decode.format(rank=0)
+            + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of "
+            "94.97 GiB of which 1.02 GiB is free.\n"
+        )
+        + decode.format(rank=0) * 1000
+    )
+    result = diagnose(log)
+    assert result.stage == "serving" and result.failure_class == "oom"
+    assert result.root_error is not None and result.root_error.startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert result.root_line == log[: log.index("torch.OutOfMemoryError")].count("\n") + 1
+    assert result.figures.decode_lines == 51_003 and len(result.figures.decode) < 2000

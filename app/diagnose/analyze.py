@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.diagnose.figures import Figures
 from app.diagnose.lines import Line, logical_lines
@@ -47,6 +47,13 @@ STAGES = (  # in launch order; each recognised by the first line SGLang writes i
     ("serving", re.compile(r"^(?:Decode|Prefill) batch[.,]")),
 )
 PERCENT = re.compile(r"(\d{1,3})%")
+SERVING = len(STAGES) - 1
+# A serving log is mostly one record per line of batch statistics; once serving, outside a
+# traceback, such a line only adds a decode sample and is not taken apart further.
+BATCH_LINE = re.compile(
+    r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\) |[\w.-]+\s*\| )?"
+    r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?(?: [A-Z_]+\d+)*\] (Decode|Prefill) batch[.,][^\r\x1b\[]*$"
+)
 
 CLASSES = (  # first match wins; checked against the root error, then a few against its traceback
     (
@@ -173,6 +180,11 @@ class Analyzer:
         self._pending = physical.pop()  # a line is read once its newline has arrived
         for line in physical:
             self._number += 1
+            quiet = self._current is None or self._current.ended
+            if quiet and self._stage_index == SERVING and (batch := BATCH_LINE.match(line)):
+                if batch.group(1) == "Decode":
+                    self._figures.see_decode(line)
+                continue
             for record in logical_lines(line, self._number):
                 self._see(record)
 
@@ -245,9 +257,8 @@ class Analyzer:
                         self._percent = int(percent.group(1))
 
     def _diagnosis(self) -> Diagnosis:
-        figures = self._figures
-        snapshot = Figures(figures.server_args, dict(figures.memory), list(figures.decode))
-        result = Diagnosis(adjustments=list(self._adjustments), figures=snapshot)
+        figures = replace(self._figures, memory=dict(self._figures.memory), decode=list(self._figures.decode))
+        result = Diagnosis(adjustments=list(self._adjustments), figures=figures)
         if self._stage_index >= 0:
             result.stage = STAGES[self._stage_index][0]
             result.stage_percent = self._percent

@@ -34,7 +34,7 @@ MEMORY = (  # (figure, pattern): the first value seen counts (every TP rank prin
 DECODE = re.compile(r"Decode batch[.,] #running-req: (\d+), #token: (\d+), token usage: ([\d.]+)")
 THROUGHPUT = re.compile(r"gen throughput \(token/s\): ([\d.]+)")
 ACCEPT_LENGTH = re.compile(r"accept len: ([\d.]+)")
-MAX_POINTS = 2000  # decode samples kept: older ones are thinned to every other one
+MAX_POINTS = 2000  # decode samples kept: when full, every other one goes and half as many are taken
 
 
 def parse_server_args(line: str) -> dict[str, Any] | None:
@@ -90,13 +90,15 @@ class Figures:
     server_args: dict[str, Any] | None = None
     memory: dict[str, float | int] = field(default_factory=dict)
     decode: list[dict[str, float]] = field(default_factory=list)
+    decode_lines: int = 0
+    decode_stride: int = 1  # one decode line in this many becomes a sample
 
     def see(self, text: str) -> None:
         if self.server_args is None and "server_args=" in text:
             self.server_args = parse_server_args(text)
             return
         if "Decode batch" in text:
-            self._see_decode(text)
+            self.see_decode(text)
             return
         if " GB" not in text and "max_total_num_tokens=" not in text:  # no memory figure: skip the patterns
             return
@@ -105,7 +107,12 @@ class Figures:
                 value = found.group(1)
                 self.memory[name] = float(value) if "." in value else int(value)
 
-    def _see_decode(self, text: str) -> None:
+    def see_decode(self, text: str) -> None:
+        """A decode-batch line; a long log's series is sampled evenly, so it stays bounded and
+        cheap to gather."""
+        self.decode_lines += 1
+        if (self.decode_lines - 1) % self.decode_stride:
+            return
         found = DECODE.search(text)
         if found is None:
             return
@@ -114,5 +121,6 @@ class Figures:
             if (value := pattern.search(text)) is not None:
                 point[key] = float(value[1])
         self.decode.append(point)
-        if len(self.decode) > MAX_POINTS:
+        if len(self.decode) >= MAX_POINTS:
             self.decode = self.decode[::2]
+            self.decode_stride *= 2
