@@ -1,0 +1,121 @@
+"""Argument drift: what the launch asked SGLang for against what SGLang says it used.
+
+SGLang changes arguments on its own (model-specific adjustments, speculative decoding, hardware
+rules) and says so only in passing: in its `server_args=` dump, in warnings, or in the message
+of the error it then raises. These pure functions line the requested argv up with each of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# A value quoted in a message: a word or a number; a sentence's full stop is not part of it, even
+# with no space after it (SGLang writes "no_buffer.To use ...").
+VALUE = r"-?[\w-]+(?:\.\d+)?"
+# Warnings that name the argument they changed: (pattern, field, value; a group number or a constant).
+ADJUSTED: tuple[tuple[re.Pattern[str], str | int, Any], ...] = (
+    (re.compile(r"Automatically reduce --mem-fraction-static to ([\d.]+)"), "mem_fraction_static", 1),
+    (re.compile(r"Overlap schedul\w* is disabled|Disabling overlap schedul"), "disable_overlap_schedule", True),
+    (re.compile(r"Custom allreduce is disabled"), "disable_custom_all_reduce", True),
+    (re.compile(r"Automatically turn off --chunked-prefill-size and disable radix cache"), "disable_radix_cache", True),
+    (re.compile(r"Attention backend not set\. Use (\w+) backend"), "attention_backend", 1),
+    (re.compile(r"\b([a-z][a-z0-9_]+) is (?:adjusted|reset|set) to (" + VALUE + ")"), 1, 2),
+    (re.compile(r"--([a-z][a-z0-9-]+) (?:is|was) (?:adjusted|reset|set) to (" + VALUE + ")"), 1, 2),
+)
+# An error that names the value SGLang ended up with: "... when using --mamba-scheduler-strategy no_buffer."
+IN_ERROR = re.compile(r"when using --([a-z][a-z0-9-]+) (" + VALUE + ")")
+
+
+@dataclass(frozen=True)
+class Drift:
+    name: str  # the ServerArgs field
+    requested: Any  # None when the launch left it to SGLang
+    effective: Any
+    source: str  # "server_args", "warning" or "error"
+    line: str = ""  # the log line that says so, for warnings and errors
+
+
+def field_name(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def requested_args(argv: Sequence[str]) -> dict[str, Any]:
+    """`--flag value`, `--flag=value`, a bare `--flag` (True) and `--flag v1 v2` (a list), by field."""
+    requested: dict[str, Any] = {}
+    name: str | None = None
+    for token in argv:
+        if token.startswith("--"):
+            flag, equals, value = token.partition("=")
+            name = field_name(flag)
+            requested[name] = value if equals else True
+            if equals:
+                name = None
+        elif name is not None:
+            current = requested[name]
+            if current is True:
+                requested[name] = token
+            else:
+                requested[name] = [*current, token] if isinstance(current, list) else [current, token]
+    return requested
+
+
+def coerce(value: Any, like: Any) -> Any:
+    """A value from the command line in the type of the effective one, so 0.80 equals 0.8."""
+    if isinstance(value, list):
+        return [coerce(item, like[0] if isinstance(like, list) and like else None) for item in value]
+    if isinstance(like, bool):
+        return value is True or str(value).lower() in ("true", "1", "yes")
+    try:
+        if isinstance(like, int):
+            return int(value)
+        if isinstance(like, float):
+            return float(value)
+    except (TypeError, ValueError):
+        return value
+    return value
+
+
+def drift(
+    argv: Sequence[str],
+    server_args: dict[str, Any] | None,
+    adjustments: Sequence[str] = (),
+    root_error: str | None = None,
+) -> list[Drift]:
+    """Every requested argument SGLang used otherwise, and every argument its warnings or its
+    error say it changed; the `server_args=` dump wins where it exists."""
+    requested = requested_args(argv)
+    found: dict[str, Drift] = {}
+    for line in adjustments:
+        for pattern, name, value in ADJUSTED:
+            if (match := pattern.search(line)) is not None:
+                field = field_name(match.group(name)) if isinstance(name, int) else name
+                effective = match.group(value) if isinstance(value, int) and not isinstance(value, bool) else value
+                found[field] = _drift(field, requested, effective, "warning", line)
+                break
+    if root_error and (match := IN_ERROR.search(root_error)):
+        field = field_name(match.group(1))
+        found[field] = _drift(field, requested, match.group(2), "error", root_error)
+    for field, effective in (server_args or {}).items():
+        if field in requested:
+            found[field] = _drift(field, requested, effective, "server_args")
+    return [item for item in found.values() if item.requested is None or item.requested != item.effective]
+
+
+def _drift(field: str, requested: dict[str, Any], effective: Any, source: str, line: str = "") -> Drift:
+    if isinstance(effective, str) and source != "server_args":
+        effective = _typed(effective)
+    wanted = requested.get(field)
+    return Drift(field, None if wanted is None else coerce(wanted, effective), effective, source, line)
+
+
+def _typed(text: str) -> Any:
+    """A value quoted in a log line as the number it spells, if it spells one."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
