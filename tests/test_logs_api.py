@@ -222,7 +222,9 @@ async def test_live_events_resume_exactly_with_last_event_id(
     size = path.stat().st_size
     rest = await read_events(running_app, events_path + "?offset=0", until=size, headers={"Last-Event-ID": last_id})
     received = "".join(json.loads(data)["text"] for _, _, data in first + rest)
-    assert received.encode(errors="surrogateescape") == path.read_bytes() == mirror.read(0, size)
+    sent, host = received.encode(errors="surrogateescape"), path.read_bytes()
+    # The server logs its health checks meanwhile: compare what was sent, which reaches `size`.
+    assert len(sent) >= size and sent == host[: len(sent)] and mirror.read(0, size) == host[:size]
     assert json.loads(rest[0][2])["offset"] == int(last_id)  # resumed exactly where the first stream ended
 
 
@@ -248,7 +250,7 @@ async def test_a_viewer_that_never_reads_does_not_stall_another(
     assert runtime.fanout.viewers(attempt["id"]) == 1 and not stuck.done()  # the stuck viewer is still there
     stuck.cancel()
     received = "".join(json.loads(data)["text"] for _, _, data in events).encode(errors="surrogateescape")
-    assert received == path.read_bytes()[start:]
+    assert len(received) >= size - start and received == path.read_bytes()[start : start + len(received)]
 
 
 async def stuck_viewer(app: FastAPI, path: str) -> None:
