@@ -112,3 +112,18 @@ def test_the_live_tail_leaves_an_unfinished_line_to_the_stream(tmp_path: Path) -
     log.finish(host_size=11, host_sha256=None, mirror_sha256="")
     lines, offset = tail(log, 10)
     assert [line.text for line in lines] == [b"one", b"two", b"thr"] and offset == 11
+
+
+async def test_a_restart_while_a_viewer_watches_is_marked_where_it_happened(tmp_path: Path) -> None:
+    store = LogStore(tmp_path)
+    log = store.get(5)
+    log.append(b"before\n")
+    watching = asyncio.create_task(collect(Fanout(store), 5, 0, pace=0))
+    await asyncio.sleep(0.01)
+    log.mark_restart("truncated")
+    log.append(b"after\n")
+    log.finish(host_size=6, host_sha256=None, mirror_sha256=None)
+    events = await asyncio.wait_for(watching, 5)
+    kinds = [type(event).__name__ for event in events]
+    assert kinds == ["Lines", "Restarted", "Lines", "Ended"]
+    assert events[1] == Restarted(7, "truncated")

@@ -185,7 +185,7 @@ class Fanout:
     ) -> AsyncIterator[Event]:
         live_from = broadcaster.end  # everything after comes through the subscriber
         offset = max(0, min(offset, live_from))
-        restarts = [segment for segment in log.meta.segments if segment["at"] > offset]
+        restarts = _Restarts(log, offset)
         number, _ = log.line_at(offset)
         if live_from - offset > subscriber.lag_limit:
             later, start = log.line_at(live_from - subscriber.lag_limit // 2)
@@ -194,7 +194,7 @@ class Fanout:
         while offset < live_from:
             lines = log.lines_from(offset, number, CATCH_UP_LINES, end=live_from, max_line=MAX_LINE)
             batch = Batch(offset, min(lines[-1].offset + lines[-1].length + 1, log.size), lines)
-            for event in _with_restarts(restarts, Lines([batch])):
+            for event in restarts.before(Lines([batch])):
                 yield event
             offset, number = batch.end, lines[-1].number + 1
         while True:
@@ -206,7 +206,7 @@ class Fanout:
                     skipped_from.offset, first.offset, skipped_from.number, first.number - skipped_from.number
                 )
             if batches:
-                for event in _with_restarts(restarts, Lines(batches)):
+                for event in restarts.before(Lines(batches)):
                     yield event
                 offset = batches[-1].end
                 await asyncio.sleep(pace)
@@ -217,14 +217,23 @@ class Fanout:
                 await subscriber.wake.wait()
 
 
-def _with_restarts(restarts: list[dict[str, Any]], lines: Lines) -> list[Event]:
-    """The lines, preceded by a marker for each host restart inside them."""
-    events: list[Event] = []
-    while restarts and restarts[0]["at"] <= lines.end:
-        segment = restarts.pop(0)
-        events.append(Restarted(segment["at"], segment["reason"]))
-    events.append(lines)
-    return events
+class _Restarts:
+    """The host's restarts of its log that a viewer has not been told of yet; the mirror may
+    record more while the viewer watches."""
+
+    def __init__(self, log: LogFile, offset: int):
+        self.segments = log.meta.segments  # the mirror appends to this very list
+        self.told = sum(1 for segment in self.segments if segment["at"] <= offset)
+
+    def before(self, lines: Lines) -> list[Event]:
+        """The lines, preceded by a marker for each restart inside them."""
+        events: list[Event] = []
+        while self.told < len(self.segments) and self.segments[self.told]["at"] <= lines.end:
+            segment = self.segments[self.told]
+            events.append(Restarted(segment["at"], segment["reason"]))
+            self.told += 1
+        events.append(lines)
+        return events
 
 
 def tail(log: LogFile, count: int) -> tuple[list[Line], int]:
