@@ -114,3 +114,23 @@ gen throughput (token/s): 800.00, #queue-req: 0\n"
     assert result.root_error is not None and result.root_error.startswith("torch.OutOfMemoryError: CUDA out of memory.")
     assert result.root_line == log[: log.index("torch.OutOfMemoryError")].count("\n") + 1
     assert result.figures.decode_lines == 51_003 and len(result.figures.decode) < 2000
+
+
+def test_the_root_error_keeps_its_innermost_sglang_frames() -> None:
+    args = "/opt/venv/lib/python3.12/site-packages/sglang/srt/server_args.py"
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        '  File "/opt/venv/lib/python3.12/site-packages/sglang/launch_server.py", line 19, in <module>\n'
+        "    server_args = prepare_server_args(sys.argv[1:])\n"
+        f'  File "{args}", line 80, in __post_init__\n'
+        f'  File "{args}", line 126, in _handle_model_specific_adjustments\n'
+        f'  File "{args}", line 144, in _handle_mamba_radix_cache\n'
+        '  File "/usr/lib/python3.12/enum.py", line 1, in __call__\n'
+        "ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix cache\n"
+    )
+    assert diagnose(log).frames == [
+        "sglang/srt/server_args.py:__post_init__",
+        "sglang/srt/server_args.py:_handle_model_specific_adjustments",
+        "sglang/srt/server_args.py:_handle_mamba_radix_cache",
+    ]

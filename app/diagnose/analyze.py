@@ -18,6 +18,7 @@ EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|Exit|
 ARGPARSE_ERROR = re.compile(r"^[\w./ -]+: error: (.+)$")
 DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+")
 FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
+PACKAGE = re.compile(r"\b(?:sglang|sgl_kernel)/")
 FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"CUDA error \(.*\): .+"),
     re.compile(r"\[torch_memory_saver\.cpp\] cudaError error: .+"),
@@ -142,6 +143,7 @@ class Diagnosis:
     fingerprint: str | None = None
     hint: str = ""
     adjustments: list[str] = field(default_factory=list)
+    frames: list[str] = field(default_factory=list)  # innermost in-package frames of the root error
     figures: Figures = field(default_factory=Figures)
 
     def as_dict(self) -> dict[str, object]:
@@ -170,6 +172,7 @@ class Analyzer:
         self._percent: int | None = None
         self._current: _Traceback | None = None
         self._root: tuple[Line, str] | None = None  # the first fatal exception, with the lines before it
+        self._frames: list[str] = []
         self._fatal_line: Line | None = None
         self._adjustments: list[str] = []
         self._figures = Figures()
@@ -244,6 +247,7 @@ class Analyzer:
         # What else the traceback says (the outer exceptions, the last lines) can name the kind of failure.
         context = " ".join(line.text for line in [*tb.exceptions, *tb.lines[-12:]])
         self._root = (root, context)
+        self._frames = in_package_frames(tb.lines, root)
 
     def _track_stage(self, text: str) -> None:
         for index, (_, pattern) in enumerate(STAGES):
@@ -270,6 +274,7 @@ class Analyzer:
         line, context = root
         message = line.text.strip()
         result.root_error = line.raw.strip()
+        result.frames = list(self._frames)
         result.root_line = line.number
         result.failure_class = classify(message, context)
         result.hint = HINTS[result.failure_class]
@@ -277,6 +282,21 @@ class Analyzer:
             result.hint += MAMBA_OVERRIDE_HINT
         result.fingerprint = fingerprint(result.failure_class, message)
         return result
+
+
+def in_package_frames(lines: list[Line], root: Line, keep: int = 3) -> list[str]:
+    """The innermost SGLang frames that led to `root`, as "sglang/<path>:<function>" (paths cut at
+    the package, so they read the same on every host and install)."""
+    frames: list[str] = []
+    for line in lines:
+        if line is root:
+            break
+        text = line.text.strip()
+        if "Traceback (most recent call last)" in text or text.startswith(("During handling", "The above")):
+            frames = []  # a new exception's frames start here
+        elif (match := FRAME.match(line.text)) and (package := PACKAGE.search(match.group(1))):
+            frames.append(f"{match.group(1)[package.start() :]}:{match.group(2)}")
+    return frames[-keep:]
 
 
 def _message(line: Line) -> str:
