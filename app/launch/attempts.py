@@ -100,9 +100,8 @@ class AttemptService:
         for attempt_id in ids:
             self._follow(attempt_id)
         for attempt in finished:
-            if attempt.host.name in self.ssh and not self.mirrors.store.get(attempt.id).meta.complete:
+            if attempt.host.name in self.ssh and not self.mirrors.store.is_complete(attempt.id):
                 self.mirror(attempt)
-            self.mirrors.store.forget(attempt.id)
 
     def mirror(self, attempt: Attempt) -> LogMirror:
         """The attempt's log mirror, started unless it runs already."""

@@ -310,6 +310,14 @@ class LogStore:
             log = self._open[attempt_id] = LogFile(self.directory, attempt_id)
         return log
 
+    def is_complete(self, attempt_id: int) -> bool:
+        """Whether a log was mirrored to its end, from its small metadata file alone."""
+        log = self._open.get(attempt_id)
+        if log is not None:
+            return log.meta.complete
+        meta = self.directory / f"{attempt_id}.json"
+        return meta.exists() and bool(json.loads(meta.read_text()).get("complete"))
+
     def forget(self, attempt_id: int) -> None:
         """Drops a complete log nobody watches from memory; it opens again from disk when asked
         for. An incomplete one stays: its mirror appends to this very object."""
