@@ -15,7 +15,7 @@ from app.launch import attempts
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import search_log
 from app.web.deps import ApiUser, DbSession, RuntimeDep
-from app.web.log_pages import SEND_TIMEOUT, attempts_matching, resume_offset
+from app.web.log_pages import attempts_matching, event_stream, resume_offset
 
 router = APIRouter(prefix="/api", tags=["logs"])
 
@@ -88,7 +88,7 @@ async def log_events(
             elif isinstance(event, Ended):
                 yield _json_event("end", {"offset": event.offset}, event.offset)
 
-    return EventSourceResponse(events(), send_timeout=SEND_TIMEOUT, headers={"X-Accel-Buffering": "no"})
+    return event_stream(events())
 
 
 def _json_event(name: str, data: dict[str, Any], end: int | None) -> ServerSentEvent:

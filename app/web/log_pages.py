@@ -76,6 +76,11 @@ def batch_event(attempt_id: int, batch: Batch) -> bytes:
     return encoded
 
 
+def event_stream(events: AsyncIterator[ServerSentEvent | bytes]) -> EventSourceResponse:
+    """A long-lived stream of a log: a viewer that takes nothing for SEND_TIMEOUT is dropped."""
+    return EventSourceResponse(events, send_timeout=SEND_TIMEOUT, headers={"X-Accel-Buffering": "no"})
+
+
 def resume_offset(offset: int, last_event_id: str | None) -> int:
     """The browser's own reconnection sends Last-Event-ID, the newest; a fresh EventSource (as htmx
     makes after an error) has only the offset the page keeps in the stream's URL."""
@@ -128,7 +133,7 @@ async def log_stream(
     await attempts.load_attempt(db, attempt_id)  # 404 for an unknown attempt
     await db.close()  # the stream may last hours: hold no database connection
     events = live_events(runtime, attempt_id, resume_offset(offset, last_event_id))
-    return EventSourceResponse(events, send_timeout=SEND_TIMEOUT, headers={"X-Accel-Buffering": "no"})
+    return event_stream(events)
 
 
 @router.get("/attempts/{attempt_id}/log", response_class=HTMLResponse)
