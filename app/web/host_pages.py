@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sse_starlette import EventSourceResponse
 
 from app.gpu.overview import HostView, host_view, local_view
 from app.launch.attempts import owners_by_host
@@ -35,10 +37,6 @@ async def host_views(runtime: Runtime, names: list[str] | None = None) -> list[H
     return views
 
 
-def event(name: str, html: str) -> str:
-    return f"event: {name}\n" + "".join(f"data: {line}\n" for line in html.splitlines()) + "\n"
-
-
 @router.get("/hosts", response_class=HTMLResponse)
 async def hosts_page(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
     context = {"hosts": await host_views(runtime), "user": user}
@@ -46,14 +44,15 @@ async def hosts_page(request: Request, runtime: RuntimeDep, user: PageUser) -> R
 
 
 @router.get("/hosts/events")
-async def host_events(request: Request, runtime: RuntimeDep) -> StreamingResponse:
+async def host_events(request: Request, runtime: RuntimeDep) -> EventSourceResponse:
     """The host list, rendered again whenever the GPU readings change (at most once a second)."""
     user = session_user(request, runtime)
 
-    async def stream() -> AsyncIterator[str]:
-        yield "retry: 1000\n\n"
+    # Dicts, not ServerSentEvent objects, so the response's "\n" separator applies to them.
+    async def stream() -> AsyncIterator[dict[str, Any]]:
+        yield {"retry": 1000}
         if user is None:  # this swaps in an element whose request htmx turns into the login redirect
-            yield event("hosts", '<div hx-get="/hosts" hx-trigger="load"></div>')
+            yield {"data": '<div hx-get="/hosts" hx-trigger="load"></div>', "event": "hosts"}
             return
         seen, ends = -1, time.monotonic() + STREAM_LIFETIME
         while (left := ends - time.monotonic()) > 0 and not await request.is_disconnected():
@@ -62,11 +61,11 @@ async def host_events(request: Request, runtime: RuntimeDep) -> StreamingRespons
                 continue
             seen = version
             hosts = await host_views(runtime)
-            yield event("hosts", render_block(request, "hosts.html", "hosts", {"hosts": hosts, "user": user}))
+            html = render_block(request, "hosts.html", "hosts", {"hosts": hosts, "user": user})
+            yield {"data": html, "event": "hosts"}
             await asyncio.sleep(MIN_PUSH_INTERVAL)
 
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    return EventSourceResponse(stream(), headers={"X-Accel-Buffering": "no"}, sep="\n")
 
 
 @router.get("/hosts/{name}", response_class=HTMLResponse)
