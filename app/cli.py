@@ -9,13 +9,12 @@ import os
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING
 
-import uvicorn
-from pydantic import ValidationError
-
-from app import client, db
-from app.config import Settings
 from app.errors import InvalidInput, LaunchdeckError
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     logs_parser.add_argument("--regex", action="store_true", help="PATTERN is an extended regular expression")
     logs_parser.add_argument("--ignore-case", "-i", action="store_true")
     logs_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
+    compare_parser = commands.add_parser("compare", help="two attempts side by side: what differed, how each ended")
+    compare_parser.add_argument("a", type=int)
+    compare_parser.add_argument("b", type=int)
+    compare_parser.add_argument("--json", action="store_true", help="print the whole comparison as JSON")
+    compare_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
     diagnose_parser = commands.add_parser("diagnose", help="read an SGLang log: stage, root error, class, hint")
     diagnose_parser.add_argument("logfile")
     diagnose_parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -55,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "diagnose":
         return diagnose_file(args.logfile, as_json=args.json)
+    # Imported only now: `diagnose` needs none of the dashboard and so starts at once.
+    from pydantic import ValidationError
+
+    from app import client, db
+    from app.config import Settings
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -79,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "attempts":
             params = {"host": args.host, "preset": args.preset, "status": args.status, "limit": args.limit}
             return client.list_attempts(client.ApiClient(settings, args.url), params=params)
+        if args.command == "compare":
+            return client.compare(client.ApiClient(settings, args.url), args.a, args.b, as_json=args.json)
         if args.command == "logs":
             api = client.ApiClient(settings, args.url)
             if args.grep is not None:
@@ -100,21 +112,18 @@ def _stderr(message: str) -> None:
 
 def diagnose_file(path: str, *, as_json: bool) -> int:
     """Reads the log in chunks, so a log of any size takes bounded memory."""
-    import codecs
     import json
 
     from app.diagnose.analyze import Analyzer
 
     analyzer = Analyzer()
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     try:
         with open(path, "rb") as log:
             while chunk := log.read(1 << 20):
-                analyzer.feed(decoder.decode(chunk))
+                analyzer.feed_bytes(chunk)
     except OSError as exc:
         print(f"launchdeck: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    analyzer.feed(decoder.decode(b"", final=True))
     result = analyzer.finish().as_dict()
     if as_json:
         print(json.dumps(result, indent=2))
@@ -149,12 +158,16 @@ def serve(settings: Settings) -> int:
     access_token(settings)  # created now, so its file exists before the first login
     where = "LAUNCHDECK_TOKEN" if settings.token else settings.data_dir / "access-token"
     print(f"\nlaunchdeck dashboard: {_url(settings)}  (access token: {where})\n", flush=True)
+    import uvicorn
+
     uvicorn.run(app, host=settings.bind, port=settings.port, log_level="info")
     return 0
 
 
 async def demo(settings: Settings) -> int:
     """Starts the simulated cluster, points the dashboard at it, and stops both on SIGTERM or Ctrl-C."""
+    import uvicorn
+
     from app.demo.cluster import SimCluster
     from app.demo.inventory import parse_host_specs
     from app.ssh import render_hosts
@@ -189,6 +202,7 @@ async def demo(settings: Settings) -> int:
 
 
 async def _seed_demo_presets(settings: Settings) -> None:
+    from app import db
     from app.demo.presets import seed_demo_presets
 
     engine = db.create_engine(settings.resolved_database_url())

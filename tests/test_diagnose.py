@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.diagnose.analyze import Analyzer, diagnose
+from app.diagnose.analyze import Analyzer, Diagnosis, diagnose
 
 ROOT = Path(__file__).resolve().parents[1]
 OOM = (
@@ -235,23 +235,101 @@ def test_healthy_log_with_adjustments_and_scary_words_is_healthy() -> None:
     ]
 
 
-@settings(max_examples=40, deadline=None)
-@given(cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=12))
-def test_chunked_and_whole_give_the_same_answer(cuts: list[int]) -> None:
-    log = kv_oom_log(compose=True) + HEALTHY_LOG + CAPTURE_LOG
+def fed_in_pieces(data: bytes, cuts: list[int]) -> Diagnosis:
     analyzer = Analyzer()
     last = 0
     for cut in sorted(set(cuts)):
-        analyzer.feed(log[last:cut])
+        analyzer.feed_bytes(data[last:cut])
         last = max(last, cut)
-    analyzer.feed(log[last:])
-    assert analyzer.finish() == diagnose(log)
+    analyzer.feed_bytes(data[last:])
+    return analyzer.finish()
+
+
+@settings(max_examples=40, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=6000), max_size=12))
+def test_chunked_and_whole_give_the_same_answer(cuts: list[int]) -> None:
+    """Cuts fall anywhere, inside lines and inside the progress bars' multi-byte characters."""
+    log = (kv_oom_log(compose=True) + HEALTHY_LOG + CAPTURE_LOG).encode()
+    assert fed_in_pieces(log, cuts) == diagnose(log.decode())
 
 
 @settings(max_examples=60, deadline=None)
-@given(text=st.text(max_size=2000))
-def test_never_raises_on_arbitrary_text(text: str) -> None:
-    diagnose(text).as_dict()
+@given(data=st.binary(max_size=3000), cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=8))
+def test_never_raises_on_arbitrary_bytes_and_ignores_how_they_arrive(data: bytes, cuts: list[int]) -> None:
+    whole = fed_in_pieces(data, [])
+    assert fed_in_pieces(data, cuts) == whole
+    whole.as_dict()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(
+        st.sampled_from(
+            HEALTHY_LOG.splitlines() + CAPTURE_LOG.splitlines() + ["", "\r", "Traceback (most recent call last):"]
+        ),
+        max_size=40,
+    )
+)
+def test_never_raises_on_shuffled_log_lines(lines: list[str]) -> None:
+    diagnose("\n".join(lines)).as_dict()
+
+
+def test_a_growing_log_is_answered_so_far_without_disturbing_the_reading() -> None:
+    analyzer = Analyzer()
+    head, tail = CAPTURE_LOG.split("During handling")
+    analyzer.feed(head)
+    so_far = analyzer.snapshot()  # inside the traceback: its exception is already the root
+    assert so_far.failure_class == "oom" and so_far.root_error is not None
+    analyzer.feed("During handling" + tail)
+    assert analyzer.finish() == diagnose(CAPTURE_LOG)
+
+
+STUCK_CAPTURE = """[2025-10-06 20:05:22 DP0 TP0] Capture cuda graph begin. This can take up to several minutes. \
+avail mem=3.66 GB
+Capturing batches (bs=512 avail_mem=3.10 GB):   0%|          | 0/52 [00:04<?, ?it/s]
+[2025-10-06 20:05:27 DP0 TP0] Registering 0 cuda graph addresses
+[2025-10-06 20:05:27 DP1 TP1] Registering 0 cuda graph addresses
+"""
+
+
+def test_a_log_that_stops_during_capture_is_a_hang_rooted_in_its_last_progress_line() -> None:
+    result = diagnose(STUCK_CAPTURE)
+    assert (result.failure_class, result.stage, result.stage_percent) == ("timeout", "cuda graph capture", 0)
+    assert result.root_error == "Capturing batches (bs=512 avail_mem=3.10 GB):   0%|          | 0/52 [00:04<?, ?it/s]"
+    other = diagnose(STUCK_CAPTURE.replace("0/52", "0/36").replace("3.10", "7.00"))
+    assert other.fingerprint == result.fingerprint
+    analyzer = Analyzer()
+    analyzer.feed(STUCK_CAPTURE)
+    assert analyzer.finish(silence_is_hang=False).failure_class == "healthy"  # a launch stopped on purpose
+    assert diagnose(HEALTHY_LOG.split("[2026-04-01 09:00:16]")[0]).failure_class == "healthy"  # capture at 100%
+
+
+def test_the_warmup_prefill_comes_before_ready_and_is_not_serving() -> None:
+    log = """[2026-01-01 10:00:00] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)
+[2026-01-01 10:00:01] Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, #running-req: 0, \
+#queue-req: 0
+[2026-01-01 10:00:02] The server is fired up and ready to roll!
+[2026-01-01 10:00:09] Prefill batch, #new-seq: 1, #new-token: 70, #cached-token: 0, token usage: 0.00, \
+#running-req: 0, #queue-req: 0
+"""
+    analyzer = Analyzer()
+    analyzer.feed(log)
+    assert analyzer.reached == ["http server up", "ready", "serving"]
+
+
+def test_a_failure_that_names_an_argument_sglang_changed_is_an_override() -> None:
+    log = """[2026-02-01 10:00:00] Max running requests is reset to 48 for speculative decoding. You can override \
+this by explicitly setting --max-running-requests.
+[2026-02-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/x/sglang/srt/managers/scheduler.py", line 10, in __init__
+ValueError: max_running_requests=48 is smaller than the draft batch of 64; raise --max-running-requests
+"""
+    result = diagnose(log)
+    assert result.failure_class == "arg-override"
+    assert result.root_error is not None and result.root_error.startswith("[2026-02-01 10:00:00] Max running requests")
+    assert result.root_line == 1
+    # The same error with no such adjustment in view is not put down to one.
+    assert diagnose(log.split("\n", 2)[2]).failure_class == "other"
 
 
 def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path) -> None:

@@ -69,3 +69,26 @@ def test_the_seed_story_shows_its_override_from_a_log_that_never_printed_its_arg
     }
     assert ("mamba_scheduler_strategy", "extra_buffer", "no_buffer") in changes
     assert ("disable_overlap_schedule", None, True) in changes
+
+
+def test_the_live_server_wins_and_preflight_misses_are_shown() -> None:
+    dumped = {"mem_fraction_static": 0.8, "speculative_num_draft_tokens": 4, "mamba_scheduler_strategy": "extra_buffer"}
+    live = {"mem_fraction_static": 0.8, "speculative_num_draft_tokens": 2, "mamba_scheduler_strategy": "extra_buffer"}
+    predicted = {
+        "mem_fraction_static": 0.75,
+        "speculative_num_draft_tokens": 4,
+        "mamba_scheduler_strategy": "extra_buffer",
+    }
+    found = drift(ARGV, dumped, server_info=live, predicted=predicted)
+    assert found == [
+        Drift("mem_fraction_static", 0.8, 0.8, "server_info", predicted=0.75),
+        Drift("speculative_num_draft_tokens", 4, 2, "server_info", predicted=4),
+    ]
+    assert [(d.changed, d.unforeseen) for d in found] == [(False, True), (True, True)]
+
+
+def test_a_warning_that_names_its_argument_in_words_is_read() -> None:
+    warning = (
+        "Max running requests is reset to 48 for speculative decoding. You can override this by explicitly setting"
+    )
+    assert drift(ARGV, None, [warning]) == [Drift("max_running_requests", None, 48, "warning", warning)]

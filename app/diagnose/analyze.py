@@ -7,6 +7,7 @@ any length is read in bounded memory and gives the same answer however it was sp
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import re
 from dataclasses import dataclass, field, replace
@@ -25,12 +26,19 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"ERROR: +\[Errno \d+\] error while attempting to bind on address .+"),
     re.compile(r"Watchdog caught collective operation timeout: .+"),
     re.compile(r"\bwatchdog timeout \(.+\)"),
+    re.compile(r"^Failed to \w+ .*: CUDA out of memory"),  # logged, not raised
+    re.compile(r"is larger than the profiled value -\d+"),  # the weights left no room for the KV cache
 )
+# Errors a rank raises because another failed first (its peer's socket closed): the root only
+# when nothing else in the log failed.
+SECONDARY = re.compile(r"gloo.*Connection (?:reset|closed) by peer|Connection (?:reset|closed) by peer.*gloo", re.I)
+CAPTURE_DONE = re.compile(r"graph end|^(?:Decode|Prefill) batch|max_total_num_tokens=")
+ASSERT_SOURCE = re.compile(r"\bassert \S[^\n]*")
 HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance might be sub-optimal", re.I)
 ADJUSTMENT = re.compile(
     r"is (?:adjusted|reset|set) to |(?:is|are) disabled (?:because|when|since)|^Disabl(?:e|ing) |^Automatically |"
     r"is turned on|turn off --|Use the profiled value instead|is not supported.*disabl|will be automatically selected|"
-    r"not set\. Use .* by default",
+    r"not set\. Use .* by default|^Inferred .* from ",
     re.I,
 )
 READY = "The server is fired up and ready to roll!"
@@ -45,16 +53,18 @@ STAGES = (  # in launch order; each recognised by the first line SGLang writes i
     ),
     ("http server up", re.compile(r"Uvicorn running on")),
     ("ready", re.compile(re.escape(READY))),
-    ("serving", re.compile(r"^(?:Decode|Prefill) batch[.,]")),
+    # A prefill before the ready line is the warmup's; decode batches come only from real traffic.
+    ("serving", re.compile(r"^Decode batch[.,]")),
 )
 PERCENT = re.compile(r"(\d{1,3})%")
 SERVING = len(STAGES) - 1
-# A serving log is mostly one record per line of batch statistics; once serving, outside a
-# traceback, such a line only adds a decode sample and is not taken apart further.
-BATCH_LINE = re.compile(
-    r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\) |[\w.-]+\s*\| )?"
-    r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?(?: [A-Z_]+\d+)*\] (Decode|Prefill) batch[.,][^\r\x1b\[]*$"
-)
+READY_STAGE = SERVING - 1
+# A serving log is mostly one record per line of batch statistics and request logs; once
+# serving, outside a traceback, such a line is only counted (a decode line may become a chart
+# sample) and not taken apart further. Recognised by plain substring tests: they run on every
+# line of logs of any size. A line with a carriage return or with a "[" after the marker may
+# have another record glued on, and takes the full path.
+SKIMMED = ("] Decode batch", "] Prefill batch", 'HTTP/1.1" ')
 
 CLASSES = (  # first match wins; checked against the root error, then a few against its traceback
     (
@@ -102,7 +112,8 @@ HINTS = {
     "oom": "GPU memory ran out. Lower --mem-fraction-static (leaves more for activations and CUDA graphs), lower "
     "--cuda-graph-max-bs or --max-running-requests, raise --tp-size, or free the GPU of other processes.",
     "arg-conflict": "SGLang refused this combination of arguments; the error names the ones involved.",
-    "arg-override": "SGLang changed a requested argument on its own (see adjustments).",
+    "arg-override": "SGLang changed an argument on its own and then failed with the value it chose (see the "
+    "adjustment lines): ask for a combination it keeps, or remove the setting that makes it adjust.",
     "nccl": "A collective between ranks failed or timed out: check the other ranks' first error, NCCL_DEBUG=INFO, "
     "P2P/NVLink support, and --disable-custom-all-reduce.",
     "cuda-graph": "CUDA graph capture failed: try --disable-cuda-graph to confirm, then a smaller --cuda-graph-max-bs; "
@@ -127,10 +138,13 @@ NORMALISE = (
     (re.compile(r"(?:/[\w.@+-]+)+/?"), "<path>"),
     (re.compile(r"\b\d+(?:\.\d+)?\s*(?:[KMGT]i?B|bytes)\b"), "<size>"),
     (re.compile(r"\b\d+(?:\.\d+)?\b"), "<n>"),
-    (re.compile(r"'[^']*'|\"[^\"]*\""), "<str>"),
+    # Quoted text is erased, but not quoted names (a parameter, an architecture), which tell causes apart.
+    (re.compile(r"'(?![\w.<>-]+')[^']*'|\"(?![\w.<>-]+\")[^\"]*\""), "<str>"),
     (re.compile(r"dict_keys\(\[.*\]\)"), "<list>"),
 )
 MAX_TRACEBACK_LINES = 400
+FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)+)")
+FIELD = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+){1,5})\b")
 
 
 @dataclass
@@ -144,6 +158,8 @@ class Diagnosis:
     hint: str = ""
     adjustments: list[str] = field(default_factory=list)
     frames: list[str] = field(default_factory=list)  # innermost in-package frames of the root error
+    error_type: str = ""  # the root error's exception type, and its message normalised
+    error_message: str = ""
     figures: Figures = field(default_factory=Figures)
 
     def as_dict(self) -> dict[str, object]:
@@ -169,13 +185,23 @@ class Analyzer:
         self._pending = ""
         self._number = 0
         self._stage_index = -1
+        self.reached: list[str] = []  # the stages the log has shown, in order
         self._percent: int | None = None
         self._current: _Traceback | None = None
         self._root: tuple[Line, str] | None = None  # the first fatal exception, with the lines before it
+        self._secondary: tuple[Line, str] | None = None  # a rank's error caused by another's failure
         self._frames: list[str] = []
         self._fatal_line: Line | None = None
+        self._progress: Line | None = None  # the last line that showed the launch moving on
+        self._capture_done = False  # a line that only comes once CUDA graph capture is over
         self._adjustments: list[str] = []
+        self._adjustment_lines: list[Line] = []
         self._figures = Figures()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed_bytes(self, chunk: bytes) -> None:
+        """Raw log bytes: a character split between chunks is joined, invalid bytes become U+FFFD."""
+        self.feed(self._decoder.decode(chunk))
 
     def feed(self, chunk: str) -> None:
         text = self._pending + chunk
@@ -183,30 +209,66 @@ class Analyzer:
         self._pending = physical.pop()  # a line is read once its newline has arrived
         for line in physical:
             self._number += 1
-            quiet = self._current is None or self._current.ended
-            if quiet and self._stage_index == SERVING and (batch := BATCH_LINE.match(line)):
-                if batch.group(1) == "Decode":
+            if self._stage_index == SERVING and (self._current is None or self._current.ended) and "\r" not in line:
+                decode = line.find(SKIMMED[0])
+                if decode >= 0 and line.find("[", decode + 1) < 0:
                     self._figures.see_decode(line)
-                continue
+                    continue
+                if any((at := line.find(marker)) >= 0 and line.find("[", at + 1) < 0 for marker in SKIMMED[1:]):
+                    continue
             for record in logical_lines(line, self._number):
                 self._see(record)
 
-    def finish(self) -> Diagnosis:
+    def finish(self, *, silence_is_hang: bool = True) -> Diagnosis:
+        """The answer for the whole log. With `silence_is_hang`, a log that stops during CUDA graph
+        capture with no error (the bar short of 100%) is a hang: how capture hangs look in a log
+        nobody is still watching."""
+        self._pending += self._decoder.decode(b"", final=True)
         if self._pending:
             self._number += 1
             for record in logical_lines(self._pending, self._number):
                 self._see(record)
             self._pending = ""
         self._close_traceback()
-        return self._diagnosis()
+        result = self.snapshot()
+        stuck_bar = result.stage_percent is not None and result.stage_percent < 100
+        capturing = result.stage == "cuda graph capture" and stuck_bar and not self._capture_done
+        if silence_is_hang and result.root_error is None and capturing:
+            return self.hung()
+        return result
+
+    def snapshot(self) -> Diagnosis:
+        """The answer so far, for a log that is still growing; the analyzer reads on unchanged."""
+        root, frames = self._root, self._frames
+        if root is None and self._current is not None and (found := _root_of(self._current)) is not None:
+            root, frames = found
+        if root is None and self._fatal_line is not None:
+            root = (self._fatal_line, self._fatal_line.text)
+        return self._diagnosis(root or self._secondary, frames)
+
+    def hung(self) -> Diagnosis:
+        """The answer for a launch that stopped making progress: rooted in its last progress line."""
+        result = self.snapshot()
+        line = self._progress
+        if result.root_error is not None or line is None:
+            return result
+        result.failure_class, result.hint = "timeout", HINTS["timeout"]
+        result.root_error, result.root_line = line.raw.strip(), line.number
+        message = f"no progress during {result.stage}"
+        result.fingerprint = fingerprint("timeout", message)
+        result.error_type, result.error_message = "", message
+        return result
 
     def _see(self, line: Line) -> None:
         text = line.text.strip()
-        self._track_stage(text)
+        self._track_stage(line, text)
+        if not self._capture_done and CAPTURE_DONE.search(text):
+            self._capture_done = True
         self._figures.see(text)
         new = text not in self._adjustments and len(self._adjustments) < 50
-        if new and ADJUSTMENT.search(text) and not EXCEPTION.match(text):
+        if new and ADJUSTMENT.search(text) and not EXCEPTION.match(text) and "profiled value -" not in text:
             self._adjustments.append(text)
+            self._adjustment_lines.append(line)
         if "Traceback (most recent call last)" in text:
             if self._current and not self._current.ended:
                 self._current.lines.append(line)
@@ -236,52 +298,81 @@ class Analyzer:
 
     def _close_traceback(self) -> None:
         tb, self._current = self._current, None
-        if tb is None or not tb.exceptions or self._root is not None:
+        if tb is None or self._root is not None or (found := _root_of(tb)) is None:
             return
-        # The first exception printed is the cause; an outer one that only repeats it adds nothing,
-        # and an outer one with an empty message means the inner is the root.
-        root = next((e for e in tb.exceptions if _message(e)), tb.exceptions[0])
-        if not _message(root):
-            # A report that lists its causes under an empty header (sgl_kernel's loader): the first one.
-            root = next((line for line in tb.lines if DETAIL.match(line.text.strip())), root)
-        # What else the traceback says (the outer exceptions, the last lines) can name the kind of failure.
-        context = " ".join(line.text for line in [*tb.exceptions, *tb.lines[-12:]])
-        self._root = (root, context)
-        self._frames = in_package_frames(tb.lines, root)
+        if SECONDARY.search(found[0][0].text):
+            self._secondary = self._secondary or found[0]
+            return
+        self._root, self._frames = found
 
-    def _track_stage(self, text: str) -> None:
+    def _track_stage(self, line: Line, text: str) -> None:
+        if text.startswith("Prefill batch") and self._stage_index == READY_STAGE:
+            text = "Decode batch."  # traffic after the ready line: serving
         for index, (_, pattern) in enumerate(STAGES):
             if index >= self._stage_index and pattern.search(text):
                 if index > self._stage_index:
                     self._percent = None
+                    self.reached.append(STAGES[index][0])
                 self._stage_index = index
+                self._progress = line
                 if STAGES[index][0] in ("weights loading", "cuda graph capture"):
                     percent = PERCENT.search(text)
                     if percent:
                         self._percent = int(percent.group(1))
 
-    def _diagnosis(self) -> Diagnosis:
+    def _diagnosis(self, root: tuple[Line, str] | None, frames: list[str]) -> Diagnosis:
         figures = replace(self._figures, memory=dict(self._figures.memory), decode=list(self._figures.decode))
         result = Diagnosis(adjustments=list(self._adjustments), figures=figures)
         if self._stage_index >= 0:
             result.stage = STAGES[self._stage_index][0]
             result.stage_percent = self._percent
-        root = self._root
-        if root is None and self._fatal_line is not None:
-            root = (self._fatal_line, self._fatal_line.text)
         if root is None:
             return result
         line, context = root
         message = line.text.strip()
-        result.root_error = line.raw.strip()
-        result.frames = list(self._frames)
-        result.root_line = line.number
         result.failure_class = classify(message, context)
+        if result.failure_class in ("arg-conflict", "other") and (override := self._override_behind(message)):
+            # The failure names an argument SGLang changed on its own: the change is the cause.
+            line, message, result.failure_class = override, override.text.strip(), "arg-override"
+        result.root_error = line.raw.strip()
+        result.frames = list(frames)
+        result.root_line = line.number
         result.hint = HINTS[result.failure_class]
         if "--mamba-scheduler-strategy no_buffer" in message:
             result.hint += MAMBA_OVERRIDE_HINT
+        if not _message(line) and (source := ASSERT_SOURCE.search(context)):
+            message = f"{message} {source.group(0)}"  # a bare assertion is known by its assert
         result.fingerprint = fingerprint(result.failure_class, message)
+        result.error_type, result.error_message = signature_parts(message)
         return result
+
+    def _override_behind(self, message: str) -> Line | None:
+        named = argument_names(message)
+        return next((line for line in self._adjustment_lines if argument_names(line.text) & named), None)
+
+
+def _root_of(tb: _Traceback) -> tuple[tuple[Line, str], list[str]] | None:
+    """A traceback's root exception with what else it says, and the SGLang frames leading to it."""
+    if not tb.exceptions:
+        return None
+    # The first exception printed is the cause; an outer one that only repeats it adds nothing,
+    # and an outer one with an empty message means the inner is the root.
+    # A rank's error caused by another's failure yields to that failure.
+    primary = [e for e in tb.exceptions if not SECONDARY.search(e.text)] or tb.exceptions
+    root = next((e for e in primary if _message(e)), primary[0])
+    if not _message(root):
+        # A report that lists its causes under an empty header (sgl_kernel's loader): the first one.
+        root = next((line for line in tb.lines if DETAIL.match(line.text.strip())), root)
+    # What else the traceback says (the outer exceptions, the last lines) can name the kind of failure.
+    context = " ".join(line.text for line in [*tb.exceptions, *tb.lines[-12:]])
+    return (root, context), in_package_frames(tb.lines, root)
+
+
+def argument_names(text: str) -> set[str]:
+    """The server arguments a line names, as fields: `--max-running-requests` and
+    `max_running_requests` both give max_running_requests."""
+    flags = {flag.replace("-", "_") for flag in FLAG.findall(text)}
+    return flags | set(FIELD.findall(text))
 
 
 def in_package_frames(lines: list[Line], root: Line, keep: int = 3) -> list[str]:
@@ -300,8 +391,11 @@ def in_package_frames(lines: list[Line], root: Line, keep: int = 3) -> list[str]
 
 
 def _message(line: Line) -> str:
+    """The exception's message; empty too for a wrapper that announces a cause it does not give
+    ("Capture cuda graph failed: ")."""
     match = EXCEPTION.match(line.text.strip())
-    return (match.group(2) or "").strip() if match else ""
+    message = (match.group(2) or "").strip() if match else ""
+    return "" if message.endswith(":") else message
 
 
 def classify(message: str, context: str = "") -> str:
@@ -322,11 +416,18 @@ def normalise(message: str) -> str:
     return re.sub(r"\s+", " ", message).strip()[:500]
 
 
-def fingerprint(failure_class: str, message: str) -> str:
+def signature_parts(message: str) -> tuple[str, str]:
+    """The exception type (empty for a fatal line that is not an exception) and the message with
+    everything that varies between runs replaced."""
     match = EXCEPTION.match(message)
     kind = match.group(1) if match else ""
     detail = match.group(2) or "" if match else message
-    return hashlib.sha256(f"{failure_class}|{kind}|{normalise(detail)}".encode()).hexdigest()[:16]
+    return kind, normalise(detail)
+
+
+def fingerprint(failure_class: str, message: str) -> str:
+    kind, detail = signature_parts(message)
+    return hashlib.sha256(f"{failure_class}|{kind}|{detail}".encode()).hexdigest()[:16]
 
 
 def diagnose(text: str) -> Diagnosis:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 # A value quoted in a message: a word or a number; a sentence's full stop is not part of it, even
@@ -22,7 +22,9 @@ ADJUSTED: tuple[tuple[re.Pattern[str], str | int, Any], ...] = (
     (re.compile(r"Custom allreduce is disabled"), "disable_custom_all_reduce", True),
     (re.compile(r"Automatically turn off --chunked-prefill-size and disable radix cache"), "disable_radix_cache", True),
     (re.compile(r"Attention backend not set\. Use (\w+) backend"), "attention_backend", 1),
-    (re.compile(r"\b([a-z][a-z0-9_]+) is (?:adjusted|reset|set) to (" + VALUE + ")"), 1, 2),
+    # "speculative_num_draft_tokens is adjusted to 2", "Max running requests is reset to 48": the
+    # field, or the sentence's words naming it, before the verb.
+    (re.compile(r"(?:^|[.:] )([A-Za-z][\w ]*?) (?:is|was) (?:adjusted|reset|set) to (" + VALUE + ")"), 1, 2),
     (re.compile(r"--([a-z][a-z0-9-]+) (?:is|was) (?:adjusted|reset|set) to (" + VALUE + ")"), 1, 2),
 )
 # An error that names the value SGLang ended up with: "... when using --mamba-scheduler-strategy no_buffer."
@@ -34,12 +36,24 @@ class Drift:
     name: str  # the ServerArgs field
     requested: Any  # None when the launch left it to SGLang
     effective: Any
-    source: str  # "server_args", "warning" or "error"
+    source: str  # "server_info", "server_args", "warning" or "error"
     line: str = ""  # the log line that says so, for warnings and errors
+    predicted: Any = None  # what preflight's run of the host's argument parser foresaw, if it ran
+
+    @property
+    def changed(self) -> bool:
+        """SGLang used another value than the one asked for (or chose one where none was asked)."""
+        return self.requested is None or self.requested != self.effective
+
+    @property
+    def unforeseen(self) -> bool:
+        """Preflight predicted another value than the one SGLang used."""
+        return self.predicted is not None and self.predicted != self.effective
 
 
 def field_name(flag: str) -> str:
-    return flag.removeprefix("--").replace("-", "_")
+    """`--max-running-requests`, `max_running_requests` and `Max running requests` alike."""
+    return flag.removeprefix("--").replace("-", "_").replace(" ", "_").lower()
 
 
 def requested_args(argv: Sequence[str]) -> dict[str, Any]:
@@ -83,9 +97,13 @@ def drift(
     server_args: dict[str, Any] | None,
     adjustments: Sequence[str] = (),
     root_error: str | None = None,
+    *,
+    server_info: dict[str, Any] | None = None,
+    predicted: dict[str, Any] | None = None,
 ) -> list[Drift]:
-    """Every requested argument SGLang used otherwise, and every argument its warnings or its
-    error say it changed; the `server_args=` dump wins where it exists."""
+    """Every requested argument SGLang used otherwise, every argument its warnings or its error say
+    it changed, and every requested one preflight foresaw wrongly. The most direct witness wins: a
+    live server's /get_server_info, then the `server_args=` dump, then the error, then warnings."""
     requested = requested_args(argv)
     found: dict[str, Drift] = {}
     for line in adjustments:
@@ -98,14 +116,20 @@ def drift(
     if root_error and (match := IN_ERROR.search(root_error)):
         field = field_name(match.group(1))
         found[field] = _drift(field, requested, match.group(2), "error", root_error)
-    for field, effective in (server_args or {}).items():
-        if field in requested:
-            found[field] = _drift(field, requested, effective, "server_args")
-    return [item for item in found.values() if item.requested is None or item.requested != item.effective]
+    for source, effective_args in (("server_args", server_args), ("server_info", server_info)):
+        for field, effective in (effective_args or {}).items():
+            if field in requested:
+                found[field] = _drift(field, requested, effective, source)
+    if predicted:
+        found = {
+            field: replace(item, predicted=coerce(predicted[field], item.effective)) if field in predicted else item
+            for field, item in found.items()
+        }
+    return [item for item in found.values() if item.changed or item.unforeseen]
 
 
 def _drift(field: str, requested: dict[str, Any], effective: Any, source: str, line: str = "") -> Drift:
-    if isinstance(effective, str) and source != "server_args":
+    if isinstance(effective, str) and source in ("warning", "error"):
         effective = _typed(effective)
     wanted = requested.get(field)
     return Drift(field, None if wanted is None else coerce(wanted, effective), effective, source, line)

@@ -15,10 +15,12 @@ WRAPPERS = (
     re.compile(r"^> ?(?:\[\d{4}-\d\d-\d\dT[\d:.]+Z\] )?"),  # a quoted CI log
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)\s+[A-Z]+\s+\S+\.go:\d+\s+"),  # a Go logger
     re.compile(r"^`+"),  # Markdown residue
+    re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),  # Python's default logging format
 )
 SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
 # Where a record starts in the middle of a physical line (after a progress bar redrawn with \r).
-GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[ \]])")
+# Or right after a progress bar's statistics ("[00:04<?, ?it/s]").
+GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[ \]])|(?<=it/s\]|s/it\])(?=\S)")
 
 
 @dataclass(frozen=True)
