@@ -128,6 +128,36 @@ def list_attempts(client: ApiClient, *, params: dict[str, Any], out: Callable[[s
     return 0
 
 
+def compare(client: ApiClient, a: int, b: int, *, as_json: bool, out: Callable[[str], None] = print) -> int:
+    """Two attempts side by side; only the rows that differ, unless there is nothing else."""
+    result = client.call("GET", "/api/compare", params={"a": a, "b": b})
+    if as_json:
+        out(json.dumps(result, indent=2))
+        return 0
+    left, right = result["a"], result["b"]
+    width = 30
+
+    def row(name: str, first: Any, second: Any) -> None:
+        first, second = "-" if first is None else str(first), "-" if second is None else str(second)
+        out(f"{name[:24]:<24} {first[:width]:<{width}} {second[:width]}")
+
+    row("", f"#{a}", f"#{b}")
+    for key in ("status", "failure_class", "fingerprint", "host", "gpus"):
+        row(key, left[key], right[key])
+    for section in ("revision", "argv", "env", "gpus", "memory"):
+        for item in result[section]:
+            if item["differs"]:
+                row(item["name"], item["a"], item["b"])
+    for side in (left, right):
+        stages = ", ".join(f"{s['stage']} {s['after_s']:.1f}s" for s in side["stages"])
+        out(f"\n#{side['id']} stages: {stages}")
+        for item in side["drift"]:
+            out(f"#{side['id']} drift: --{item['name'].replace('_', '-')} {item['requested']} -> {item['effective']}")
+        if side["root_error"]:
+            out(f"#{side['id']} root error (line {side['root_line']}): {side['root_error']}")
+    return 0
+
+
 LOG_READ = 4 << 20
 
 

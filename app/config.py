@@ -38,6 +38,12 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = Field(
         15.0, ge=0, description="Seconds a stopped server gets after SIGTERM before its process group is killed."
     )
+    hang_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds a launch that is still loading may go without a new log line, its process alive, "
+        "before it is reported hung (failure class timeout).",
+    )
     cookie_secure: bool = Field(True, description="Send the session cookie only over HTTPS (and to localhost).")
     session_days: int = Field(14, ge=1, description="Days a browser login lasts.")
     demo_time_scale: float = Field(

@@ -436,7 +436,7 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     await page.get_by_role("button", name="Launch", exact=True).click()
     await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
     await expect(page.locator("#status")).to_have_text("ready", timeout=30_000)
-    await expect(page.locator("tr[data-stage='cuda graphs']")).to_be_visible()
+    await expect(page.locator("tr[data-stage='cuda graph capture']")).to_be_visible()
     assert json.loads(demo.gpu_state_path("rtxpro-01").read_text())["processes"]
 
     await page.get_by_role("button", name="Stop").click()
@@ -554,3 +554,63 @@ async def test_grep_with_zero_hits_pivots_to_the_full_log(tab: Tab, demo: Demo) 
     await expect(page.locator(".grep-error")).to_contain_text("Invalid regular expression: Unmatched ( or \\(")
     # The browser notes the 400 that carried the reason; nothing else went wrong.
     assert tab.console_errors == ["Failed to load resource: the server responded with a status of 400 (Bad Request)"]
+
+
+async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worked(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    launched = {}
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        # GPU 1 still serves the live-log test's attempt.
+        for gpu, preset in zip(
+            (0, 2, 3), ("qwen36-27b-mtp-oom", "qwen36-27b-mtp-extra-buffer", "qwen36-27b-mtp-fixed"), strict=True
+        ):
+            body = {"preset": preset, "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
+            launched[preset] = (await api.post("/api/attempts", json=body)).json()["id"]
+        for preset, attempt_id in launched.items():
+            wanted = "ready" if preset.endswith("fixed") else "failed"
+
+            async def ended(attempt_id: int = attempt_id, wanted: str = wanted) -> bool:
+                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == wanted)
+
+            await wait_until(ended, 60, f"attempt {attempt_id} ({preset}) to be {wanted}", demo)
+        oom, override, fixed = launched.values()
+        try:
+            await log_in(page)
+            await page.goto(f"/attempts/{override}")
+            await expect(page.locator("#failure-class")).to_have_text("arg-override")
+            await expect(page.locator("#hint")).to_contain_text("switches the mamba scheduler strategy to no_buffer")
+            changed = page.locator("#drift tr[data-arg='mamba_scheduler_strategy']")
+            await expect(changed).to_have_class(re.compile(r"\bchanged\b"))
+            await expect(changed).to_contain_text("extra_buffer")
+            await expect(changed.locator("b")).to_have_text("no_buffer")
+            await expect(page.locator("#same-signature")).to_contain_text("first attempt to fail this way")
+            if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
+                await page.locator("#diagnosis").screenshot(path=f"{shots}/diagnosis-override.png")
+            await page.locator("#root-error-link").click()
+            await expect(page).to_have_url(re.compile(r"/log\?line=\d+#L\d+$"))
+            target = page.locator(".ln:target")
+            await expect(target).to_contain_text("ValueError: Speculative decoding for")
+            await expect(target).to_be_in_viewport()
+
+            await page.goto(f"/attempts/{oom}")
+            await expect(page.locator("#failure-class")).to_have_text("oom")
+            await expect(page.locator("#stage-progress .step.current")).to_contain_text("cuda graph capture")
+            await page.goto("/errors")
+            await expect(page.locator("#error-groups tbody tr")).to_have_count(2)
+            await expect(page.locator("#error-groups")).to_contain_text("qwen36-27b-mtp-extra-buffer")
+
+            await page.goto(f"/compare?a={oom}&b={fixed}")
+            fraction = page.locator("#argv-diff tr[data-row='--mem-fraction-static']")
+            await expect(fraction).to_have_class(re.compile(r"\bdiffers\b"))
+            await expect(fraction).to_contain_text("0.99")
+            await expect(page.locator("#outcome")).to_contain_text("healthy")
+            await expect(page.locator("#root-logs .ln.mark")).to_contain_text("CUDA out of memory")
+            if shots:
+                await page.screenshot(path=f"{shots}/compare-oom-fixed.png", full_page=True)
+                await page.goto(f"/compare?a={override}&b={fixed}")
+                await page.screenshot(path=f"{shots}/compare-override-fixed.png", full_page=True)
+                await page.goto("/errors")
+                await page.screenshot(path=f"{shots}/errors.png", full_page=True)
+            assert tab.console_errors == []
+        finally:
+            await api.post(f"/api/attempts/{fixed}/stop")

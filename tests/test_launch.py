@@ -74,7 +74,7 @@ async def test_demo_presets_replay_the_seed_story(api: AsyncClient, running_app:
     for name in ("qwen36-27b-mtp-fixed", "llama31-8b on rtxpro-01", "llama31-8b on b200-01"):
         assert results[name]["status"] == "ready", results[name]
         assert results[name]["time_to_ready_s"] > 0
-        assert [s["stage"] for s in results[name]["stages"]][-3:] == ["http server", "ready line", "ready"]
+        assert [s["stage"] for s in results[name]["stages"]][-3:] == ["http server up", "ready line", "ready"]
 
 
 async def test_stop_terminates_the_group_and_frees_the_gpu(api: AsyncClient, running_app: FastAPI) -> None:
@@ -220,7 +220,7 @@ async def test_dashboard_killed_while_loading_picks_the_attempt_up_again(
             before = await wait_for(api, attempt_id, {"loading"})
             for _ in range(100):
                 before = (await api.get(f"/api/attempts/{attempt_id}")).json()
-                if "loading weights" in [s["stage"] for s in before["stages"]]:
+                if "weights loading" in [s["stage"] for s in before["stages"]]:
                     break
                 await asyncio.sleep(0.1)
             dashboard.send_signal(signal.SIGKILL)

@@ -81,7 +81,7 @@ async def test_launch_form_checks_launches_and_stops(app_client: AsyncClient, ru
         if 'id="status">ready<' in status_html:
             break
         await asyncio.sleep(0.1)
-    assert 'id="status">ready<' in status_html and 'data-stage="cuda graphs"' in status_html
+    assert 'id="status">ready<' in status_html and 'data-stage="cuda graph capture"' in status_html
     attempts = (await app_client.get("/attempts", params={"host": "rtxpro-01", "status": "ready"})).text
     assert f'href="{attempt_url}"' in attempts
     assert "No attempts match these filters" in (await app_client.get("/attempts?status=lost")).text

@@ -120,8 +120,8 @@ class Signature(Base):
     message: Mapped[str] = mapped_column(Text, default="")
     frames: Mapped[list[Any]] = mapped_column(default=list)
     first_seen: Mapped[datetime] = mapped_column(default=utcnow)
-    last_seen: Mapped[datetime] = mapped_column(default=utcnow)
-    count: Mapped[int] = mapped_column(default=1)
+    last_seen: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    count: Mapped[int] = mapped_column(default=1)  # attempts that failed this way
 
 
 class Attempt(Base):
@@ -154,7 +154,10 @@ class Attempt(Base):
     exit_code: Mapped[int | None]
     log_size: Mapped[int] = mapped_column(BigInt, default=0)
     signature_id: Mapped[int | None] = mapped_column(ForeignKey("signature.id"))
+    # The effective arguments preflight predicted by running the host's own argument parser.
     effective_args: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # What the log says, kept up to date as it streams (see app.launch.diagnosis).
+    diagnosis: Mapped[dict[str, Any]] = mapped_column(default=dict)
     gpu_snapshot: Mapped[dict[str, Any]] = mapped_column(default=dict)
     launched_by: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -27,6 +27,7 @@ from app.clock import utcnow
 from app.db.models import Attempt, Host, Preset, PresetRevision
 from app.errors import HostError, InvalidInput, NotFound
 from app.launch import remote
+from app.launch.diagnosis import LiveDiagnosis, assign_signature, stored
 from app.launch.preflight import Preflight, run_preflight
 from app.launch.presets import command_argv, get_preset, latest, revision_of
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
@@ -37,15 +38,10 @@ log = logging.getLogger(__name__)
 STATUSES = ("pending", "uploading", "starting", "loading", "ready", "unhealthy", "failed", "stopped", "lost")
 ACTIVE = frozenset({"pending", "uploading", "starting", "loading", "ready", "unhealthy"})
 FINISHED = frozenset(STATUSES) - ACTIVE
-READY_LINE = b"The server is fired up and ready to roll!"
-# Stages a launch goes through, each recognised by the first log line SGLang writes in it.
-STAGE_MARKERS = (
-    ("loading weights", b"Load weight begin"),
-    ("kv cache", b"KV Cache is allocated"),
-    ("cuda graphs", b"Capture cuda graph begin"),
-    ("http server", b"Uvicorn running on"),
-    ("ready line", READY_LINE),
-)
+# What an attempt's pages show of it besides its own row.
+ATTEMPT_RELATIONS = (selectinload(Attempt.host), selectinload(Attempt.revision).selectinload(PresetRevision.preset))
+# Keys of /get_server_info that report the server's state rather than its arguments.
+SERVER_INFO_STATE = frozenset({"status", "version", "internal_states", "max_total_num_tokens"})
 # How long a finished attempt waits for its log to be drained before it is marked finished (the
 # mirror goes on after that, if the host is slow or away).
 DRAIN_WAIT = 30.0
@@ -60,6 +56,7 @@ class Pace:
     loading: float = 1.0
     serving: float = 10.0
     health_timeout: float = 30.0
+    hang: float = 600.0  # a loading launch whose log stays silent this long is reported hung
 
 
 class AttemptService:
@@ -84,6 +81,7 @@ class AttemptService:
         self.pace = pace or Pace()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._signatures = asyncio.Lock()  # one attempt at a time files its failure under a signature
 
     async def start(self) -> None:
         """Resumes following every attempt a previous run left unfinished, and mirroring the logs
@@ -307,20 +305,25 @@ class _Follower:
     def __init__(self, service: AttemptService, attempt_id: int):
         self.service = service
         self.attempt_id = attempt_id
-        self.tail = b""
+        self.live = LiveDiagnosis()
         self.seen: set[str] = set()
         self.found: list[tuple[str, str]] = []  # stages the log showed, not yet recorded
         self.ready_group_size = 0
         self.recorded_size = -1  # the log size last written to the attempt's row
+        self.argv: list[str] = []
+        self.hung = False
 
     async def run(self) -> None:
         async with self.service.sessions() as session:
             attempt = await load_attempt(session, self.attempt_id)
             connection = self.service.ssh.get(attempt.host.name)
             self.seen = {entry["stage"] for entry in attempt.stages}
+            self.argv = list(attempt.argv)
             pid, start = attempt.pid, attempt.pid_start_time
             directory, port, status = attempt.remote_dir, attempt.port, attempt.status
         mirror: LogMirror | None = None
+        loop = asyncio.get_running_loop()
+        quiet_since, size = loop.time(), -1
         try:
             while True:
                 try:
@@ -343,19 +346,23 @@ class _Follower:
                     status = "loading"
                 if mirror is None and pid is not None:
                     mirror = await self._start_mirror()
-                await self._record_log_progress(mirror)
+                if mirror is not None and mirror.log.size != size:
+                    quiet_since, size = loop.time(), mirror.log.size
+                hung = status == "loading" and loop.time() - quiet_since > self.service.pace.hang
+                await self._record_log_progress(mirror, hung=hung)
                 if probe.exit_code is not None or not probe.alive:
                     if mirror is not None:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(mirror.done.wait(), DRAIN_WAIT)
-                        await self._record_log_progress(mirror)
+                    still = mirror is None or mirror.log.size == size
+                    await self._record_log_progress(mirror, hung=hung and still, final=True)
                     await self._finish_process(probe)
                     return
                 status = await self._check_readiness(connection, port, status, probe)
                 await asyncio.sleep(self.service.pace.serving if status == "ready" else self.service.pace.loading)
         finally:
             if mirror is not None:
-                mirror.log.watchers.discard(self._scan)
+                mirror.log.watchers.discard(self.live.feed)
 
     async def _probe(self, connection: HostConnection, directory: str, pid: int | None, start: int | None) -> Any:
         args = ["sh", "-c", remote.PROBE, "sh", directory, str(pid or ""), str(start or "")]
@@ -363,39 +370,38 @@ class _Follower:
         return remote.ProbeResult.parse(result.stdout.decode(errors="replace"))
 
     async def _start_mirror(self) -> LogMirror:
-        """Starts the log mirror and watches what it appends for the stages of the launch; what
-        was mirrored before (by a previous run of the dashboard) is scanned first."""
+        """Starts the log mirror and diagnoses what it appends as it comes; what was mirrored
+        before (by a previous run of the dashboard) is read first."""
         log_file = self.service.mirrors.store.get(self.attempt_id)
         scanned = log_file.size
         if scanned:
-            await asyncio.to_thread(self._scan_file, log_file.path, scanned)
-        log_file.watchers.add(self._scan)
-        if log_file.size > scanned:  # appended while the file was scanned
-            self._scan(scanned, log_file.read(scanned, log_file.size - scanned))
+            await asyncio.to_thread(self._read_file, log_file.path, scanned)
+        log_file.watchers.add(self.live.feed)
+        if log_file.size > scanned:  # appended while the file was read
+            self.live.feed(scanned, log_file.read(scanned, log_file.size - scanned))
         async with self.service.sessions() as session:
             return self.service.mirror(await load_attempt(session, self.attempt_id))
 
-    def _scan_file(self, path: Any, size: int) -> None:
+    def _read_file(self, path: Any, size: int) -> None:
         with open(path, "rb") as f:
             offset = 0
             while offset < size and (block := f.read(min(1 << 20, size - offset))):
-                self._scan(offset, block)
+                self.live.feed(offset, block)
                 offset += len(block)
 
-    def _scan(self, offset: int, data: bytes) -> None:
-        text = self.tail + data
-        self.tail = text[-200:]
-        for stage, marker in STAGE_MARKERS:
-            if stage not in self.seen and marker in text:
-                self.seen.add(stage)
-                self.found.append((stage, utcnow().isoformat()))
-
-    async def _record_log_progress(self, mirror: LogMirror | None) -> None:
-        """Writes the stages the log showed, and its size, to the attempt's row."""
+    async def _record_log_progress(self, mirror: LogMirror | None, *, hung: bool = False, final: bool = False) -> None:
+        """Writes the stages the log showed, its size and its diagnosis to the attempt's row."""
         size = mirror.log.size if mirror else 0
+        now = utcnow().isoformat()
+        self.found += [(stage, now) for stage in self.live.new_stages() if stage not in self.seen]
+        self.seen.update(stage for stage, _ in self.found)
         found, self.found = self.found, []
-        if not found and size == self.recorded_size:
+        if not found and size == self.recorded_size and not self.live.changed and hung == self.hung and not final:
             return
+        if final:
+            self.live.analyzer.finish(silence_is_hang=False)  # the last line, and any open traceback
+        result = self.live.analyzer.hung() if hung else self.live.analyzer.snapshot()
+        self.live.changed = False
         async with self.service.sessions() as session:
             attempt = await session.get(Attempt, self.attempt_id)
             assert attempt is not None
@@ -403,7 +409,15 @@ class _Follower:
                 attempt.stage = stage
                 attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
             attempt.log_size = self.recorded_size = size
-            await session.commit()
+            extra = {key: attempt.diagnosis[key] for key in ("server_info",) if key in (attempt.diagnosis or {})}
+            attempt.diagnosis = stored(result, self.argv) | extra
+            if hung != self.hung:
+                silence = f"no new log line for {self.service.pace.hang:.0f} s during {result.stage}"
+                attempt.error = f"{silence}: the launch looks hung" if hung else ""
+                self.hung = hung
+            async with self.service._signatures:
+                await assign_signature(session, attempt)
+                await session.commit()
 
     async def _check_readiness(self, connection: HostConnection, port: int | None, status: str, probe: Any) -> str:
         """Ready needs the ready line and a healthy /health; a ready server whose processes thin out
@@ -411,11 +425,15 @@ class _Follower:
         pending = {stage for stage, _ in self.found}  # seen in the log, not yet on the timeline
         if "ready line" not in self.seen or "ready line" in pending or port is None:
             return status
-        healthy = await self._http_ok(connection, port)
+        # Becoming ready, the server is also asked which arguments it runs with.
+        paths = ("/health",) if status == "ready" else ("/health", "/get_server_info")
+        health, *info = await self._ask_server(connection, port, paths)
+        healthy = health is not None and health.status_code == 200
         if status != "ready" and healthy and (not self.ready_group_size or probe.group_size >= self.ready_group_size):
             self.ready_group_size = self.ready_group_size or probe.group_size
             first = {"ready_at": utcnow()} if status == "loading" else {}
             await self.service._stage(self.attempt_id, "ready", status="ready", error="", **first)
+            await self._record_server_info(info[0])
             return "ready"
         if status == "ready" and (not healthy or probe.group_size < self.ready_group_size):
             reason = "health check failed" if not healthy else "server processes have exited"
@@ -423,19 +441,40 @@ class _Follower:
             return "unhealthy"
         return status
 
-    async def _http_ok(self, connection: HostConnection, port: int) -> bool:
+    async def _ask_server(
+        self, connection: HostConnection, port: int, paths: tuple[str, ...]
+    ) -> list[httpx.Response | None]:
+        """GETs each path from the server through one SSH port forward; None where that failed."""
         try:
             listener = await connection.forward_local_port(port)
         except HostError:
-            return False
+            return [None for _ in paths]
+        responses: list[httpx.Response | None] = []
         try:
             async with httpx.AsyncClient(timeout=self.service.pace.health_timeout) as client:
-                response = await client.get(f"http://127.0.0.1:{listener.get_port()}/health")
-                return response.status_code == 200
-        except httpx.HTTPError:
-            return False
+                for path in paths:
+                    try:
+                        responses.append(await client.get(f"http://127.0.0.1:{listener.get_port()}{path}"))
+                    except httpx.HTTPError:
+                        responses.append(None)
         finally:
             listener.close()
+        return responses
+
+    async def _record_server_info(self, response: httpx.Response | None) -> None:
+        """The arguments a live server reports it runs with, kept with the diagnosis for drift."""
+        try:
+            info = response.json() if response is not None and response.status_code == 200 else None
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):
+            return
+        arguments = {key: value for key, value in info.items() if key not in SERVER_INFO_STATE}
+        async with self.service.sessions() as session:
+            attempt = await session.get(Attempt, self.attempt_id)
+            assert attempt is not None
+            attempt.diagnosis = {**attempt.diagnosis, "server_info": arguments}
+            await session.commit()
 
     async def _finish_process(self, probe: Any) -> None:
         async with self.service.sessions() as session:
@@ -502,11 +541,7 @@ async def attempt_groups(session: AsyncSession, host_name: str) -> dict[int, int
 
 
 async def load_attempt(session: AsyncSession, attempt_id: int) -> Attempt:
-    query = (
-        select(Attempt)
-        .options(selectinload(Attempt.host), selectinload(Attempt.revision).selectinload(PresetRevision.preset))
-        .where(Attempt.id == attempt_id)
-    )
+    query = select(Attempt).options(*ATTEMPT_RELATIONS).where(Attempt.id == attempt_id)
     attempt = await session.scalar(query)
     if attempt is None:
         raise NotFound(f"no attempt {attempt_id}")
@@ -523,12 +558,7 @@ async def list_attempts(
     limit: int = 50,
 ) -> list[Attempt]:
     """Newest first; `before` pages by attempt id."""
-    query = (
-        select(Attempt)
-        .options(selectinload(Attempt.host), selectinload(Attempt.revision).selectinload(PresetRevision.preset))
-        .order_by(Attempt.id.desc())
-        .limit(limit)
-    )
+    query = select(Attempt).options(*ATTEMPT_RELATIONS).order_by(Attempt.id.desc()).limit(limit)
     if host:
         query = query.join(Host, Attempt.host_id == Host.id).where(Host.name == host)
     if preset:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from sqlalchemy import select
 
 from app.db.models import Attempt, AuditEvent
 from app.launch import attempts
+from app.launch.diagnosis import drift_of
 from app.web.deps import ApiUser, DbSession, RuntimeDep
 
 router = APIRouter(prefix="/api", tags=["attempts"])
@@ -56,6 +58,8 @@ class AttemptPublic(BaseModel):
     log_size: int
     preflight: dict[str, Any]
     effective_args: dict[str, Any]
+    diagnosis: dict[str, Any]
+    drift: list[dict[str, Any]]
     gpu_snapshot: dict[str, Any]
     override_reason: str
     launched_by: str
@@ -88,6 +92,8 @@ class AttemptPublic(BaseModel):
             log_size=attempt.log_size,
             preflight=attempt.preflight,
             effective_args=attempt.effective_args,
+            diagnosis=attempt.diagnosis,
+            drift=[asdict(row) | {"changed": row.changed} for row in drift_of(attempt)],
             gpu_snapshot=attempt.gpu_snapshot,
             override_reason=attempt.override_reason,
             launched_by=attempt.launched_by,

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import credentials, db
 from app.config import Settings
 from app.gpu.monitor import GpuMonitor
-from app.launch.attempts import AttemptService
+from app.launch.attempts import AttemptService, Pace
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
@@ -26,9 +26,11 @@ from app.ssh.registry import register_hosts
 from app.web import (
     api,
     api_attempts,
+    api_diagnosis,
     api_logs,
     api_presets,
     attempt_pages,
+    diagnosis_pages,
     host_pages,
     log_pages,
     pages,
@@ -107,7 +109,12 @@ def create_app(settings: Settings) -> FastAPI:
         logs = LogStore(settings.data_dir / "logs")
         mirrors = Mirrors(logs)
         attempts = AttemptService(
-            sessions, ssh, mirrors, stop_grace=settings.stop_grace_seconds, gpu_snapshot=gpus.snapshot_of
+            sessions,
+            ssh,
+            mirrors,
+            stop_grace=settings.stop_grace_seconds,
+            pace=Pace(hang=settings.hang_seconds),
+            gpu_snapshot=gpus.snapshot_of,
         )
         await attempts.start()
         versions = frontend_versions()
@@ -157,10 +164,12 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api_presets.router)
     app.include_router(api_attempts.router)
     app.include_router(api_logs.router)
+    app.include_router(api_diagnosis.router)
     app.include_router(pages.router)
     app.include_router(host_pages.router)
     app.include_router(preset_pages.router)
     app.include_router(attempt_pages.router)
     app.include_router(log_pages.router)
+    app.include_router(diagnosis_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

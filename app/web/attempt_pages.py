@@ -15,6 +15,7 @@ from app.gpu.overview import current_overview
 from app.launch import attempts, presets
 from app.logs.live import tail
 from app.web.deps import DbSession, PageUser, RuntimeDep
+from app.web.diagnosis_pages import diagnosis_context
 from app.web.log_pages import LIVE_TAIL_LINES, lines_html, log_context
 from app.web.templating import render, wants_fragment
 
@@ -138,6 +139,7 @@ async def attempt_page(
         "stages": attempts.durations(attempt),
         "time_to_ready": attempts.time_to_ready(attempt),
         "command": shlex.join(attempt.argv),
+        **await diagnosis_context(db, attempt),
     }
     if not wants_fragment(request):  # the live log, which the status block's refreshes leave alone
         lines, offset = tail(runtime.logs.get(attempt_id), LIVE_TAIL_LINES)

@@ -1,0 +1,195 @@
+"""A launch's diagnosis while its log streams in: the analyzer fed by the log mirror, the answer
+kept on the attempt's row, its failure counted under a Signature, and the arguments SGLang used
+lined up with those asked for and those preflight predicted."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.clock import utcnow
+from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
+from app.diagnose.analyze import HINTS, MAMBA_OVERRIDE_HINT, Analyzer, Diagnosis
+from app.diagnose.drift import Drift, drift
+from app.errors import NotFound
+
+# The timeline's name for a log stage where it differs: the ready line alone is not "ready",
+# which needs /health to answer too.
+TIMELINE_NAMES = {"ready": "ready line"}
+CHART_POINTS = 480  # decode samples kept on the attempt's row for its chart
+
+
+class LiveDiagnosis:
+    """Reads the attempt's local log as the mirror appends it (a LogFile watcher), so the log is
+    read once, in the order it arrives; the answer is taken whenever it is wanted."""
+
+    def __init__(self) -> None:
+        self.analyzer = Analyzer()
+        self.offset = 0  # bytes of the local log read so far
+        self.changed = False  # read more since the answer was last taken
+        self._stages_taken = 0
+
+    def feed(self, offset: int, data: bytes) -> None:
+        if offset + len(data) <= self.offset:
+            return  # read already, by the scan of what was mirrored before
+        self.analyzer.feed_bytes(data[max(0, self.offset - offset) :])
+        self.offset = offset + len(data)
+        self.changed = True
+
+    def new_stages(self) -> list[str]:
+        """Stages reached since the last call, by their timeline names."""
+        reached = self.analyzer.reached[self._stages_taken :]
+        self._stages_taken += len(reached)
+        return [TIMELINE_NAMES.get(stage, stage) for stage in reached]
+
+
+def stored(result: Diagnosis, argv: list[str]) -> dict[str, Any]:
+    """The diagnosis as kept on the attempt's row (JSON), with the class the requested arguments
+    reveal: an error about a value SGLang chose itself, where another was asked for, is an
+    override, not a conflict."""
+    failure_class, hint = result.failure_class, result.hint
+    if failure_class in ("arg-conflict", "other") and any(
+        item.source == "error" and item.requested is not None and item.changed
+        for item in drift(argv, None, (), result.root_error)
+    ):
+        failure_class = "arg-override"
+        hint = HINTS[failure_class] + (MAMBA_OVERRIDE_HINT if "mamba" in (result.root_error or "") else "")
+    decode = result.figures.decode
+    step = math.ceil(len(decode) / CHART_POINTS) or 1
+    kept: dict[str, Any] = _jsonable(
+        {
+            "stage": result.stage,
+            "stage_percent": result.stage_percent,
+            "class": failure_class,
+            "root_error": result.root_error,
+            "root_line": result.root_line,
+            "fingerprint": result.fingerprint,
+            "hint": hint,
+            "adjustments": result.adjustments,
+            "frames": result.frames,
+            "error_type": result.error_type,
+            "error_message": result.error_message,
+            "memory": result.figures.memory,
+            "decode": decode[::step],
+            "server_args": result.figures.server_args,
+        }
+    )
+    return kept
+
+
+def drift_of(attempt: Attempt) -> list[Drift]:
+    """The attempt's requested arguments against every witness of the effective ones."""
+    found = attempt.diagnosis or {}
+    return drift(
+        attempt.argv,
+        found.get("server_args"),
+        found.get("adjustments", ()),
+        found.get("root_error"),
+        server_info=found.get("server_info"),
+        predicted=attempt.effective_args or None,
+    )
+
+
+async def assign_signature(session: AsyncSession, attempt: Attempt) -> None:
+    """Files the attempt under the Signature of its diagnosis (created the first time a cause is
+    seen), moving it if its diagnosis changed; each attempt counts once."""
+    found = attempt.diagnosis or {}
+    fingerprint = found.get("fingerprint")
+    current = await session.get(Signature, attempt.signature_id) if attempt.signature_id else None
+    if (current.fingerprint if current else None) == fingerprint:
+        return
+    if current is not None:
+        current.count -= 1
+    if fingerprint is None:
+        attempt.signature_id = None
+        return
+    signature = await session.scalar(select(Signature).where(Signature.fingerprint == fingerprint))
+    now = utcnow()
+    if signature is None:
+        signature = Signature(
+            fingerprint=fingerprint,
+            failure_class=found["class"],
+            exception_type=found.get("error_type", ""),
+            message=found.get("error_message", ""),
+            frames=found.get("frames", []),
+            first_seen=now,
+            last_seen=now,
+            count=1,
+        )
+        session.add(signature)
+        await session.flush()
+    else:
+        signature.count += 1
+        signature.last_seen = now
+    attempt.signature_id = signature.id
+
+
+def _jsonable(value: Any) -> Any:
+    """Values from a parsed repr (tuples, sets, NaN, enums kept as text) as JSON any database stores."""
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float):
+        return value
+    return str(value)
+
+
+@dataclass
+class SignatureGroup:
+    """A failure cause with where it struck."""
+
+    signature: Signature
+    hosts: list[str]
+    presets: list[str]
+
+
+async def signature_groups(
+    session: AsyncSession, *, failure_class: str | None = None, limit: int = 200
+) -> list[SignatureGroup]:
+    """Causes seen, the most recent first, with the hosts and presets of their attempts."""
+    query = select(Signature).where(Signature.count > 0).order_by(Signature.last_seen.desc()).limit(limit)
+    if failure_class:
+        query = query.where(Signature.failure_class == failure_class)
+    signatures = list((await session.scalars(query)).all())
+    places = await session.execute(
+        select(Attempt.signature_id, Host.name, Preset.name)
+        .join(Host, Attempt.host_id == Host.id)
+        .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
+        .join(Preset, PresetRevision.preset_id == Preset.id)
+        .where(Attempt.signature_id.in_([signature.id for signature in signatures]))
+        .distinct()
+    )
+    hosts: dict[int | None, set[str]] = {}
+    presets: dict[int | None, set[str]] = {}
+    for signature_id, host, preset in places.all():
+        hosts.setdefault(signature_id, set()).add(host)
+        presets.setdefault(signature_id, set()).add(preset)
+    return [
+        SignatureGroup(signature, sorted(hosts.get(signature.id, ())), sorted(presets.get(signature.id, ())))
+        for signature in signatures
+    ]
+
+
+async def get_signature(session: AsyncSession, fingerprint: str) -> Signature:
+    signature = await session.scalar(select(Signature).where(Signature.fingerprint == fingerprint))
+    if signature is None:
+        raise NotFound(f"no failure signature {fingerprint!r}")
+    return signature
+
+
+def with_signature(signature_id: int, *, before: int | None = None) -> Select[Any]:
+    """Attempts filed under a signature, newest first; `before` keeps those older than an attempt."""
+    query = select(Attempt).where(Attempt.signature_id == signature_id).order_by(Attempt.id.desc())
+    return query if before is None else query.where(Attempt.id < before)
+
+
+async def count_with_signature(session: AsyncSession, signature_id: int, *, before: int | None = None) -> int:
+    query = with_signature(signature_id, before=before).order_by(None).subquery()
+    return int(await session.scalar(select(func.count()).select_from(query)) or 0)

@@ -1,0 +1,113 @@
+"""What went wrong, across attempts: the attempt page's diagnosis panel, the error groups, and
+two attempts compared side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from app.db.models import Attempt
+from app.launch import attempts, compare, diagnosis
+from app.web.deps import DbSession, PageUser, RuntimeDep
+from app.web.log_pages import lines_html
+from app.web.templating import render
+
+router = APIRouter(include_in_schema=False)
+SAME_SIGNATURE_SHOWN = 10
+# The serving metrics charted from the decode-batch lines: (key, label, format).
+METRICS = (
+    ("running_requests", "running requests", "{:.0f}"),
+    ("token_usage", "KV token usage", "{:.2f}"),
+    ("gen_throughput", "generation throughput (token/s)", "{:.1f}"),
+    ("accept_length", "speculative accept length", "{:.2f}"),
+)
+CHART_WIDTH, CHART_HEIGHT = 600, 60
+
+
+async def diagnosis_context(db: DbSession, attempt: Attempt) -> dict[str, Any]:
+    """The attempt page's diagnosis panel: stage, root error, class and hint, drift, the earlier
+    attempts that failed the same way, and the serving metrics."""
+    found = attempt.diagnosis or {}
+    earlier: list[Attempt] = []
+    same = 0
+    if attempt.signature_id is not None:
+        same = await diagnosis.count_with_signature(db, attempt.signature_id, before=attempt.id)
+        query = diagnosis.with_signature(attempt.signature_id, before=attempt.id).limit(SAME_SIGNATURE_SHOWN)
+        earlier = list((await db.scalars(query)).all())
+    return {
+        "diagnosis": found,
+        "drift": diagnosis.drift_of(attempt),
+        "same_signature": same,
+        "earlier": earlier,
+        "charts": charts(found.get("decode", [])),
+    }
+
+
+def charts(samples: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """Each metric the samples carry as an SVG polyline's points, scaled to its own maximum."""
+    result = []
+    for key, label, number in METRICS:
+        values = [sample[key] for sample in samples if key in sample]
+        if len(values) < 2:
+            continue
+        top = max(values) or 1.0
+        step = CHART_WIDTH / (len(values) - 1)
+        points = " ".join(
+            f"{i * step:.1f},{CHART_HEIGHT - value / top * (CHART_HEIGHT - 4) - 2:.1f}"
+            for i, value in enumerate(values)
+        )
+        result.append({"key": key, "label": label, "points": points, "max": number.format(max(values)),
+                       "last": number.format(values[-1]), "samples": len(values)})  # fmt: skip
+    return result
+
+
+@router.get("/errors", response_class=HTMLResponse)
+async def errors_page(request: Request, db: DbSession, user: PageUser, failure_class: str = "") -> Response:
+    groups = await diagnosis.signature_groups(db, failure_class=failure_class or None)
+    context = {"user": user, "groups": groups, "failure_class": failure_class}
+    return render(request, "errors.html", context)
+
+
+@router.get("/errors/{fingerprint}", response_class=HTMLResponse)
+async def error_group_page(
+    request: Request, fingerprint: str, db: DbSession, user: PageUser, before: int | None = None
+) -> Response:
+    signature = await diagnosis.get_signature(db, fingerprint)
+    page_size = 50
+    query = diagnosis.with_signature(signature.id, before=before).limit(page_size + 1)
+    rows = list((await db.scalars(query.options(*attempts.ATTEMPT_RELATIONS))).all())
+    context = {
+        "user": user,
+        "signature": signature,
+        "attempts": rows[:page_size],
+        "older": rows[page_size - 1].id if len(rows) > page_size else None,
+    }
+    return render(request, "error_group.html", context)
+
+
+@router.get("/compare", response_class=HTMLResponse)
+async def compare_page(
+    request: Request, a: int, b: int, runtime: RuntimeDep, db: DbSession, user: PageUser
+) -> Response:
+    result = await compare.compare(db, runtime.logs, a, b)
+    excerpts = {
+        side.id: lines_html(side.id, side.log_excerpt, mark=side.root_line, anchors=False)
+        for side in (result.a, result.b)
+    }
+    return render(request, "compare.html", {"user": user, "cmp": result, "excerpts": excerpts})
+
+
+@router.get("/attempts/{attempt_id}/compare/{other}")
+async def compare_with(attempt_id: int, other: str, db: DbSession, user: PageUser) -> Response:
+    """`previous`: the attempt of the same preset before this one; `last-success`: the latest
+    other attempt of the preset that became ready."""
+    attempt = await attempts.load_attempt(db, attempt_id)
+    if other == "previous":
+        earlier = await compare.previous_attempt(db, attempt)
+    elif other == "last-success":
+        earlier = await compare.last_successful_attempt(db, attempt)
+    else:
+        return Response("compare with 'previous' or 'last-success'", status_code=404)
+    return RedirectResponse(f"/compare?a={earlier}&b={attempt_id}", status_code=303)

@@ -1,0 +1,126 @@
+"""Diagnosis of real launches on the simulated cluster: kept on the attempt as its log streams,
+filed under signatures, drift against the request, preflight and the live server, hangs, and
+attempts compared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from httpx import AsyncClient
+
+from app.launch.attempts import Pace
+from tests.test_launch import FINAL, launch, wait_for
+from tests.test_pages import log_in
+
+
+async def log_line(api: AsyncClient, attempt_id: int, number: int) -> str:
+    body = (await api.get(f"/api/attempts/{attempt_id}/log", params={"limit": 1 << 24})).content
+    return body.decode(errors="replace").split("\n")[number - 1]
+
+
+def drift_row(attempt: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(row for row in attempt["drift"] if row["name"] == name)
+
+
+async def test_the_seed_story_is_diagnosed_filed_and_compared(api: AsyncClient, running_app: FastAPI) -> None:
+    oom_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0])
+    override_id = await launch(api, "qwen36-27b-mtp-extra-buffer", "rtxpro-01", [1])
+    fixed_id = await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [2])
+    oom, override = await wait_for(api, oom_id, FINAL), await wait_for(api, override_id, FINAL)
+    fixed = await wait_for(api, fixed_id, FINAL)
+
+    found = oom["diagnosis"]
+    assert (found["class"], found["stage"]) == ("oom", "cuda graph capture")
+    assert found["root_error"].startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert found["root_error"] in await log_line(api, oom_id, found["root_line"])
+    assert found["memory"]["weights_gb"] > 40 and found["memory"]["kv_tokens"] > 0
+    assert "--mem-fraction-static" in found["hint"]
+
+    # The override: asked for extra_buffer, SGLang switched to no_buffer and then refused.
+    found = override["diagnosis"]
+    assert found["class"] == "arg-override"
+    assert "switches the mamba scheduler strategy to no_buffer" in found["hint"]
+    row = drift_row(override, "mamba_scheduler_strategy")
+    assert (row["requested"], row["effective"], row["source"], row["changed"]) == (
+        "extra_buffer", "no_buffer", "error", True
+    )  # fmt: skip
+
+    # The healthy one: its live server was asked for its arguments, and its adjustments show.
+    assert fixed["status"] == "ready"
+    found = fixed["diagnosis"]
+    assert found["class"] == "healthy" and found["root_error"] is None and found["fingerprint"] is None
+    assert found["server_info"]["mamba_scheduler_strategy"] == "no_buffer"
+    assert any("Max running requests is reset to 48" in line for line in found["adjustments"])
+    row = drift_row(fixed, "max_running_requests")
+    assert (row["requested"], row["effective"]) == (None, 48)
+    assert found["server_args"]["mem_fraction_static"] == 0.95
+
+    # Signatures: one per cause; a second launch of the same failure is counted under it.
+    again_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [3])
+    again = await wait_for(api, again_id, FINAL)
+    assert again["diagnosis"]["fingerprint"] == oom["diagnosis"]["fingerprint"]
+    signatures = {s["fingerprint"]: s for s in (await api.get("/api/signatures")).json()}
+    assert len(signatures) == 2
+    grouped = signatures[oom["diagnosis"]["fingerprint"]]
+    assert (grouped["count"], grouped["failure_class"], grouped["hosts"]) == (2, "oom", ["rtxpro-01"])
+    assert grouped["presets"] == ["qwen36-27b-mtp-oom"] and grouped["first_seen"] <= grouped["last_seen"]
+    members = await api.get(f"/api/signatures/{grouped['fingerprint']}/attempts")
+    assert members.json() == [again_id, oom_id]
+    await log_in(api)  # the pages take the browser's session cookie
+    page = (await api.get(f"/attempts/{again_id}")).text
+    assert "same signature: 1 earlier attempt" in page and f'href="/attempts/{oom_id}"' in page
+    assert f'href="/attempts/{again_id}/log?line={found_line(again)}#L{found_line(again)}"' in page
+    errors = (await api.get("/errors")).text
+    assert grouped["fingerprint"] in errors and "qwen36-27b-mtp-extra-buffer" in errors
+
+    # Compare: what differed between the OOM and the launch that worked.
+    compared = (await api.get("/api/compare", params={"a": oom_id, "b": fixed_id})).json()
+    argv = {row["name"]: row for row in compared["argv"]}
+    assert (argv["--mem-fraction-static"]["a"], argv["--mem-fraction-static"]["b"]) == ("0.99", "0.95")
+    assert argv["--mem-fraction-static"]["differs"] and not argv["--speculative-algorithm"]["differs"]
+    assert (compared["a"]["failure_class"], compared["b"]["failure_class"]) == ("oom", "healthy")
+    assert compared["a"]["root_line"] in [line["number"] for line in compared["a"]["log_excerpt"]]
+    assert compared["b"]["log_excerpt"] == [] and "ready" in [s["stage"] for s in compared["b"]["stages"]]
+    assert compared["gpus"][0]["a"] > 90_000  # free MiB of GPU 0 when the OOM launched
+    assert any(row["name"] == "weights_gb" and not row["differs"] for row in compared["memory"])
+
+    previous = await api.get(f"/attempts/{again_id}/compare/previous", follow_redirects=False)
+    assert previous.status_code == 303 and previous.headers["location"] == f"/compare?a={oom_id}&b={again_id}"
+    none = await api.get(f"/attempts/{again_id}/compare/last-success", follow_redirects=False)
+    assert none.status_code == 404 and "became ready" in none.text
+    page = (await api.get(previous.headers["location"])).text
+    assert "Log around the root error" in page and 'class="ln error mark"' in page
+
+
+def found_line(attempt: dict[str, Any]) -> int:
+    return int(attempt["diagnosis"]["root_line"])
+
+
+async def test_a_silent_launch_is_reported_hung_while_its_process_lives(api: AsyncClient, running_app: FastAPI) -> None:
+    runtime = running_app.state.runtime
+    runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10, hang=1.0)
+    slow = {
+        "name": "slow-loader",
+        "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+        "args": [],
+        "env": {"LAUNCHDECK_SIM_TIME_SCALE": "3"},  # seconds between loading lines
+    }
+    assert (await api.post("/api/presets", json=slow)).status_code == 201
+    attempt_id = await launch(api, "slow-loader", "b200-01", [7])
+    for _ in range(300):
+        attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+        if attempt["diagnosis"].get("class") == "timeout":
+            break
+        await __import__("asyncio").sleep(0.1)
+    assert attempt["status"] == "loading", attempt
+    assert attempt["error"].startswith("no new log line for 1 s during ")
+    found = attempt["diagnosis"]
+    assert found["root_error"] and found["root_error"] in await log_line(api, attempt_id, found["root_line"])
+    assert "Nothing progressed" in found["hint"]
+    signatures = (await api.get("/api/signatures", params={"failure_class": "timeout"})).json()
+    assert [s["count"] for s in signatures] == [1]
+
+    await api.post(f"/api/attempts/{attempt_id}/stop")
+    stopped = await wait_for(api, attempt_id, FINAL)
+    assert stopped["status"] == "stopped"
