@@ -4,13 +4,19 @@ attempts compared."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import re
+import sys
 from typing import Any
 
 from fastapi import FastAPI
 from httpx import AsyncClient
 
 from app.launch.attempts import Pace
+from tests.conftest import TOKEN
 from tests.test_launch import FINAL, launch, wait_for
+from tests.test_logs_api import serve
 from tests.test_pages import log_in
 
 
@@ -92,6 +98,17 @@ async def test_the_seed_story_is_diagnosed_filed_and_compared(api: AsyncClient, 
     page = (await api.get(previous.headers["location"])).text
     assert "Log around the root error" in page and 'class="ln error mark"' in page
 
+    async with serve(running_app) as url:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.cli", "compare", str(oom_id), str(fixed_id), "--url", url,
+            env={**os.environ, "LAUNCHDECK_TOKEN": TOKEN}, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out = (await process.communicate())[0].decode()
+    assert process.returncode == 0
+    assert re.search(r"^--mem-fraction-static +0\.99 +0\.95$", out, re.M), out
+    assert f"#{oom_id} root error (line {found_line(oom)}): torch.OutOfMemoryError" in out
+    assert "--speculative-algorithm" not in out  # the same on both sides
+
 
 def found_line(attempt: dict[str, Any]) -> int:
     return int(attempt["diagnosis"]["root_line"])
@@ -112,7 +129,7 @@ async def test_a_silent_launch_is_reported_hung_while_its_process_lives(api: Asy
         attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
         if attempt["diagnosis"].get("class") == "timeout":
             break
-        await __import__("asyncio").sleep(0.1)
+        await asyncio.sleep(0.1)
     assert attempt["status"] == "loading", attempt
     assert attempt["error"].startswith("no new log line for 1 s during ")
     found = attempt["diagnosis"]

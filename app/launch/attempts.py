@@ -306,8 +306,7 @@ class _Follower:
         self.service = service
         self.attempt_id = attempt_id
         self.live = LiveDiagnosis()
-        self.seen: set[str] = set()
-        self.found: list[tuple[str, str]] = []  # stages the log showed, not yet recorded
+        self.seen: set[str] = set()  # stages on the attempt's timeline
         self.ready_group_size = 0
         self.recorded_size = -1  # the log size last written to the attempt's row
         self.argv: list[str] = []
@@ -393,9 +392,8 @@ class _Follower:
         """Writes the stages the log showed, its size and its diagnosis to the attempt's row."""
         size = mirror.log.size if mirror else 0
         now = utcnow().isoformat()
-        self.found += [(stage, now) for stage in self.live.new_stages() if stage not in self.seen]
-        self.seen.update(stage for stage, _ in self.found)
-        found, self.found = self.found, []
+        found = [(stage, now) for stage in self.live.new_stages() if stage not in self.seen]
+        self.seen.update(stage for stage, _ in found)
         if not found and size == self.recorded_size and not self.live.changed and hung == self.hung and not final:
             return
         if final:
@@ -409,8 +407,8 @@ class _Follower:
                 attempt.stage = stage
                 attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
             attempt.log_size = self.recorded_size = size
-            extra = {key: attempt.diagnosis[key] for key in ("server_info",) if key in (attempt.diagnosis or {})}
-            attempt.diagnosis = stored(result, self.argv) | extra
+            server_info = (attempt.diagnosis or {}).get("server_info")  # asked of the server once, kept
+            attempt.diagnosis = stored(result, self.argv) | ({"server_info": server_info} if server_info else {})
             if hung != self.hung:
                 silence = f"no new log line for {self.service.pace.hang:.0f} s during {result.stage}"
                 attempt.error = f"{silence}: the launch looks hung" if hung else ""
@@ -422,8 +420,7 @@ class _Follower:
     async def _check_readiness(self, connection: HostConnection, port: int | None, status: str, probe: Any) -> str:
         """Ready needs the ready line and a healthy /health; a ready server whose processes thin out
         or whose health check fails becomes unhealthy."""
-        pending = {stage for stage, _ in self.found}  # seen in the log, not yet on the timeline
-        if "ready line" not in self.seen or "ready line" in pending or port is None:
+        if "ready line" not in self.seen or port is None:
             return status
         # Becoming ready, the server is also asked which arguments it runs with.
         paths = ("/health",) if status == "ready" else ("/health", "/get_server_info")
