@@ -12,6 +12,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field, replace
 
+from app.diagnose.drift import field_name
 from app.diagnose.figures import Figures
 from app.diagnose.lines import Line, logical_lines
 
@@ -194,8 +195,7 @@ class Analyzer:
         self._fatal_line: Line | None = None
         self._progress: Line | None = None  # the last line that showed the launch moving on
         self._capture_done = False  # a line that only comes once CUDA graph capture is over
-        self._adjustments: list[str] = []
-        self._adjustment_lines: list[Line] = []
+        self._adjustments: list[Line] = []
         self._figures = Figures()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -265,10 +265,9 @@ class Analyzer:
         if not self._capture_done and CAPTURE_DONE.search(text):
             self._capture_done = True
         self._figures.see(text)
-        new = text not in self._adjustments and len(self._adjustments) < 50
-        if new and ADJUSTMENT.search(text) and not EXCEPTION.match(text) and "profiled value -" not in text:
-            self._adjustments.append(text)
-            self._adjustment_lines.append(line)
+        adjusted = ADJUSTMENT.search(text) and not EXCEPTION.match(text) and "profiled value -" not in text
+        if adjusted and len(self._adjustments) < 50 and all(text != seen.text.strip() for seen in self._adjustments):
+            self._adjustments.append(line)
         if "Traceback (most recent call last)" in text:
             if self._current and not self._current.ended:
                 self._current.lines.append(line)
@@ -322,33 +321,32 @@ class Analyzer:
 
     def _diagnosis(self, root: tuple[Line, str] | None, frames: list[str]) -> Diagnosis:
         figures = replace(self._figures, memory=dict(self._figures.memory), decode=list(self._figures.decode))
-        result = Diagnosis(adjustments=list(self._adjustments), figures=figures)
+        result = Diagnosis(adjustments=[line.text.strip() for line in self._adjustments], figures=figures)
         if self._stage_index >= 0:
             result.stage = STAGES[self._stage_index][0]
             result.stage_percent = self._percent
         if root is None:
             return result
         line, context = root
-        message = line.text.strip()
+        message = signed = line.text.strip()
         result.failure_class = classify(message, context)
         if result.failure_class in ("arg-conflict", "other") and (override := self._override_behind(message)):
             # The failure names an argument SGLang changed on its own: the change is the cause.
             line, message, result.failure_class = override, override.text.strip(), "arg-override"
+            signed = message
+        elif not _message(line) and (source := ASSERT_SOURCE.search(context)):
+            signed = f"{message} {source.group(0)}"  # a bare assertion is known by its assert
         result.root_error = line.raw.strip()
         result.frames = list(frames)
         result.root_line = line.number
-        result.hint = HINTS[result.failure_class]
-        if "--mamba-scheduler-strategy no_buffer" in message:
-            result.hint += MAMBA_OVERRIDE_HINT
-        if not _message(line) and (source := ASSERT_SOURCE.search(context)):
-            message = f"{message} {source.group(0)}"  # a bare assertion is known by its assert
-        result.fingerprint = fingerprint(result.failure_class, message)
-        result.error_type, result.error_message = signature_parts(message)
+        result.hint = hint_for(result.failure_class, message)
+        result.fingerprint = fingerprint(result.failure_class, signed)
+        result.error_type, result.error_message = signature_parts(signed)
         return result
 
     def _override_behind(self, message: str) -> Line | None:
         named = argument_names(message)
-        return next((line for line in self._adjustment_lines if argument_names(line.text) & named), None)
+        return next((line for line in self._adjustments if argument_names(line.text) & named), None)
 
 
 def _root_of(tb: _Traceback) -> tuple[tuple[Line, str], list[str]] | None:
@@ -371,8 +369,7 @@ def _root_of(tb: _Traceback) -> tuple[tuple[Line, str], list[str]] | None:
 def argument_names(text: str) -> set[str]:
     """The server arguments a line names, as fields: `--max-running-requests` and
     `max_running_requests` both give max_running_requests."""
-    flags = {flag.replace("-", "_") for flag in FLAG.findall(text)}
-    return flags | set(FIELD.findall(text))
+    return {field_name(flag) for flag in FLAG.findall(text)} | set(FIELD.findall(text))
 
 
 def in_package_frames(lines: list[Line], root: Line, keep: int = 3) -> list[str]:
@@ -396,6 +393,12 @@ def _message(line: Line) -> str:
     match = EXCEPTION.match(line.text.strip())
     message = (match.group(2) or "").strip() if match else ""
     return "" if message.endswith(":") else message
+
+
+def hint_for(failure_class: str, message: str) -> str:
+    """What to do about a failure of this class; the mamba override gets its own explanation."""
+    mamba = "--mamba-scheduler-strategy no_buffer" in message
+    return HINTS[failure_class] + (MAMBA_OVERRIDE_HINT if mamba else "")
 
 
 def classify(message: str, context: str = "") -> str:

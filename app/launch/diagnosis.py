@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
-from app.diagnose.analyze import HINTS, MAMBA_OVERRIDE_HINT, Analyzer, Diagnosis
+from app.diagnose.analyze import Analyzer, Diagnosis, hint_for
 from app.diagnose.drift import Drift, drift
 from app.errors import NotFound
 
@@ -57,7 +57,7 @@ def stored(result: Diagnosis, argv: list[str]) -> dict[str, Any]:
         for item in drift(argv, None, (), result.root_error)
     ):
         failure_class = "arg-override"
-        hint = HINTS[failure_class] + (MAMBA_OVERRIDE_HINT if "mamba" in (result.root_error or "") else "")
+        hint = hint_for(failure_class, result.root_error or "")
     decode = result.figures.decode
     step = math.ceil(len(decode) / CHART_POINTS) or 1
     kept: dict[str, Any] = _jsonable(

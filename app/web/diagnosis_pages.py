@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.db.models import Attempt
+from app.diagnose.analyze import HINTS, STAGES
 from app.launch import attempts, compare, diagnosis
 from app.web.deps import DbSession, PageUser, RuntimeDep
 from app.web.log_pages import lines_html
@@ -42,6 +43,7 @@ async def diagnosis_context(db: DbSession, attempt: Attempt) -> dict[str, Any]:
         "same_signature": same,
         "earlier": earlier,
         "charts": charts(found.get("decode", [])),
+        "stage_names": [name for name, _ in STAGES],
     }
 
 
@@ -66,7 +68,8 @@ def charts(samples: list[dict[str, float]]) -> list[dict[str, Any]]:
 @router.get("/errors", response_class=HTMLResponse)
 async def errors_page(request: Request, db: DbSession, user: PageUser, failure_class: str = "") -> Response:
     groups = await diagnosis.signature_groups(db, failure_class=failure_class or None)
-    context = {"user": user, "groups": groups, "failure_class": failure_class}
+    classes = [name for name in HINTS if name != "healthy"]
+    context = {"user": user, "groups": groups, "failure_class": failure_class, "classes": classes}
     return render(request, "errors.html", context)
 
 
