@@ -83,11 +83,14 @@ class Engine:
                     pending.discard(rank)
 
     def watch_subprocesses(self) -> None:
-        """SGLang's subprocess watchdog: a scheduler that dies without a word still takes the server down."""
+        """SGLang's subprocess watchdog: a scheduler that dies without a word still takes the server down.
+
+        A scheduler ended by SIGTERM went with its process group: this process has the same signal
+        pending and exits with it (143), so that is a stop, not a crash to answer with SIGQUIT."""
         while True:
             for tp_rank, process in enumerate(self.processes):
                 code = process.poll()
-                if code not in (None, 0):
+                if code not in (None, 0, -signal.SIGTERM):
                     logger.error(
                         f"Subprocess scheduler_{tp_rank} (pid={process.pid}) crashed with exit code {code}. "
                         "Triggering SIGQUIT for cleanup..."
