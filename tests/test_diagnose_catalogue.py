@@ -1886,7 +1886,8 @@ def test_different_causes_different_fingerprints(first: str, second: str) -> Non
 
 
 def test_summary() -> None:
-    """Accuracy over the whole corpus, printed for `pytest -s`; never fails on the numbers."""
+    """Accuracy over the whole corpus, printed for `pytest -s`, held to the targets the hold-out
+    set of real logs is judged by."""
     class_hits = root_hits = healthy_ok = healthy_total = 0
     misses: list[str] = []
     for made in CASES:
@@ -1920,4 +1921,4 @@ def test_summary() -> None:
     if misses:
         print("  misses:")
         print("\n".join(misses))
-    assert total == len(BY_ID)
+    assert class_hits >= 0.95 * total and root_hits >= 0.90 * total and healthy_ok == healthy_total
