@@ -1774,8 +1774,7 @@ SAME_CAUSE: list[tuple[str, str, str]] = [  # (first id, second id, xfail reason
     (
         "oom-negative-profiled-value-then-runtime-error",
         "oom-negative-profiled-value-precursor-only",
-        "the precursor-only log gets no fingerprint (called healthy); with one, the negative-KV precursor and "
-        "'Not enough memory' should sign the same cause",
+        "",
     ),
 ]
 

@@ -143,6 +143,12 @@ NORMALISE = (
     (re.compile(r"'(?![\w.<>-]+')[^']*'|\"(?![\w.<>-]+\")[^\"]*\""), "<str>"),
     (re.compile(r"dict_keys\(\[.*\]\)"), "<list>"),
 )
+# One cause that SGLang words differently across versions or stages: signed by its name, so its
+# attempts group under one fingerprint whichever wording a log shows.
+CAUSES = (
+    # The weights left no room for the KV cache: a negative profiled budget, then the refusal.
+    ("no memory for the KV cache", re.compile(r"profiled value -\d|Not enough memory\. Please try to increase")),
+)
 MAX_TRACEBACK_LINES = 400
 FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)+)")
 FIELD = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+){1,5})\b")
@@ -429,7 +435,8 @@ def signature_parts(message: str) -> tuple[str, str]:
 
 
 def fingerprint(failure_class: str, message: str) -> str:
-    kind, detail = signature_parts(message)
+    cause = next((name for name, pattern in CAUSES if pattern.search(message)), None)
+    kind, detail = ("", cause) if cause else signature_parts(message)
     return hashlib.sha256(f"{failure_class}|{kind}|{detail}".encode()).hexdigest()[:16]
 
 
