@@ -332,6 +332,21 @@ ValueError: max_running_requests=48 is smaller than the draft batch of 64; raise
     assert diagnose(log.split("\n", 2)[2]).failure_class == "other"
 
 
+def test_a_plain_looking_error_under_a_combination_known_to_fail_is_that_conflict() -> None:
+    error = """[2026-03-01 09:00:05] Scheduler hit an exception: Traceback (most recent call last):
+  File "/x/sglang/srt/models/llama_eagle3.py", line 128, in forward
+RuntimeError: Sizes of tensors must match except in dimension 1. Expected size 4 but got size 1 for tensor number 1
+"""
+    args = "[2026-03-01 09:00:00] server_args=ServerArgs(speculative_algorithm='EAGLE3', speculative_eagle_topk={})\n"
+    spec_v2 = "$ SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server --speculative-eagle-topk 4\n"
+    result = diagnose(spec_v2 + args.format(4) + error)
+    assert result.failure_class == "arg-conflict"
+    assert "--speculative-eagle-topk > 1" in result.hint and result.root_line == 5
+    # Without the spec v2 worker, or with topk 1, the same error is not put down to the combination.
+    assert diagnose(args.format(4) + error).failure_class == "other"
+    assert diagnose(spec_v2 + args.format(1) + error).failure_class == "other"
+
+
 def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_bytes(kv_oom_log().encode() + b"\xff\xfe garbage bytes\n")

@@ -437,8 +437,6 @@ speculative_eagle_topk=4, speculative_num_draft_tokens=16, random_seed=52188163)
     ),
     "arg-conflict",
     EAGLE3_SIZES,
-    xfail="a plain tensor error; the analyzer does not read server_args/command line for the EAGLE3 topk>1 + spec v2 "
-    "combination",
 )
 
 MAMBA_ERROR = (
@@ -513,8 +511,6 @@ Exception: Capture cuda graph failed: CUDA error: operation not permitted when s
     ),
     "arg-conflict",
     STREAM_CAPTURING_DRAFT,
-    xfail="classed cuda-graph from 'stream is capturing'; the analyzer does not see that the server_args combine "
-    "EAGLE speculative_num_steps>=2 with enable_expert_distribution_metrics",
 )
 
 
@@ -1802,7 +1798,7 @@ DIFFERENT_CAUSE: list[tuple[str, str, str]] = [
     (
         "other-spec-standalone-merge-batch-serving",
         "arg-conflict-eagle3-topk-spec-v2",
-        "follows from the EAGLE3 case being classed 'other': same class and same normalised message",
+        "",
     ),
     ("driver-no-kernel-image-own-line", "cuda-graph-triton-illegal-access-2024", ""),
 ]

@@ -10,7 +10,9 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from app.diagnose.drift import field_name
 from app.diagnose.figures import Figures
@@ -42,6 +44,7 @@ ADJUSTMENT = re.compile(
     r"not set\. Use .* by default|^Inferred .* from ",
     re.I,
 )
+ENVIRONMENT = re.compile(r"\bSGLANG_\w+=[\w.-]+")
 READY = "The server is fired up and ready to roll!"
 STAGES = (  # in launch order; each recognised by the first line SGLang writes in it
     ("args parsed", re.compile(r"^server_args=")),
@@ -128,6 +131,35 @@ HINTS = {
     "other": "See the root error.",
     "healthy": "",
 }
+
+
+def _spec_v2(args: dict[str, Any], evidence: str) -> bool:
+    return "SGLANG_ENABLE_SPEC_V2=1" in evidence or "SGLANG_ENABLE_SPEC_V2=true" in evidence or "_v2.py" in evidence
+
+
+def _number(args: dict[str, Any], name: str) -> float:
+    value = args.get(name)
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+# Combinations SGLang accepts at start-up that fail later with an error that reads like a plain bug
+# (a tensor shape, a capture error): with one of them in the effective arguments, such a failure
+# is the combination's. Each: the arguments as a user would write them, and when they apply given
+# the server_args dump and what else the log shows (environment, the failing frames).
+KNOWN_CONFLICTS: tuple[tuple[str, Callable[[dict[str, Any], str], bool]], ...] = (
+    (
+        "--speculative-eagle-topk > 1 with the spec v2 worker (SGLANG_ENABLE_SPEC_V2=1)",
+        lambda args, evidence: _number(args, "speculative_eagle_topk") > 1 and _spec_v2(args, evidence),
+    ),
+    (
+        "EAGLE --speculative-num-steps >= 2 with --enable-expert-distribution-metrics",
+        lambda args, evidence: (
+            str(args.get("speculative_algorithm")).startswith("EAGLE")
+            and _number(args, "speculative_num_steps") >= 2
+            and bool(args.get("enable_expert_distribution_metrics"))
+        ),
+    ),
+)
 MAMBA_OVERRIDE_HINT = (
     " SGLang's model-specific adjustment for hybrid (mamba) models switches the mamba scheduler strategy to "
     "no_buffer when the extra buffer cannot be used, even if extra_buffer was requested; with speculative decoding "
@@ -202,6 +234,7 @@ class Analyzer:
         self._progress: Line | None = None  # the last line that showed the launch moving on
         self._capture_done = False  # a line that only comes once CUDA graph capture is over
         self._adjustments: list[Line] = []
+        self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
         self._figures = Figures()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -271,6 +304,8 @@ class Analyzer:
         if not self._capture_done and CAPTURE_DONE.search(text):
             self._capture_done = True
         self._figures.see(text)
+        if "SGLANG_" in text and len(self._environment) < 50:
+            self._environment.update(ENVIRONMENT.findall(text))
         adjusted = ADJUSTMENT.search(text) and not EXCEPTION.match(text) and "profiled value -" not in text
         if adjusted and len(self._adjustments) < 50 and all(text != seen.text.strip() for seen in self._adjustments):
             self._adjustments.append(line)
@@ -342,13 +377,24 @@ class Analyzer:
             signed = message
         elif not _message(line) and (source := ASSERT_SOURCE.search(context)):
             signed = f"{message} {source.group(0)}"  # a bare assertion is known by its assert
+        hint = hint_for(result.failure_class, message)
+        if result.failure_class in ("other", "cuda-graph") and (conflict := self._known_conflict(frames)):
+            result.failure_class = "arg-conflict"
+            hint = f"SGLang accepts {conflict} at start-up but fails with it later: change one of them."
         result.root_error = line.raw.strip()
         result.frames = list(frames)
         result.root_line = line.number
-        result.hint = hint_for(result.failure_class, message)
+        result.hint = hint
         result.fingerprint = fingerprint(result.failure_class, signed)
         result.error_type, result.error_message = signature_parts(signed)
         return result
+
+    def _known_conflict(self, frames: list[str]) -> str | None:
+        args = self._figures.server_args
+        if not args:
+            return None
+        evidence = " ".join([*frames, *self._environment])
+        return next((name for name, applies in KNOWN_CONFLICTS if applies(args, evidence)), None)
 
     def _override_behind(self, message: str) -> Line | None:
         named = argument_names(message)
