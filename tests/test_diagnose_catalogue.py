@@ -1741,6 +1741,227 @@ avail mem=90.62 GB, mem usage=48.48 GB.
 
 
 # ---------------------------------------------------------------------------------------------
+# shapes beyond the catalogue's templates: windows cut before the traceback header, causes
+# printed after the exception line, errors raised while capturing, causes named by the frames
+# ---------------------------------------------------------------------------------------------
+
+# The window starts at a frame; Triton quotes the kernel source after its exception line and gives
+# the cause last, as a repr.
+TRITON_CAUSE = (
+    "ValueError(\"type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e5',)\")"
+)
+case(
+    "other-triton-compilation-cause-after-source",
+    fill(
+        """\
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/layers/attention/triton_ops/decode_attention.py", \
+line 640, in decode_attention_fwd
+    _decode_att_m_fwd(
+  File "/opt/venv/lib/python3.12/site-packages/triton/runtime/jit.py", line 330, in <lambda>
+    return lambda *args, **kwargs: self.run(grid=grid, warmup=False, *args, **kwargs)
+  File "/opt/venv/lib/python3.12/site-packages/triton/compiler/compiler.py", line 290, in compile
+    module = src.make_ir(options, codegen_fns, module_map, context)
+triton.compiler.errors.CompilationError: at 12:4:
+def _fwd_kernel_stage1(
+    Q,
+    ^
+{{CAUSE}}
+
+[2026-04-02 11:20:07] Received sigquit from a child process. It usually means the child failed.
+""",
+        CAUSE=TRITON_CAUSE,
+    ),
+    "other",
+    TRITON_CAUSE,
+)
+
+# A bare KeyError, then the library's own explanation of that key while handling it.
+UNKNOWN_MODEL_TYPE = (
+    "ValueError: The checkpoint you are trying to load has model type `heron_moe` but Transformers does not "
+    "recognize this architecture. This could be because of an issue with the checkpoint, or because your version "
+    "of Transformers is out of date."
+)
+case(
+    "model-load-unknown-model-type-keyerror-then-explanation",
+    fill(
+        """\
+[2026-03-11 10:02:14] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/venv/lib/python3.11/site-packages/transformers/models/auto/configuration_auto.py", line 1271, in \
+from_pretrained
+    config_class = CONFIG_MAPPING[config_dict["model_type"]]
+  File "/opt/venv/lib/python3.11/site-packages/transformers/models/auto/configuration_auto.py", line 966, in \
+__getitem__
+    raise KeyError(key)
+KeyError: 'heron_moe'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/utils/hf_transformers_utils.py", line 240, in get_config
+    config = AutoConfig.from_pretrained(
+  File "/opt/venv/lib/python3.11/site-packages/transformers/models/auto/configuration_auto.py", line 1273, in \
+from_pretrained
+    raise ValueError(
+{{ERR}}
+[2026-03-11 10:02:14] Received sigquit from a child process. It usually means the child failed.
+""",
+        ERR=UNKNOWN_MODEL_TYPE,
+    ),
+    "model-load",
+    UNKNOWN_MODEL_TYPE,
+)
+
+# Older releases do not wrap capture failures: a plain TypeError whose frames are the capture's.
+case(
+    "cuda-graph-unwrapped-error-in-capture-frames",
+    """\
+[2026-02-20 07:10:31 TP1] Capture cuda graph begin. This can take up to several minutes. avail mem=3.71 GB
+[2026-02-20 07:10:31 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=3.64 GB
+[2026-02-20 07:10:33 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 520, in capture
+    _capture_one_stream()
+  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 507, in \
+_capture_one_stream
+    ) = self.capture_one_batch_size(bs, forward, stream_idx)
+  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 730, in \
+capture_one_batch_size
+    run_once()
+  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 716, in run_once
+    logits_output_or_pp_proxy_tensors = forward(
+  File "/sgl-workspace/sglang/python/sglang/srt/models/heron.py", line 1204, in forward
+    hidden_states = self.model(input_ids, positions, forward_batch)
+  File "/sgl-workspace/sglang/python/sglang/srt/models/heron.py", line 812, in forward_absorb_prepare
+    metadata, positions_q = forward_batch.attn_backend.forward_metadata
+TypeError: cannot unpack non-iterable ForwardMetadata object
+
+[2026-02-20 07:10:33] Received sigquit from a child process. It usually means the child failed.
+""",
+    "cuda-graph",
+    "TypeError: cannot unpack non-iterable ForwardMetadata object",
+)
+
+# A library that does not fit another at import time: the traceback passes through server_args.py
+# only because the server imports it first, so this is no argument conflict.
+REGISTER_ERROR = "TypeError: AutoImageProcessor.register() got multiple values for argument 'exist_ok'"
+case(
+    "other-import-time-type-error-through-server-args",
+    f"""\
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/opt/venv/lib/python3.12/site-packages/sglang/launch_server.py", line 7, in <module>
+    from sglang.srt.server_args import prepare_server_args
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/server_args.py", line 61, in <module>
+    from sglang.srt.utils.hf_transformers_utils import check_gguf_file
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/configs/__init__.py", line 9, in <module>
+    from sglang.srt.configs.vision import VisionConfig
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/configs/utils.py", line 18, in register_image_processor
+    AutoImageProcessor.register(config, None, image_processor, None, exist_ok=True)
+{REGISTER_ERROR}
+""",
+    "other",
+    REGISTER_ERROR,
+)
+
+# A CUDA driver API symbol missing from the driver: the driver is older than the kernels' build.
+DRIVER_SYMBOL = "ImportError: /opt/venv/lib/python3.10/site-packages/sgl_kernel/common_ops.abi3.so: undefined symbol: \
+cuTensorMapEncodeTiled"
+case(
+    "driver-undefined-driver-api-symbol",
+    f"""\
+Traceback (most recent call last):
+  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/layers/quantization/fp8_kernel.py", line 30, in <module>
+    from sgl_kernel import sgl_per_token_group_quant_fp8
+  File "/opt/venv/lib/python3.10/site-packages/sgl_kernel/__init__.py", line 12, in <module>
+    from sgl_kernel import common_ops
+{DRIVER_SYMBOL}
+""",
+    "driver",
+    DRIVER_SYMBOL,
+)
+
+# The GPU is older than the lowest compute capability SGLang builds for.
+OLD_GPU = "RuntimeError: SGLang only supports sm75 and above."
+case(
+    "driver-gpu-below-supported-compute-capability",
+    f"""\
+[2025-09-02 18:40:11] server_args=ServerArgs(model_path='acme/Lark-8B-Instruct', tp_size=1, port=30000)
+[2025-09-02 18:40:15 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/model_executor/model_runner.py", line 301, in __init__
+    self.init_torch_distributed()
+  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/model_executor/model_runner.py", line 548, in \
+init_torch_distributed
+    raise RuntimeError("SGLang only supports sm75 and above.")
+{OLD_GPU}
+
+[2025-09-02 18:40:15] Received sigquit from a child process. It usually means the child failed.
+""",
+    "driver",
+    OLD_GPU,
+)
+
+# A bare assertion that the model's heads divide by the tensor-parallel size: --tp-size does not
+# fit the model.
+case(
+    "arg-conflict-bare-assert-heads-divide-by-tp-size",
+    """\
+[2025-06-18 03:12:44 TP1] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/model_loader/loader.py", line 140, in _initialize_model
+    return model_class(
+  File "/sgl-workspace/sglang/python/sglang/srt/models/lark.py", line 180, in __init__
+    self.self_attn = LarkAttention(
+  File "/sgl-workspace/sglang/python/sglang/srt/models/lark.py", line 105, in __init__
+    assert self.total_num_heads % tp_size == 0
+AssertionError
+
+[2025-06-18 03:12:44] Received sigquit from a child process. It usually means the child failed.
+""",
+    "arg-conflict",
+    "AssertionError",
+)
+
+# sgl_kernel's loader report with the window starting at its empty "ImportError:" header: the
+# first detail below the header is still the root.
+LOADER_DETAIL = (
+    "- ImportError: /opt/venv/lib/python3.10/site-packages/sgl_kernel/sm90/common_ops.abi3.so: undefined symbol: "
+    "_ZN3c104cuda9SetDeviceEa"
+)
+case(
+    "import-error-loader-report-window-starts-at-header",
+    f"""\
+ImportError:
+[sgl_kernel] CRITICAL: Could not load any common_ops library!
+Attempted locations:
+1. Architecture-specific pattern: /opt/venv/lib/python3.10/site-packages/sgl_kernel/sm90/common_ops.* - found files: []
+2. Fallback pattern: /opt/venv/lib/python3.10/site-packages/sgl_kernel/common_ops.* - found files: []
+3. Standard Python import: common_ops - failed
+Error details from previous import attempts:
+{LOADER_DETAIL}
+- ModuleNotFoundError: No module named 'common_ops'
+""",
+    "import-error",
+    LOADER_DETAIL,
+)
+
+# The scheduler's own watchdog while serving (capitalised in this release), its batch dump, and a
+# failed stack dump after it.
+WATCHDOG = "[2025-08-02 19:24:30 TP1] Watchdog timeout (self.watchdog_timeout=300)"
+case(
+    "timeout-scheduler-watchdog-while-serving",
+    f"""\
+[2025-08-02 19:19:20] INFO:     10.0.0.7:48276 - "POST /v1/completions HTTP/1.1" 200 OK
+[2025-08-02 19:19:21 TP0] Decode batch, #running-req: 109, #token: 48211, token usage: 0.22, cuda graph: True, \
+gen throughput (token/s): 1880.02, #queue-req: 0
+[2025-08-02 19:19:23] INFO:     10.0.0.8:48344 - "POST /v1/completions HTTP/1.1" 200 OK
+{WATCHDOG}
+[2025-08-02 19:24:30 TP1] self.cur_batch.batch_size()=109, self.token_to_kv_pool_allocator.available_size()=2225
+[2025-08-02 19:24:31 TP1] Pyspy failed to dump PID 171. Error: /bin/sh: 1: py-spy: not found
+""",
+    "timeout",
+    WATCHDOG,
+)
+
+
+# ---------------------------------------------------------------------------------------------
 # fingerprint grouping
 # ---------------------------------------------------------------------------------------------
 

@@ -20,15 +20,17 @@ from app.diagnose.lines import Line, logical_lines
 
 EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception)(?:: ?(.*))?$")
 ARGPARSE_ERROR = re.compile(r"^[\w./ -]+: error: (.+)$")
-DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+")
+DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$")
+QUOTED_KEY = re.compile(r"^'[^' ]+'$")
 FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
+PACKAGE_NAMES = ("sglang/", "sgl_kernel/")
 PACKAGE = re.compile(r"\b(?:sglang|sgl_kernel)/")
 FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"CUDA error \(.*\): .+"),
     re.compile(r"\[torch_memory_saver\.cpp\] cudaError error: .+"),
     re.compile(r"ERROR: +\[Errno \d+\] error while attempting to bind on address .+"),
     re.compile(r"Watchdog caught collective operation timeout: .+"),
-    re.compile(r"\bwatchdog timeout \(.+\)"),
+    re.compile(r"\bwatchdog timeout \(.+\)", re.I),
     re.compile(r"^Failed to \w+ .*: CUDA out of memory"),  # logged, not raised
     re.compile(r"is larger than the profiled value -\d+"),  # the weights left no room for the KV cache
 )
@@ -37,6 +39,7 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
 SECONDARY = re.compile(r"gloo.*Connection (?:reset|closed) by peer|Connection (?:reset|closed) by peer.*gloo", re.I)
 CAPTURE_DONE = re.compile(r"graph end|^(?:Decode|Prefill) batch|max_total_num_tokens=")
 ASSERT_SOURCE = re.compile(r"\bassert \S[^\n]*")
+PARALLEL_SIZE = re.compile(r"\b(?:\w+_)?(?:tp|dp|ep|pp|cp)_size\b")
 HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance might be sub-optimal", re.I)
 ADJUSTMENT = re.compile(
     r"is (?:adjusted|reset|set) to |(?:is|are) disabled (?:because|when|since)|^Disabl(?:e|ing) |^Automatically |"
@@ -79,24 +82,30 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         "port-in-use",
         re.compile(r"address already in use|Errno 98|is not available in \d+ seconds|already in use", re.I),
     ),
-    ("import-error", re.compile(r"ImportError|ModuleNotFoundError|undefined symbol|Could not load any common_ops")),
     (
         "driver",
         re.compile(
             r"no kernel image is available|driver version is insufficient|no NVIDIA driver|"
-            r"No CUDA GPUs are available|invalid device ordinal|CUDA driver",
+            r"No CUDA GPUs are available|invalid device ordinal|CUDA driver|only supports sm\d+|"
+            r"undefined symbol: cu[A-Z]",  # a CUDA driver API symbol: the driver is older than the build
             re.I,
         ),
     ),
+    ("import-error", re.compile(r"ImportError|ModuleNotFoundError|undefined symbol|Could not load any common_ops")),
     ("nccl", re.compile(r"NCCL|ProcessGroupNCCL|DistBackendError|gloo|Watchdog caught collective", re.I)),
     (
         "cuda-graph",
-        re.compile(r"Capture cuda graph failed|stream is capturing|during CUDA graph capture|graph capture", re.I),
+        re.compile(
+            r"Capture cuda graph failed|stream is capturing|during CUDA graph capture|graph capture|"
+            r"graph_runner\.py:capture",  # raised while capturing
+            re.I,
+        ),
     ),
     (
         "model-load",
         re.compile(
             r"not a valid model identifier|Repo id must|huggingface\.co|Model architectures|"
+            r"does not recognize this architecture|"
             r"RepositoryNotFound|GatedRepo|LocalEntryNotFound|safetensors|load_weights|"
             r"config\.json|HFValidationError|params_dict\[",
             re.I,
@@ -107,7 +116,7 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         "arg-conflict",
         re.compile(
             r"not compatible with|unrecognized arguments|invalid choice|"
-            r"the following arguments are required|server_args\.py|only supports|must be",
+            r"the following arguments are required|server_args\.py:(?!<module>)\S+$|only supports|must be",
             re.I,
         ),
     ),
@@ -309,7 +318,10 @@ class Analyzer:
         adjusted = ADJUSTMENT.search(text) and not EXCEPTION.match(text) and "profiled value -" not in text
         if adjusted and len(self._adjustments) < 50 and all(text != seen.text.strip() for seen in self._adjustments):
             self._adjustments.append(line)
-        if "Traceback (most recent call last)" in text:
+        # A window that starts inside a traceback: its first frame opens it.
+        outside = self._current is None or self._current.ended
+        headless = outside and not line.prefixed and 'File "' in text and FRAME.match(line.text)
+        if "Traceback (most recent call last)" in text or headless:
             if self._current and not self._current.ended:
                 self._current.lines.append(line)
             else:
@@ -329,8 +341,13 @@ class Analyzer:
                 self._current.lines.append(line)
             return
         if EXCEPTION.match(text) and not line.prefixed and self._root is None:
-            # An exception line whose traceback lies outside the window.
-            self._root = (line, text)
+            # An exception line whose traceback lies outside the window; one with an empty message
+            # may give its cause in the lines below, read as the rest of its traceback.
+            if _message(line):
+                self._root = (line, text)
+            else:
+                self._close_traceback()
+                self._current = _Traceback([line], [line])
             return
         fatal = ARGPARSE_ERROR.match(text) or any(pattern.search(text) for pattern in FATAL_LINES)
         if self._fatal_line is None and fatal and not HARMLESS.search(text):
@@ -410,12 +427,20 @@ def _root_of(tb: _Traceback) -> tuple[tuple[Line, str], list[str]] | None:
     # A rank's error caused by another's failure yields to that failure.
     primary = [e for e in tb.exceptions if not SECONDARY.search(e.text)] or tb.exceptions
     root = next((e for e in primary if _message(e)), primary[0])
+    if QUOTED_KEY.match(_message(root)):
+        # A bare key (a KeyError's): an outer exception raised about that key says what it means.
+        key = _message(root)[1:-1]
+        root = next((e for e in primary[primary.index(root) + 1 :] if key in _message(e)), root)
     if not _message(root):
-        # A report that lists its causes under an empty header (sgl_kernel's loader): the first one.
-        root = next((line for line in tb.lines if DETAIL.match(line.text.strip())), root)
-    # What else the traceback says (the outer exceptions, the last lines) can name the kind of failure.
-    context = " ".join(line.text for line in [*tb.exceptions, *tb.lines[-12:]])
-    return (root, context), in_package_frames(tb.lines, root)
+        # A report that gives its cause after an empty header (sgl_kernel's loader lists its
+        # attempts; Triton quotes the kernel source first): the first cause below it.
+        after = tb.lines[tb.lines.index(root) + 1 :] if root in tb.lines else tb.lines
+        root = next((line for line in after if DETAIL.match(line.text.strip())), root)
+    # What else the traceback says (the outer exceptions, the last lines, where it was raised) can
+    # name the kind of failure. The frames come last, innermost at the end.
+    frames = frames_before(tb.lines, root)
+    context = "\n".join([*(line.text for line in [*tb.exceptions, *tb.lines[-12:]]), "frames:", *frames])
+    return (root, context), [frame for frame in frames if frame.startswith(PACKAGE_NAMES)][-3:]
 
 
 def argument_names(text: str) -> set[str]:
@@ -424,9 +449,9 @@ def argument_names(text: str) -> set[str]:
     return {field_name(flag) for flag in FLAG.findall(text)} | set(FIELD.findall(text))
 
 
-def in_package_frames(lines: list[Line], root: Line, keep: int = 3) -> list[str]:
-    """The innermost SGLang frames that led to `root`, as "sglang/<path>:<function>" (paths cut at
-    the package, so they read the same on every host and install)."""
+def frames_before(lines: list[Line], root: Line) -> list[str]:
+    """The frames that led to `root`, outermost first, as "<path>:<function>"; SGLang's paths cut
+    at the package ("sglang/srt/..."), so they read the same on every host and install."""
     frames: list[str] = []
     for line in lines:
         if line is root:
@@ -434,9 +459,11 @@ def in_package_frames(lines: list[Line], root: Line, keep: int = 3) -> list[str]
         text = line.text.strip()
         if "Traceback (most recent call last)" in text or text.startswith(("During handling", "The above")):
             frames = []  # a new exception's frames start here
-        elif (match := FRAME.match(line.text)) and (package := PACKAGE.search(match.group(1))):
-            frames.append(f"{match.group(1)[package.start() :]}:{match.group(2)}")
-    return frames[-keep:]
+        elif match := FRAME.match(line.text):
+            path = match.group(1)
+            package = PACKAGE.search(path)
+            frames.append(f"{path[package.start() :] if package else path}:{match.group(2)}")
+    return frames
 
 
 def _message(line: Line) -> str:
@@ -456,6 +483,9 @@ def hint_for(failure_class: str, message: str) -> str:
 def classify(message: str, context: str = "") -> str:
     if ARGPARSE_ERROR.match(message):
         return "arg-conflict"
+    bare_assertion = message.rstrip(": ").endswith("AssertionError")
+    if bare_assertion and (source := ASSERT_SOURCE.search(context)) and PARALLEL_SIZE.search(source[0]):
+        return "arg-conflict"  # a bare assertion that the model's shape divides by a parallel size
     for name, pattern in CLASSES:
         if pattern.search(message):
             return name
