@@ -1960,6 +1960,88 @@ gen throughput (token/s): 1880.02, #queue-req: 0
     WATCHDOG,
 )
 
+# Interleaved output of two processes: the rank's last line lands before the main process's
+# sigquit line and the rank's traceback; the traceback, with its weight-loading frames, is the root.
+DRAFT_KEY = "KeyError: 'layers.0.mlp.gate_up_proj.weight'"
+case(
+    "model-load-exception-line-printed-before-its-traceback",
+    f"""\
+{DRAFT_KEY}
+
+[2025-01-20 19:10:07] Received sigquit from a child proces. It usually means the child failed.
+[2025-01-20 19:10:07 TP1] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/speculative/eagle_worker.py", line 33, in __init__
+    super().__init__(
+  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/model_loader/loader.py", line 362, in load_model
+    model.load_weights(self._get_all_weights(model_config, model))
+  File "/opt/venv/lib/python3.10/site-packages/sglang/srt/models/lark.py", line 353, in load_weights
+    param = params_dict[name]
+{DRAFT_KEY}
+
+Loading pt checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]
+""",
+    "model-load",
+    DRAFT_KEY,
+)
+
+# `docker logs -t` puts an RFC 3339 timestamp before every line; the window starts inside the
+# traceback, and the launcher's own error about the exit comes after the real one.
+ZMQ_CLASH = "2026-09-22T06:50:07.810074780Z zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:29236')"
+case(
+    "port-in-use-docker-timestamps-launcher-error-after",
+    f"""\
+2026-09-22T06:49:56.336833841Z [2026-09-22 06:49:56] server_args={{'model_path': '/models/heron-moe', 'tp_size': 8}}
+2026-09-22T06:50:07.810057661Z     self.init_ipc_channels(port_args, server_args)
+2026-09-22T06:50:07.810058421Z   File "/sgl-workspace/sglang/python/sglang/srt/managers/detokenizer_manager.py", \
+line 124, in init_ipc_channels
+2026-09-22T06:50:07.810066012Z     self.recv_from_scheduler = get_zmq_socket(context, zmq.PULL, port_args.detokenizer_ipc_name, True)
+{ZMQ_CLASH}
+2026-09-22T06:50:07.810311167Z [2026-09-22 06:50:07] Received sigquit from a child process. It usually means the \
+child failed.
+2026-09-22T06:50:09.784774673Z RuntimeError: sglang subprocess exited with code -9 before reporting ready
+""",
+    "port-in-use",
+    ZMQ_CLASH,
+)
+
+# Argument checks worded "is incompatible with", printed after the adjustments with no traceback.
+INCOMPATIBLE = (
+    "ValueError: --disaggregation-decode-enable-radix-cache is incompatible with speculative decoding "
+    "(--speculative-algorithm EAGLE)"
+)
+case(
+    "arg-conflict-incompatible-with-one-line",
+    f"""\
+$ python -m sglang.launch_server --model-path acme/Lark-8B-Instruct --disaggregation-mode decode \
+--disaggregation-decode-enable-radix-cache --speculative-algorithm EAGLE
+[2026-05-04 09:12:40] WARNING server_args.py:1820: Overlap scheduler is disabled for decode server.
+[2026-05-04 09:12:40] WARNING server_args.py:1902: Max running requests is reset to 48 for speculative decoding.
+[2026-05-04 09:12:40] WARNING server_args.py:1950: speculative_num_draft_tokens is adjusted to 4.
+{INCOMPATIBLE}
+""",
+    "arg-conflict",
+    INCOMPATIBLE,
+)
+
+# An extension's exception class spelled in lower camel case, after its C++ logger's own line.
+NIXL = "nixl_cu13._bindings.nixlBackendError: NIXL_ERR_BACKEND"
+case(
+    "other-lower-camel-case-exception-class",
+    f"""\
+E0608 10:49:50.145436     474 nixl_agent.cpp:506] registerMem: registration failed for the specified backends
+[2026-06-08 10:49:50 DP0 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/disaggregation/nixl/conn.py", line 776, in register_buffer_to_engine
+    self.kv_descs = self.agent.register_memory(kv_addrs, "VRAM")
+  File "/usr/local/lib/python3.12/dist-packages/nixl_cu13/_api.py", line 392, in register_memory
+    self.agent.registerMem(reg_descs, handle_list)
+{NIXL}
+
+[2026-06-08 10:49:50] Received sigquit from a child process. It usually means the child failed.
+""",
+    "other",
+    NIXL,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -18,7 +18,7 @@ from app.diagnose.drift import field_name
 from app.diagnose.figures import Figures
 from app.diagnose.lines import Line, logical_lines
 
-EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception)(?:: ?(.*))?$")
+EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z]\w*(?:Error|Exception|Exit|Interrupt)|Exception)(?:: ?(.*))?$")
 ARGPARSE_ERROR = re.compile(r"^[\w./ -]+: error: (.+)$")
 DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$")
 QUOTED_KEY = re.compile(r"^'[^' ]+'$")
@@ -115,7 +115,8 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
     (
         "arg-conflict",
         re.compile(
-            r"not compatible with|unrecognized arguments|invalid choice|"
+            r"not compatible with|is incompatible with|cannot be used (?:with|together)|mutually exclusive|"
+            r"unrecognized arguments|invalid choice|"
             r"the following arguments are required|server_args\.py:(?!<module>)\S+$|only supports|must be",
             re.I,
         ),
@@ -237,6 +238,7 @@ class Analyzer:
         self._percent: int | None = None
         self._current: _Traceback | None = None
         self._root: tuple[Line, str] | None = None  # the first fatal exception, with the lines before it
+        self._orphan = False  # the root is an exception line seen without its traceback
         self._secondary: tuple[Line, str] | None = None  # a rank's error caused by another's failure
         self._frames: list[str] = []
         self._fatal_line: Line | None = None
@@ -340,13 +342,15 @@ class Analyzer:
             if len(self._current.lines) < MAX_TRACEBACK_LINES:
                 self._current.lines.append(line)
             return
-        if EXCEPTION.match(text) and not line.prefixed and self._root is None:
+        if EXCEPTION.match(text) and not line.prefixed:
             # An exception line whose traceback lies outside the window; one with an empty message
             # may give its cause in the lines below, read as the rest of its traceback.
+            self._close_traceback()  # a traceback that ended before it comes first
+            if self._root is not None:
+                return
             if _message(line):
-                self._root = (line, text)
+                self._root, self._orphan = (line, text), True
             else:
-                self._close_traceback()
                 self._current = _Traceback([line], [line])
             return
         fatal = ARGPARSE_ERROR.match(text) or any(pattern.search(text) for pattern in FATAL_LINES)
@@ -355,8 +359,14 @@ class Analyzer:
 
     def _close_traceback(self) -> None:
         tb, self._current = self._current, None
-        if tb is None or self._root is not None or (found := _root_of(tb)) is None:
+        if tb is None or (found := _root_of(tb)) is None:
             return
+        if self._root is not None:
+            # An exception line printed before its own traceback (output of several processes
+            # interleaved): the traceback, with its frames, takes the root's place.
+            if not (self._orphan and found[0][0].text.strip() == self._root[0].text.strip()):
+                return
+            self._orphan = False
         if SECONDARY.search(found[0][0].text):
             self._secondary = self._secondary or found[0]
             return
