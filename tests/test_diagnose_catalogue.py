@@ -1994,7 +1994,7 @@ case(
 2026-09-22T06:50:07.810057661Z     self.init_ipc_channels(port_args, server_args)
 2026-09-22T06:50:07.810058421Z   File "/sgl-workspace/sglang/python/sglang/srt/managers/detokenizer_manager.py", \
 line 124, in init_ipc_channels
-2026-09-22T06:50:07.810066012Z     self.recv_from_scheduler = get_zmq_socket(context, zmq.PULL, port_args.detokenizer_ipc_name, True)
+2026-09-22T06:50:07.810066012Z     self.recv_from_scheduler = get_zmq_socket(context, zmq.PULL, port_args.ipc_name)
 {ZMQ_CLASH}
 2026-09-22T06:50:07.810311167Z [2026-09-22 06:50:07] Received sigquit from a child process. It usually means the \
 child failed.
@@ -2040,6 +2040,24 @@ E0608 10:49:50.145436     474 nixl_agent.cpp:506] registerMem: registration fail
 """,
     "other",
     NIXL,
+)
+
+# A newer capture wording ("target prefill", counted in tokens) whose bar stays at 0% until the
+# operator gives up: Python's exit warnings follow, no error.
+PREFILL_BAR = "Capturing num tokens (num_tokens=8192 avail_mem=11.78 GB):   0%|          | 0/58 [00:00<?, ?it/s]"
+case(
+    "timeout-target-prefill-capture-stuck-at-zero",
+    f"""\
+[2026-08-01 21:51:16] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 32997, K size: 0.76 GB, V size: 0.76 GB
+[2026-08-01 21:51:16] Memory pool end. avail mem=12.49 GB
+[2026-08-01 21:51:16] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8, 16, 8192], \
+avail mem=11.81 GB
+  0%|          | 0/58 [00:00<?, ?it/s]\r{PREFILL_BAR}/usr/lib/python3.12/multiprocessing/resource_tracker.py:254: \
+UserWarning: resource_tracker: There appear to be 1 leaked semaphore objects to clean up at shutdown
+  warnings.warn('resource_tracker: There appear to be %d '
+""",
+    "timeout",
+    PREFILL_BAR,
 )
 
 

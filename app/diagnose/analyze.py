@@ -56,7 +56,7 @@ STAGES = (  # in launch order; each recognised by the first line SGLang writes i
     ("kv cache allocated", re.compile(r"KV Cache is allocated|Memory pool end")),
     (
         "cuda graph capture",
-        re.compile(r"Capture (?:cuda|npu|draft[\w ]*|piecewise CUDA) graph begin|Capturing batches"),
+        re.compile(r"Capture [\w ()]*?(?:cuda|npu) graph begin|Capturing (?:batches|num tokens)", re.I),
     ),
     ("http server up", re.compile(r"Uvicorn running on")),
     ("ready", re.compile(re.escape(READY))),
