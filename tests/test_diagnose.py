@@ -347,6 +347,20 @@ RuntimeError: Sizes of tensors must match except in dimension 1. Expected size 4
     assert diagnose(spec_v2 + args.format(1) + error).failure_class == "other"
 
 
+def test_a_build_that_logs_level_and_source_location_reads_like_the_default_format() -> None:
+    log = """[2026-02-26 05:19:58] INFO server_args.py:43: server_args=ServerArgs(model_path='acme/Lark-8B', tp_size=1)
+[2026-02-26 05:20:07 TP0] INFO model_runner.py:880: Load weight begin. avail mem=78.10 GB
+[2026-02-26 05:26:41] INFO http_server.py:1650: The server is fired up and ready to roll!
+[2026-02-26 05:27:02 TP0] INFO scheduler_metrics_mixin.py:210: Decode batch, #running-req: 3, #token: 2210, \
+token usage: 0.01, cuda graph: True, gen throughput (token/s): 140.22, #queue-req: 0
+"""
+    result = diagnose(log)
+    assert (result.stage, result.failure_class) == ("serving", "healthy")
+    assert result.figures.server_args == {"model_path": "acme/Lark-8B", "tp_size": 1}
+    assert result.figures.memory["avail_before_weights_gb"] == 78.1
+    assert result.figures.decode[0]["running_requests"] == 3
+
+
 def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_bytes(kv_oom_log().encode() + b"\xff\xfe garbage bytes\n")

@@ -2060,6 +2060,27 @@ UserWarning: resource_tracker: There appear to be 1 leaked semaphore objects to 
     PREFILL_BAR,
 )
 
+# A build that logs the level and source location after the prefix: stages, adjustments and the
+# decode lines read as in the default format.
+case(
+    "healthy-level-and-source-location-format",
+    """\
+[2026-02-26 05:19:58] WARNING server_args.py:1252: Setting page size to 1 for DeepSeek DSA on ROCm.
+[2026-02-26 05:19:58] WARNING server_args.py:1177: Set NSA backends for fp8_e4m3 KV Cache: prefill=flashmla_auto, \
+decode=flashmla_kv.
+[2026-02-26 05:19:58] INFO server_args.py:4380: server_args=ServerArgs(model_path='acme/Heron-MoE-30B', tp_size=8)
+[2026-02-26 05:20:07 TP0] INFO model_runner.py:880: Load weight begin. avail mem=180.10 GB
+[2026-02-26 05:26:40 TP0] INFO model_runner.py:940: Load weight end. type=HeronForCausalLM, dtype=torch.bfloat16, \
+avail mem=92.40 GB, mem usage=87.70 GB.
+[2026-02-26 05:26:41 TP0] INFO http_server.py:1650: The server is fired up and ready to roll!
+[2026-02-26 05:27:02 TP0] INFO scheduler_metrics_mixin.py:210: Decode batch, #running-req: 3, #token: 2210, \
+token usage: 0.01, cuda graph: True, gen throughput (token/s): 140.22, #queue-req: 0
+""",
+    "healthy",
+    None,
+    adjustments=("Setting page size to 1 for DeepSeek DSA on ROCm.", "Set NSA backends for fp8_e4m3 KV Cache"),
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -44,7 +44,8 @@ HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance
 ADJUSTMENT = re.compile(
     r"is (?:adjusted|reset|set) to |(?:is|are) disabled (?:because|when|since)|^Disabl(?:e|ing) |^Automatically |"
     r"is turned on|turn off --|Use the profiled value instead|is not supported.*disabl|will be automatically selected|"
-    r"not set\. Use .* by default|^Inferred .* from ",
+    r"not set\. Use .* by default|^Inferred .* from |"
+    r"^(?:Setting|Overriding|Forcing) \S.* to \S|^Set \S.*(?: to |: \w+=)",
     re.I,
 )
 ENVIRONMENT = re.compile(r"\bSGLANG_\w+=[\w.-]+")

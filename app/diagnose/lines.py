@@ -21,6 +21,8 @@ WRAPPERS = (
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),  # Python's default logging format
 )
 SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
+# The level and source location that some SGLang builds log after that prefix.
+LEVEL_AND_SOURCE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+\.py:\d+: ")
 # Where a record starts in the middle of a physical line (after a progress bar redrawn with \r).
 # Or right after a progress bar's statistics ("[00:04<?, ?it/s]").
 GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[ \]])|(?<=it/s\]|s/it\])(?=\S)")
@@ -56,7 +58,8 @@ def logical_lines(physical: str, number: int) -> list[Line]:
             text = strip_wrappers(piece.rstrip("\n"))
             match = SGLANG_PREFIX.match(text)
             if match:
-                lines.append(Line(number, piece, text[match.end() :], match.group(1).strip(), True))
+                message = LEVEL_AND_SOURCE.sub("", text[match.end() :], count=1)
+                lines.append(Line(number, piece, message, match.group(1).strip(), True))
             else:
                 lines.append(Line(number, piece, text, "", False))
     return lines
