@@ -18,6 +18,15 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # The reader went away (`launchdeck logs 12 | head`): stop quietly, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="launchdeck", description="Launch and debug SGLang servers on GPU hosts.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("serve", help="run the dashboard (settings from LAUNCHDECK_* variables)")

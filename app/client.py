@@ -135,19 +135,14 @@ def compare(client: ApiClient, a: int, b: int, *, as_json: bool, out: Callable[[
         out(json.dumps(result, indent=2))
         return 0
     left, right = result["a"], result["b"]
-    width = 30
-
-    def row(name: str, first: Any, second: Any) -> None:
-        first, second = "-" if first is None else str(first), "-" if second is None else str(second)
-        out(f"{name[:24]:<24} {first[:width]:<{width}} {second[:width]}")
-
-    row("", f"#{a}", f"#{b}")
-    for key in ("status", "failure_class", "fingerprint", "host", "gpus"):
-        row(key, left[key], right[key])
+    rows = [("", f"#{a}", f"#{b}")]
+    rows += [(key, left[key], right[key]) for key in ("status", "failure_class", "fingerprint", "host", "gpus")]
     for section in ("revision", "argv", "env", "gpus", "memory"):
-        for item in result[section]:
-            if item["differs"]:
-                row(item["name"], item["a"], item["b"])
+        rows += [(item["name"], item["a"], item["b"]) for item in result[section] if item["differs"]]
+    label, width = max(len(name) for name, _, _ in rows), 30
+    for name, first, second in rows:
+        first, second = "-" if first is None else str(first), "-" if second is None else str(second)
+        out(f"{name:<{label}}  {first[:width]:<{width}} {second[:width]}".rstrip())
     for side in (left, right):
         stages = ", ".join(f"{s['stage']} {s['after_s']:.1f}s" for s in side["stages"])
         out(f"\n#{side['id']} stages: {stages}")

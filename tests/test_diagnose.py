@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -378,3 +379,17 @@ def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path
         text=True,
     )
     assert missing.returncode == 1 and "cannot read" in missing.stderr
+
+
+def test_cli_stops_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(kv_oom_log())
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `launchdeck diagnose server.log | head -0`
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "app.cli", "diagnose", str(log)], cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141 and result.stderr == b""

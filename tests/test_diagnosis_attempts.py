@@ -108,6 +108,8 @@ async def test_the_seed_story_is_diagnosed_filed_and_compared(api: AsyncClient, 
     assert re.search(r"^--mem-fraction-static +0\.99 +0\.95$", out, re.M), out
     assert f"#{oom_id} root error (line {found_line(oom)}): torch.OutOfMemoryError" in out
     assert "--speculative-algorithm" not in out  # the same on both sides
+    assert re.search(r"^avail_after_cuda_graph_gb +- +\d", out, re.M), out  # long names whole
+    assert f"#{oom_id} stages: pending " in out and "-0.0s" not in out
 
 
 def found_line(attempt: dict[str, Any]) -> int:

@@ -144,7 +144,8 @@ def _side(attempt: Attempt, logs: LogStore) -> Side:
         root_error=found.get("root_error"),
         root_line=root_line,
         stages=[
-            {"stage": stage, "after_s": round((at - created).total_seconds(), 2), "took_s": took}
+            # The first stage is stamped a moment before the row's creation time: never negative.
+            {"stage": stage, "after_s": max(0.0, round((at - created).total_seconds(), 2)), "took_s": took}
             for stage, at, took in durations(attempt)
         ],
         drift=drift_of(attempt),
