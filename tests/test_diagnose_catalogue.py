@@ -2081,6 +2081,124 @@ token usage: 0.01, cuda graph: True, gen throughput (token/s): 140.22, #queue-re
     adjustments=("Setting page size to 1 for DeepSeek DSA on ROCm.", "Set NSA backends for fp8_e4m3 KV Cache"),
 )
 
+# torchrun's "[rank0]: " before every line of a rank's output; an architecture SGLang has no model for.
+NO_IMPLEMENTATION = (
+    "[rank0]: ValueError: HeronHybridForCausalLM has no SGLang implementation and the Transformers implementation "
+    "is not compatible with SGLang."
+)
+case(
+    "model-load-no-implementation-torchrun-rank-prefix",
+    f"""\
+$ python3 -m sglang.bench_one_batch --correct --model acme/heron-hybrid-tiny
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/src/sglang/python/sglang/srt/model_loader/utils.py", line 74, in resolve_transformers_arch
+[rank0]:     raise ValueError(
+{NO_IMPLEMENTATION}
+""",
+    "model-load",
+    NO_IMPLEMENTATION,
+)
+
+# Ray workers failing to reach the rendezvous store, with Ray's colours and its "[repeated Nx
+# across cluster]" note: a distributed set-up failure, not a hang.
+STORE_TIMEOUT = (
+    "\x1b[36m(WorkerDict pid=26070)\x1b[0m torch.distributed.DistNetworkError: The client socket has timed out after "
+    "600000ms while trying to connect to (127.0.0.1, 30349).\x1b[32m [repeated 3x across cluster]\x1b[0m"
+)
+case(
+    "nccl-ray-rendezvous-store-timeout",
+    f"""\
+\x1b[36m(WorkerDict pid=26070)\x1b[0m Traceback (most recent call last):
+\x1b[36m(WorkerDict pid=26070)\x1b[0m   File "/opt/conda/lib/python3.11/site-packages/torch/rendezvous.py", \
+line 198, in _create_c10d_store
+\x1b[36m(WorkerDict pid=26070)\x1b[0m     return TCPStore(
+{STORE_TIMEOUT}
+\x1b[36m(WorkerDict pid=26071)\x1b[0m\x20
+""",
+    "nccl",
+    STORE_TIMEOUT,
+)
+
+# A device fault whose driver text says "timeout": the kernel timed out on the device, the server
+# did not hang.
+DEVICE_FAULT = "RuntimeError: The inner error is reported as above. The process exits for this inner error."
+case(
+    "other-device-kernel-timeout-is-no-hang",
+    f"""\
+[2026-07-07 07:10:02 TP0] Decode batch, #running-req: 2, #token: 812, token usage: 0.01, cuda graph: False, \
+gen throughput (token/s): 61.20, #queue-req: 0
+[2026-07-07 07:20:43 TP1] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/forward_batch_info.py", line 410, in init_new
+    positions = positions.to(device, non_blocking=True)
+{DEVICE_FAULT}
+EZ9999: Inner Error!
+EZ9999[PID: 1636] 2026-07-07-07:20:43.817.613 (EZ9999):  Kernel task happen error, retCode=0x25, [aicore timeout].
+[2026-07-07 07:20:43] SIGQUIT received. signum=None, frame=None. It usually means one child failed.
+""",
+    "other",
+    DEVICE_FAULT,
+)
+
+# A feature flag that needs a newer GPU, refused when the feature starts.
+NEEDS_SM90 = "ValueError: FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs."
+case(
+    "arg-conflict-feature-requires-newer-gpu",
+    f"""\
+[2026-03-02 10:15:20 DP0 PP1 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/layers/flashinfer_comm_fusion.py", line 669, in \
+ensure_workspace_initialized
+    backend = resolve_flashinfer_allreduce_fusion_backend(server_args)
+  File "/sgl-workspace/sglang/python/sglang/srt/layers/flashinfer_comm_fusion.py", line 50, in _resolve_backend
+    raise ValueError(
+{NEEDS_SM90}
+""",
+    "arg-conflict",
+    NEEDS_SM90,
+)
+
+# The window ends as the hub's TLS connection is reset while the scheduler fetches the model's files,
+# the whole log re-printed by a wrapper's logger.
+HUB_RESET = (
+    "2025-04-03 12:06:13,365 - __main__ - INFO - urllib3.exceptions.ProtocolError: ('Connection aborted.', "
+    "ConnectionResetError(104, 'Connection reset by peer'))"
+)
+case(
+    "model-load-hub-connection-reset-under-wrapper-logger",
+    f"""\
+2025-04-03 12:06:13,365 - __main__ - INFO -   File "/opt/conda/lib/python3.11/ssl.py", line 1382, in do_handshake
+2025-04-03 12:06:13,365 - __main__ - INFO -     self._sslobj.do_handshake()
+{HUB_RESET}
+2025-04-03 12:06:13,365 - __main__ - INFO -\x20
+2025-04-03 12:06:13,365 - __main__ - INFO - During handling of the above exception, another exception occurred:
+2025-04-03 12:06:13,365 - __main__ - INFO - Traceback (most recent call last):
+2025-04-03 12:06:13,365 - __main__ - INFO -   File "/opt/conda/lib/python3.11/site-packages/sglang/srt/managers/\
+scheduler.py", line 239, in __init__
+""",
+    "model-load",
+    HUB_RESET,
+)
+
+# Disaggregated prefill: every rank logs the failed KV transfer of one request; the server lives on.
+TRANSFER_FAILED = (
+    "[2026-02-26 12:37:45 TP4] Prefill transfer failed for request rank=4 req.rid='0c1f' req.bootstrap_room=899 "
+    "with exception KVTransferError(bootstrap_room=899): Decode instance could be dead, remote session "
+    "10.0.3.7:16028 is not alive"
+)
+case(
+    "other-logged-request-transfer-failure",
+    f"""\
+[2026-02-26 12:37:40] The server is fired up and ready to roll!
+[2026-02-26 12:37:44 TP0] Prefill batch, #new-seq: 1, #new-token: 812, #cached-token: 0, token usage: 0.00, \
+#running-req: 0, #queue-req: 0
+{TRANSFER_FAILED}
+[2026-02-26 12:37:45 TP3] Prefill transfer failed for request rank=3 req.rid='0c1f' req.bootstrap_room=899 with \
+exception KVTransferError(bootstrap_room=899): Decode instance could be dead, remote session 10.0.3.7:15128 is not alive
+[2026-02-26 12:37:45] INFO:     10.0.3.9:37578 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error
+""",
+    "other",
+    TRANSFER_FAILED,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -24,7 +24,8 @@ DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Excep
 QUOTED_KEY = re.compile(r"^'[^' ]+'$")
 FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
 PACKAGE_NAMES = ("sglang/", "sgl_kernel/")
-PACKAGE = re.compile(r"\b(?:sglang|sgl_kernel)/")
+# The package in a frame's path: the last such folder, for a source checkout at /x/sglang/python/sglang/srt.
+PACKAGE = re.compile(r"\b(?:sglang|sgl_kernel)/(?!.*\b(?:sglang|sgl_kernel)/)")
 FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"CUDA error \(.*\): .+"),
     re.compile(r"\[torch_memory_saver\.cpp\] cudaError error: .+"),
@@ -33,6 +34,7 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"\bwatchdog timeout \(.+\)", re.I),
     re.compile(r"^Failed to \w+ .*: CUDA out of memory"),  # logged, not raised
     re.compile(r"is larger than the profiled value -\d+"),  # the weights left no room for the KV cache
+    re.compile(r"\bfailed\b.* with exception [\w.]*(?:Error|Exception)\b"),  # a request's failure, logged
 )
 # Errors a rank raises because another failed first (its peer's socket closed): the root only
 # when nothing else in the log failed.
@@ -93,7 +95,12 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         ),
     ),
     ("import-error", re.compile(r"ImportError|ModuleNotFoundError|undefined symbol|Could not load any common_ops")),
-    ("nccl", re.compile(r"NCCL|ProcessGroupNCCL|DistBackendError|gloo|Watchdog caught collective", re.I)),
+    (
+        "nccl",  # collectives between ranks and the stores that set them up (HCCL: Ascend's NCCL)
+        re.compile(
+            r"NCCL|HCCL|DistBackendError|DistNetworkError|DistStoreError|TCPStore|c10d|gloo|Watchdog caught", re.I
+        ),
+    ),
     (
         "cuda-graph",
         re.compile(
@@ -106,7 +113,9 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         "model-load",
         re.compile(
             r"not a valid model identifier|Repo id must|huggingface\.co|Model architectures|"
-            r"does not recognize this architecture|"
+            r"does not recognize this architecture|has no SGLang implementation|"
+            # the hub out of reach while the model's files are fetched
+            r"ConnectionResetError|Connection aborted|SSLError|NameResolution|Temporary failure in name resolution|"
             r"RepositoryNotFound|GatedRepo|LocalEntryNotFound|safetensors|load_weights|"
             r"config\.json|HFValidationError|params_dict\[",
             re.I,
@@ -117,7 +126,7 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         "arg-conflict",
         re.compile(
             r"not compatible with|is incompatible with|cannot be used (?:with|together)|mutually exclusive|"
-            r"unrecognized arguments|invalid choice|"
+            r"unrecognized arguments|invalid choice|\brequires SM ?\d+|"
             r"the following arguments are required|server_args\.py:(?!<module>)\S+$|only supports|must be",
             re.I,
         ),
@@ -501,7 +510,7 @@ def classify(message: str, context: str = "") -> str:
         if pattern.search(message):
             return name
     for name, pattern in CLASSES:
-        if name in ("cuda-graph", "timeout", "arg-conflict", "model-load") and pattern.search(context):
+        if name in ("cuda-graph", "arg-conflict", "model-load") and pattern.search(context):
             return name
     return "other"
 

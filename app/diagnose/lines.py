@@ -19,6 +19,7 @@ WRAPPERS = (
     ),  # docker logs -t, kubectl --timestamps
     re.compile(r"^`+"),  # Markdown residue
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),  # Python's default logging format
+    re.compile(r"^\[rank\d+\]: ?"),  # torchrun's per-rank output
 )
 SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
 # The level and source location that some SGLang builds log after that prefix.
@@ -37,8 +38,12 @@ class Line:
     prefixed: bool  # carried SGLang's [timestamp] prefix
 
 
+# Ray's note on a line it printed once for several workers.
+RAY_REPEATED = re.compile(r" ?\[repeated \d+x across cluster\]$")
+
+
 def strip_wrappers(text: str) -> str:
-    text = ANSI.sub("", text)
+    text = RAY_REPEATED.sub("", ANSI.sub("", text))
     for _ in range(3):  # wrappers can nest (a quoted compose log)
         before = text
         for wrapper in WRAPPERS:
