@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.diagnose.analyze import Analyzer, Diagnosis, diagnose
+from app.diagnose.analyze import Analyzer, Diagnosis, diagnose, fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 OOM = (
@@ -211,6 +211,57 @@ def test_one_cause_one_fingerprint_whatever_the_numbers() -> None:
     second = diagnose(kv_oom_log(size="13.75", gpu=6, compose=True)).fingerprint
     assert first == second
     assert diagnose(CASES["nccl init"][0]).fingerprint != first
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # request ids, long hex digests and UUIDs
+        (
+            "Transfer failed for request rid='09dd70fa51a7420eb8e0ba215dd530c0' with exception KVTransferError(1)",
+            "Transfer failed for request rid='6f1e2c0b9a8d7e6f5a4b3c2d1e0f9a8b' with exception KVTransferError(7)",
+        ),
+        # the allocator's accounting after "out of memory", which each torch version words differently
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.19 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.1 GiB in use.",
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 3; 79.15 GiB total "
+            "capacity; 77.01 GiB already allocated; 3.06 MiB free; 78.31 GiB reserved in total by PyTorch)",
+        ),
+        (
+            "Exception: Capture cuda graph failed: CUDA out of memory.",
+            "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 7 has a",
+        ),
+        # a cause given as a repr or as a detail line reads as the exception it names
+        ('ValueError("type fp8e4nv not supported")', "ValueError: type fp8e4nv not supported"),
+        (
+            "- ImportError: /a/common_ops.so: undefined symbol: _ZN3c10",
+            "ImportError: /b/common_ops.so: undefined symbol: _ZN3c10",
+        ),
+    ],
+)
+def test_what_varies_between_runs_does_not_split_a_cause(first: str, second: str) -> None:
+    assert fingerprint("other", first) == fingerprint("other", second)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # quoted names tell causes apart, however many a message quotes
+        (
+            "AttributeError: 'NoneType' object has no attribute 'cpu'",
+            "AttributeError: 'NoneType' object has no attribute 'shape'",
+        ),
+        (
+            "ImportError: cannot import name 'launch_server_cmd' from 'x'",
+            "ImportError: cannot import name 'terminate' from 'x'",
+        ),
+        ('ValueError("type fp8e4nv not supported")', 'ValueError("type bf16 not supported")'),
+        ("Exception: Capture cuda graph failed: CUDA out of memory.", "torch.OutOfMemoryError: CUDA out of memory."),
+    ],
+)
+def test_different_causes_keep_different_fingerprints(first: str, second: str) -> None:
+    assert fingerprint("other", first) != fingerprint("other", second)
 
 
 def test_capture_failure_is_rooted_in_the_inner_oom() -> None:

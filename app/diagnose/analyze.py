@@ -22,6 +22,8 @@ EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z]\w*(?:Error|Exception|Ex
 ARGPARSE_ERROR = re.compile(r"^[\w./ -]+: error: (.+)$")
 DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$")
 QUOTED_KEY = re.compile(r"^'[^' ]+'$")
+OOM_ACCOUNTING = re.compile(r"(?<=out of memory)\..*", re.I)
+EXCEPTION_REPR = re.compile(r"^(?:[\w]+\.)*([A-Za-z]\w*(?:Error|Exception))\((['\"])(.*)\2\)$")
 FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
 PACKAGE_NAMES = ("sglang/", "sgl_kernel/")
 # The package in a frame's path: the last such folder, for a source checkout at /x/sglang/python/sglang/srt.
@@ -186,13 +188,21 @@ MAMBA_OVERRIDE_HINT = (
     "that needs the radix cache off (--disable-radix-cache) or the extra buffer kept (SGLANG_ENABLE_SPEC_V2=1 with "
     "--mamba-scheduler-strategy extra_buffer)."
 )
-NORMALISE = (
+QUOTED_NAME = re.compile(r"[\w.<>-]+")
+
+
+def _quoted(found: re.Match[str]) -> str:
+    """Quoted text is erased, but not quoted names (a parameter, an architecture): they tell causes apart."""
+    return found[0] if QUOTED_NAME.fullmatch(found[0][1:-1]) else "<str>"
+
+
+NORMALISE: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\b|\b[0-9a-f]{16,}\b"), "<id>"),
     (re.compile(r"(?:/[\w.@+-]+)+/?"), "<path>"),
     (re.compile(r"\b\d+(?:\.\d+)?\s*(?:[KMGT]i?B|bytes)\b"), "<size>"),
     (re.compile(r"\b\d+(?:\.\d+)?\b"), "<n>"),
-    # Quoted text is erased, but not quoted names (a parameter, an architecture), which tell causes apart.
-    (re.compile(r"'(?![\w.<>-]+')[^']*'|\"(?![\w.<>-]+\")[^\"]*\""), "<str>"),
+    (re.compile(r"'[^'\n]*'|\"[^\"\n]*\""), _quoted),
     (re.compile(r"dict_keys\(\[.*\]\)"), "<list>"),
 )
 # One cause that SGLang words differently across versions or stages: signed by its name, so its
@@ -523,11 +533,16 @@ def normalise(message: str) -> str:
 
 def signature_parts(message: str) -> tuple[str, str]:
     """The exception type (empty for a fatal line that is not an exception) and the message with
-    everything that varies between runs replaced."""
+    everything that varies between runs replaced. A cause given as a detail line ("- KeyError: x")
+    or as a repr (`KeyError('x')`) is read as the exception it names."""
+    message = message.removeprefix("- ")
+    if (as_repr := EXCEPTION_REPR.match(message)) is not None:
+        message = f"{as_repr[1]}: {as_repr[3]}"
     match = EXCEPTION.match(message)
     kind = match.group(1) if match else ""
     detail = match.group(2) or "" if match else message
-    return kind, normalise(detail)
+    # After "out of memory" comes the allocator's accounting, worded differently by each torch version.
+    return kind, normalise(OOM_ACCOUNTING.sub("", detail))
 
 
 def fingerprint(failure_class: str, message: str) -> str:
