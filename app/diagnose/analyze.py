@@ -27,7 +27,7 @@ EXCEPTION_REPR = re.compile(r"^(?:[\w]+\.)*([A-Za-z]\w*(?:Error|Exception))\((['
 FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
 PACKAGE_NAMES = ("sglang/", "sgl_kernel/")
 # The package in a frame's path: the last such folder, for a source checkout at /x/sglang/python/sglang/srt.
-PACKAGE = re.compile(r"\b(?:sglang|sgl_kernel)/(?!.*\b(?:sglang|sgl_kernel)/)")
+PACKAGE = re.compile(rf"\b(?:{'|'.join(PACKAGE_NAMES)})(?!.*\b(?:{'|'.join(PACKAGE_NAMES)}))")
 FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"CUDA error \(.*\): .+"),
     re.compile(r"\[torch_memory_saver\.cpp\] cudaError error: .+"),
@@ -155,8 +155,7 @@ HINTS = {
 }
 
 
-def _spec_v2(args: dict[str, Any], evidence: str) -> bool:
-    return "SGLANG_ENABLE_SPEC_V2=1" in evidence or "SGLANG_ENABLE_SPEC_V2=true" in evidence or "_v2.py" in evidence
+SPEC_V2 = re.compile(r"SGLANG_ENABLE_SPEC_V2=(?:1|true)\b|_v2\.py:", re.I)  # the setting, or its worker's frames
 
 
 def _number(args: dict[str, Any], name: str) -> float:
@@ -171,7 +170,7 @@ def _number(args: dict[str, Any], name: str) -> float:
 KNOWN_CONFLICTS: tuple[tuple[str, Callable[[dict[str, Any], str], bool]], ...] = (
     (
         "--speculative-eagle-topk > 1 with the spec v2 worker (SGLANG_ENABLE_SPEC_V2=1)",
-        lambda args, evidence: _number(args, "speculative_eagle_topk") > 1 and _spec_v2(args, evidence),
+        lambda args, evidence: _number(args, "speculative_eagle_topk") > 1 and bool(SPEC_V2.search(evidence)),
     ),
     (
         "EAGLE --speculative-num-steps >= 2 with --enable-expert-distribution-metrics",
