@@ -2199,6 +2199,156 @@ exception KVTransferError(bootstrap_room=899): Decode instance could be dead, re
     TRANSFER_FAILED,
 )
 
+# An attention backend's capture hook (not the graph runner itself) refuses a dtype while capturing.
+FA2_FP8 = "AssertionError: fp8 tensor core is not supported in fa2 backend"
+case(
+    "cuda-graph-error-in-a-backends-capture-hook",
+    f"""\
+  File "/src/sglang/python/sglang/srt/layers/attention/hybrid_linear_attn_backend.py", line 1261, in \
+init_forward_metadata_capture_cuda_graph
+    attn_backend.init_forward_metadata_capture_cuda_graph(
+  File "/opt/env/lib/python3.10/site-packages/flashinfer/jit/modules.py", line 978, in gen_batch_prefill_module
+    assert not fp8_enabled, "fp8 tensor core is not supported in fa2 backend"
+{FA2_FP8}
+[2026-03-13 14:24:23] Received sigquit from a child process. It usually means the child failed.
+Killed
+""",
+    "cuda-graph",
+    FA2_FP8,
+)
+
+# A C++ exception from gloo ends the process while serving: "terminate called", then its what().
+GLOO_ENFORCE = (
+    " what():  [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] op.preamble.length <= "
+    "op.nbytes. 4 vs 3"
+)
+case(
+    "nccl-gloo-enforce-terminate-while-serving",
+    f"""\
+[2026-04-07 13:24:13 TP0] Decode batch, #running-req: 10, #token: 48524, token usage: 0.94, npu graph: True, \
+gen throughput (token/s): 210.40, #queue-req: 0
+[2026-04-07 13:24:13] INFO:      127.0.0.1:59272 - "POST /v1/chat/completions HTTP/1.1" 200 OK
+terminate called after throwing an instance of 'gloo::EnforceNotMet'
+{GLOO_ENFORCE}
+Fatal Python error: Aborted
+Thread 0x0000fff873f6f120 (most recent call first):
+ File "/usr/lib/python3.11/site-packages/sglang/srt/disaggregation/mooncake/conn.py", line 1499 in heartbeat_checker
+""",
+    "nccl",
+    GLOO_ENFORCE,
+)
+
+# A slip in the code (an undefined name) while post-processing loaded weights is a bug, not a
+# model that fails to load.
+UNDEFINED_NAME = "NameError: name 'is_moe_prefill' is not defined"
+case(
+    "other-undefined-name-while-processing-weights",
+    f"""\
+[2026-05-08 15:31:07 PP3 TP0 EP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/model_loader/loader.py", line 709, in \
+load_weights_and_postprocess
+    quant_method.process_weights_after_loading(module)
+  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/layers/quantization/w8a8_fp8.py", line 316, in _pack_experts
+    if is_moe_prefill() :
+{UNDEFINED_NAME}
+[2026-05-08 15:31:08] Received sigquit from a child process. It usually means the child failed.
+""",
+    "other",
+    UNDEFINED_NAME,
+)
+
+# The allocator's own error log comes first; the window ends inside the traceback that follows.
+NPU_OOM = (
+    "[383554] [2026-07-01 09:31:38:047] torch_npu.memory: [ERROR] [383554] NPU out of memory. Tried to allocate "
+    "72.00 MiB (NPU 0; 61.27 GiB total capacity; 56.05 GiB already allocated; 5.04 MiB free)"
+)
+case(
+    "oom-logged-by-the-allocator-traceback-cut-off",
+    f"""\
+[2026-07-01 09:31:33] INFO:     127.0.0.1:41296 - "POST /v1/responses HTTP/1.1" 200 OK
+{NPU_OOM}
+[2026-07-01 09:31:38 TP0 EP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 4123, in run_scheduler_process
+    scheduler.run_event_loop()
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 1531, in event_loop_overlap
+""",
+    "oom",
+    NPU_OOM,
+)
+
+# A traceback cut off before its exception: its first line stands for the error, and the frames
+# say where it happened.
+CUT_HEADER = "[2026-02-11 06:10:40 TP0] Scheduler hit an exception: Traceback (most recent call last):"
+case(
+    "cuda-graph-traceback-cut-off-in-capture",
+    f"""\
+[2026-02-11 06:10:31 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=9.80 GB
+{CUT_HEADER}
+  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2946, in run_scheduler_process
+    scheduler = Scheduler(
+  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 520, in capture
+    _capture_one_stream()
+""",
+    "cuda-graph",
+    CUT_HEADER,
+)
+
+# 2024: the hub's refusal printed as two plain lines.
+GATED = "Cannot access gated repo for url https://huggingface.co/acme/Lark-7b-chat/resolve/main/config.json."
+case(
+    "model-load-gated-repo-plain-lines",
+    f"""\
+$ python -m sglang.launch_server --model-path acme/Lark-7b-chat --port 30000
+/opt/conda/lib/python3.10/site-packages/transformers/utils/hub.py:123: FutureWarning: Using `TRANSFORMERS_CACHE` is \
+deprecated
+{GATED}
+Access to model acme/Lark-7b-chat is restricted. You must be authenticated to access it.
+$
+""",
+    "model-load",
+    GATED,
+)
+
+# srun --label puts the task number before every line, torch's per-rank c10d warnings among them.
+STORE_FAMILY = (
+    "0: torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+    "via c10d key-value store by key '0', but store->get('0') got error: failed to format addr, unknown family=0"
+)
+case(
+    "nccl-srun-task-prefix-weight-update-group",
+    f"""\
+0: [rank3]:[W305 03:55:35.242042106 socket.cpp:462] [c10d]
+0: [rank4]:[W305 03:55:35.248035369 socket.cpp:462] [c10d]
+0: [2025-03-05 03:55:55 TP0] Scheduler hit an exception: Traceback (most recent call last):
+0:   File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 463, in \
+init_weights_update_group
+0:     dist.barrier(group=self._model_update_group, device_ids=[self.gpu_id])
+{STORE_FAMILY}
+""",
+    "nccl",
+    STORE_FAMILY,
+)
+
+# A framework logs the failed set-up of its process group first; NCCL's own error follows unprefixed.
+GROUP_INIT = (
+    "[2025-07-15 02:18:13] Failed to initialize custom process group: NCCL error in: "
+    "/pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, unhandled cuda error (run with NCCL_DEBUG=INFO for "
+    "details), NCCL version 2.21.5"
+)
+case(
+    "nccl-logged-group-init-failure-before-its-error",
+    f"""\
+[2025-07-15 02:18:12] Init torch distributed begin.
+[2025-07-15 02:18:13] init custom process group: master_address=10.0.0.2, master_port=29531, rank_offset=1
+{GROUP_INIT}
+ncclUnhandledCudaError: Call to CUDA function failed.
+Last error:
+Cuda failure 1 'invalid argument'
+""",
+    "nccl",
+    GROUP_INIT,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -34,10 +34,15 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"ERROR: +\[Errno \d+\] error while attempting to bind on address .+"),
     re.compile(r"Watchdog caught collective operation timeout: .+"),
     re.compile(r"\bwatchdog timeout \(.+\)", re.I),
-    re.compile(r"^Failed to \w+ .*: CUDA out of memory"),  # logged, not raised
-    re.compile(r"is larger than the profiled value -\d+"),  # the weights left no room for the KV cache
-    re.compile(r"\bfailed\b.* with exception [\w.]*(?:Error|Exception)\b"),  # a request's failure, logged
+    # logged, not raised
+    re.compile(r"\b(?:CUDA|HIP|NPU|XPU) out of memory\. Tried to allocate"),
+    re.compile(r"^Failed to \w+ [^:]*: (?:NCCL error|CUDA error|CUDA out of memory)"),
+    re.compile(r"\bfailed\b.* with exception [\w.]*(?:Error|Exception)\b"),  # a request's failure
+    re.compile(r"^what\(\): +\S"),  # a C++ exception that ended the process ("terminate called after ...")
+    re.compile(r"^(?:Cannot access gated repo|Repository Not Found) for url"),  # the hub's refusal, printed
 )
+# A fatal line that announces the error after it: the root only when no exception follows.
+PRECURSOR = re.compile(r"is larger than the profiled value -\d+")  # the weights left no room for the KV cache
 # Errors a rank raises because another failed first (its peer's socket closed): the root only
 # when nothing else in the log failed.
 SECONDARY = re.compile(r"gloo.*Connection (?:reset|closed) by peer|Connection (?:reset|closed) by peer.*gloo", re.I)
@@ -107,7 +112,7 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         "cuda-graph",
         re.compile(
             r"Capture cuda graph failed|stream is capturing|during CUDA graph capture|graph capture|"
-            r"graph_runner\.py:capture",  # raised while capturing
+            r"graph_runner\.py:capture|sglang/[\w/]+\.py:\w*capture",  # raised while capturing
             re.I,
         ),
     ),
@@ -134,6 +139,8 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         ),
     ),
 )
+CONTEXT_CLASSES = ("cuda-graph", "arg-conflict", "model-load")  # classes the traceback around the error can tell
+CODE_SLIPS = ("NameError", "AttributeError", "UnboundLocalError", "SyntaxError", "IndentationError")
 HINTS = {
     "oom": "GPU memory ran out. Lower --mem-fraction-static (leaves more for activations and CUDA graphs), lower "
     "--cuda-graph-max-bs or --max-running-requests, raise --tp-size, or free the GPU of other processes.",
@@ -260,7 +267,8 @@ class Analyzer:
         self._orphan = False  # the root is an exception line seen without its traceback
         self._secondary: tuple[Line, str] | None = None  # a rank's error caused by another's failure
         self._frames: list[str] = []
-        self._fatal_line: Line | None = None
+        self._fatal_line: Line | None = None  # the first fatal line that is not an exception
+        self._precursor: Line | None = None
         self._progress: Line | None = None  # the last line that showed the launch moving on
         self._capture_done = False  # a line that only comes once CUDA graph capture is over
         self._adjustments: list[Line] = []
@@ -298,8 +306,11 @@ class Analyzer:
             for record in logical_lines(self._pending, self._number):
                 self._see(record)
             self._pending = ""
+        unfinished = self._current if self._current is not None and not self._current.exceptions else None
         self._close_traceback()
         result = self.snapshot()
+        if result.root_error is None and unfinished is not None:
+            return self._cut_off(unfinished)
         stuck_bar = result.stage_percent is not None and result.stage_percent < 100
         capturing = result.stage == "cuda graph capture" and stuck_bar and not self._capture_done
         if silence_is_hang and result.root_error is None and capturing:
@@ -311,8 +322,11 @@ class Analyzer:
         root, frames = self._root, self._frames
         if root is None and self._current is not None and (found := _root_of(self._current)) is not None:
             root, frames = found
-        if root is None and self._fatal_line is not None:
-            root = (self._fatal_line, self._fatal_line.text)
+        fatal = self._fatal_line
+        if fatal is not None and (root is None or fatal.number < root[0].number):
+            root, frames = (fatal, fatal.text), []  # a fatal line logged before any exception
+        if root is None and self._precursor is not None:
+            root = (self._precursor, self._precursor.text)
         return self._diagnosis(root or self._secondary, frames)
 
     def hung(self) -> Diagnosis:
@@ -327,6 +341,16 @@ class Analyzer:
         result.fingerprint = fingerprint("timeout", message)
         result.error_type, result.error_message = "", message
         return result
+
+    def _cut_off(self, tb: _Traceback) -> Diagnosis:
+        """A log that ends inside a traceback, before its exception (a window cut short, a process
+        killed while printing): the traceback's first line stands for the error, known by the
+        frame where it was cut off."""
+        frames = frames_before(tb.lines, None)
+        header = tb.lines[0]
+        named = replace(header, text=f"{header.text.strip()} (cut off in {frames[-1] if frames else 'no frame'})")
+        context = "\n".join([*(line.text for line in tb.lines[-12:]), "frames:", *frames])
+        return self._diagnosis((named, context), [frame for frame in frames if frame.startswith(PACKAGE_NAMES)][-3:])
 
     def _see(self, line: Line) -> None:
         text = line.text.strip()
@@ -372,9 +396,11 @@ class Analyzer:
             else:
                 self._current = _Traceback([line], [line])
             return
-        fatal = ARGPARSE_ERROR.match(text) or any(pattern.search(text) for pattern in FATAL_LINES)
-        if self._fatal_line is None and fatal and not HARMLESS.search(text):
-            self._fatal_line = line
+        if self._fatal_line is None and not HARMLESS.search(text):
+            if ARGPARSE_ERROR.match(text) or any(pattern.search(text) for pattern in FATAL_LINES):
+                self._fatal_line = line
+            elif self._precursor is None and PRECURSOR.search(text):
+                self._precursor = line
 
     def _close_traceback(self) -> None:
         tb, self._current = self._current, None
@@ -478,7 +504,7 @@ def argument_names(text: str) -> set[str]:
     return {field_name(flag) for flag in FLAG.findall(text)} | set(FIELD.findall(text))
 
 
-def frames_before(lines: list[Line], root: Line) -> list[str]:
+def frames_before(lines: list[Line], root: Line | None) -> list[str]:
     """The frames that led to `root`, outermost first, as "<path>:<function>"; SGLang's paths cut
     at the package ("sglang/srt/..."), so they read the same on every host and install."""
     frames: list[str] = []
@@ -518,8 +544,12 @@ def classify(message: str, context: str = "") -> str:
     for name, pattern in CLASSES:
         if pattern.search(message):
             return name
+    # Where it was raised says what kind of failure it is, except for a slip in the code itself
+    # (a name or attribute that does not exist), which is a bug wherever it happens; only the
+    # capture it broke is worth telling.
+    bug = (found := EXCEPTION.match(message)) is not None and found.group(1) in CODE_SLIPS
     for name, pattern in CLASSES:
-        if name in ("cuda-graph", "arg-conflict", "model-load") and pattern.search(context):
+        if name in (("cuda-graph",) if bug else CONTEXT_CLASSES) and pattern.search(context):
             return name
     return "other"
 

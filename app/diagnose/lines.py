@@ -20,6 +20,7 @@ WRAPPERS = (
     re.compile(r"^`+"),  # Markdown residue
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),  # Python's default logging format
     re.compile(r"^\[rank\d+\]: ?"),  # torchrun's per-rank output
+    re.compile(r"^\d{1,4}: "),  # srun --label: the task number
 )
 SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
 # The level and source location that some SGLang builds log after that prefix.
