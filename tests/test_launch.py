@@ -318,7 +318,7 @@ async def test_ranks_left_by_a_killed_server_are_found_and_stopped(api: AsyncCli
     assert (await api.post(f"/api/attempts/{attempt['id']}/stop")).status_code == 202
     await wait_until_free(host, [3])
     check = (await api.post("/api/preflight", json={"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [3]})).json()
-    assert not check["blocked"]
+    assert not check["blocked"], [c for c in check["checks"] if not c["ok"]]
 
 
 async def test_attempt_on_a_host_offline_at_start_up_is_reconciled_when_it_returns(
