@@ -2349,6 +2349,62 @@ Cuda failure 1 'invalid argument'
     GROUP_INIT,
 )
 
+# Shards loaded, then a progress bar with no label frozen at 0: the capture bar of a release that
+# draws it bare, and nothing after it.
+BARE_BAR = "  0%|          | 0/17 [00:00<?, ?it/s]"
+case(
+    "timeout-bare-capture-bar-after-weights",
+    f"""\
+Loading safetensors checkpoint shards:  88% Completed | 7/8 [00:04<00:00,  1.52it/s]
+
+Loading safetensors checkpoint shards: 100% Completed | 8/8 [00:05<00:00,  1.51it/s]
+
+2025-06-25 11:25:58,633 - INFO - flashinfer.jit: Prebuilt kernels not found, using JIT backend
+
+{BARE_BAR}
+""",
+    "timeout",
+    BARE_BAR,
+)
+
+# A model platform wraps the server and reports its failure in one line of its own.
+WRAPPED_SYMBOL = (
+    "Server error: 500 - [address=0.0.0.0:42651, pid=775] /usr/local/lib/python3.10/dist-packages/sgl_kernel/"
+    "common_ops.abi3.so: undefined symbol: _ZN3c108ListType3getERKSs"
+)
+case(
+    "import-error-reported-by-a-wrapper-in-one-line",
+    f"""\
+2025-08-14 09:12:01,201 xinference.core.worker 775 INFO     Launching model lark-8b with engine sglang
+2025-08-14 09:12:03,977 xinference.core.worker 775 INFO     Starting the model process
+2025-08-14 09:12:09,414 xinference.api.restful_api 1 ERROR    [address=0.0.0.0:42651, pid=775] launch failed
+{WRAPPED_SYMBOL}
+2025-08-14 09:12:09,415 xinference.core.worker 775 INFO     Model process stopped
+""",
+    "import-error",
+    WRAPPED_SYMBOL,
+)
+
+# An accelerator with no binary for an operator the chosen backend needs (Ascend's wording).
+NO_OP_BINARY = (
+    "RuntimeError: call aclnnDispatchLayout failed, detail:AclNN_Parameter_Error(EZ1001): Get regInfo failed, The bin "
+    "of socVersion [ascend910b] does not support opType [DispatchLayout]."
+)
+case(
+    "driver-no-operator-binary-for-this-device",
+    f"""\
+[2026-08-10 09:47:34 DP0 TP0 EP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/usr/local/python3.11/lib/python3.11/site-packages/sglang/srt/layers/moe/token_dispatcher/deepep.py", \
+line 610, in dispatch_a
+    ) = buffer.get_dispatch_layout(
+{NO_OP_BINARY}
+
+[2026-08-10 09:47:35] Received sigquit from a child process. It usually means the child failed.
+""",
+    "driver",
+    NO_OP_BINARY,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -40,6 +40,7 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"\bfailed\b.* with exception [\w.]*(?:Error|Exception)\b"),  # a request's failure
     re.compile(r"^what\(\): +\S"),  # a C++ exception that ended the process ("terminate called after ...")
     re.compile(r"^(?:Cannot access gated repo|Repository Not Found) for url"),  # the hub's refusal, printed
+    re.compile(r"\.so(?:\.[\d.]+)?: undefined symbol: \S"),  # a library that does not load, reported by a wrapper
 )
 # A fatal line that announces the error after it: the root only when no exception follows.
 PRECURSOR = re.compile(r"is larger than the profiled value -\d+")  # the weights left no room for the KV cache
@@ -76,6 +77,10 @@ STAGES = (  # in launch order; each recognised by the first line SGLang writes i
 PERCENT = re.compile(r"(\d{1,3})%")
 SERVING = len(STAGES) - 1
 READY_STAGE = SERVING - 1
+WEIGHTS_STAGE, CAPTURE_STAGE = 1, 4
+# A progress bar with no description ("  0%|   | 0/17 [00:00<?, ?it/s]"): once the weights are in,
+# only CUDA graph capture draws one (some releases, and DP replicas, leave out its label).
+BARE_BAR = re.compile(r"^\d{1,3}%\|[^|]*\| *\d+/\d+ \[")
 # A serving log is mostly one record per line of batch statistics and request logs; once
 # serving, outside a traceback, such a line is only counted (a decode line may become a chart
 # sample) and not taken apart further. Recognised by plain substring tests: they run on every
@@ -97,6 +102,8 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         re.compile(
             r"no kernel image is available|driver version is insufficient|no NVIDIA driver|"
             r"No CUDA GPUs are available|invalid device ordinal|CUDA driver|only supports sm\d+|"
+            # no kernel built for this device: HIP's wording, Ascend's
+            r"invalid device function|does not support opType|"
             r"undefined symbol: cu[A-Z]",  # a CUDA driver API symbol: the driver is older than the build
             re.I,
         ),
@@ -420,6 +427,9 @@ class Analyzer:
     def _track_stage(self, line: Line, text: str) -> None:
         if text.startswith("Prefill batch") and self._stage_index == READY_STAGE:
             text = "Decode batch."  # traffic after the ready line: serving
+        weights_in = self._stage_index > WEIGHTS_STAGE or (self._stage_index == WEIGHTS_STAGE and self._percent == 100)
+        if weights_in and self._stage_index <= CAPTURE_STAGE and not self._capture_done and BARE_BAR.match(text):
+            text = f"Capturing batches: {text}"
         for index, (_, pattern) in enumerate(STAGES):
             if index >= self._stage_index and pattern.search(text):
                 if index > self._stage_index:
