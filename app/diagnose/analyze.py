@@ -75,9 +75,9 @@ STAGES = (  # in launch order; each recognised by the first line SGLang writes i
     ("serving", re.compile(r"^Decode batch[.,]")),
 )
 PERCENT = re.compile(r"(\d{1,3})%")
-SERVING = len(STAGES) - 1
-READY_STAGE = SERVING - 1
-WEIGHTS_STAGE, CAPTURE_STAGE = 1, 4
+STAGE_INDEX = {name: index for index, (name, _) in enumerate(STAGES)}
+WEIGHTS_STAGE, CAPTURE_STAGE = STAGE_INDEX["weights loading"], STAGE_INDEX["cuda graph capture"]
+READY_STAGE, SERVING = STAGE_INDEX["ready"], STAGE_INDEX["serving"]
 # A progress bar with no description ("  0%|   | 0/17 [00:00<?, ?it/s]"): once the weights are in,
 # only CUDA graph capture draws one (some releases, and DP replicas, leave out its label).
 BARE_BAR = re.compile(r"^\d{1,3}%\|[^|]*\| *\d+/\d+ \[")
@@ -353,11 +353,10 @@ class Analyzer:
         """A log that ends inside a traceback, before its exception (a window cut short, a process
         killed while printing): the traceback's first line stands for the error, known by the
         frame where it was cut off."""
-        frames = frames_before(tb.lines, None)
+        context, frames = _context(tb, None)
         header = tb.lines[0]
         named = replace(header, text=f"{header.text.strip()} (cut off in {frames[-1] if frames else 'no frame'})")
-        context = "\n".join([*(line.text for line in tb.lines[-12:]), "frames:", *frames])
-        return self._diagnosis((named, context), [frame for frame in frames if frame.startswith(PACKAGE_NAMES)][-3:])
+        return self._diagnosis((named, context), _sglang_frames(frames))
 
     def _see(self, line: Line) -> None:
         text = line.text.strip()
@@ -367,7 +366,7 @@ class Analyzer:
         self._figures.see(text)
         if "SGLANG_" in text and len(self._environment) < 50:
             self._environment.update(ENVIRONMENT.findall(text))
-        adjusted = ADJUSTMENT.search(text) and not EXCEPTION.match(text) and "profiled value -" not in text
+        adjusted = ADJUSTMENT.search(text) and not EXCEPTION.match(text) and not PRECURSOR.search(text)
         if adjusted and len(self._adjustments) < 50 and all(text != seen.text.strip() for seen in self._adjustments):
             self._adjustments.append(line)
         # A window that starts inside a traceback: its first frame opens it.
@@ -501,11 +500,19 @@ def _root_of(tb: _Traceback) -> tuple[tuple[Line, str], list[str]] | None:
         # attempts; Triton quotes the kernel source first): the first cause below it.
         after = tb.lines[tb.lines.index(root) + 1 :] if root in tb.lines else tb.lines
         root = next((line for line in after if DETAIL.match(line.text.strip())), root)
-    # What else the traceback says (the outer exceptions, the last lines, where it was raised) can
-    # name the kind of failure. The frames come last, innermost at the end.
+    context, frames = _context(tb, root)
+    return (root, context), _sglang_frames(frames)
+
+
+def _context(tb: _Traceback, root: Line | None) -> tuple[str, list[str]]:
+    """What else a traceback says that can name the kind of failure (its exceptions, its last lines,
+    and last the frames that led to `root`, innermost at the end), with those frames."""
     frames = frames_before(tb.lines, root)
-    context = "\n".join([*(line.text for line in [*tb.exceptions, *tb.lines[-12:]]), "frames:", *frames])
-    return (root, context), [frame for frame in frames if frame.startswith(PACKAGE_NAMES)][-3:]
+    return "\n".join([*(line.text for line in [*tb.exceptions, *tb.lines[-12:]]), "frames:", *frames]), frames
+
+
+def _sglang_frames(frames: list[str], keep: int = 3) -> list[str]:
+    return [frame for frame in frames if frame.startswith(PACKAGE_NAMES)][-keep:]
 
 
 def argument_names(text: str) -> set[str]:
