@@ -276,6 +276,7 @@ class Analyzer:
         self._frames: list[str] = []
         self._fatal_line: Line | None = None  # the first fatal line that is not an exception
         self._precursor: Line | None = None
+        self._cut: _Traceback | None = None  # a traceback the log ended in, before its exception
         self._progress: Line | None = None  # the last line that showed the launch moving on
         self._capture_done = False  # a line that only comes once CUDA graph capture is over
         self._adjustments: list[Line] = []
@@ -313,11 +314,10 @@ class Analyzer:
             for record in logical_lines(self._pending, self._number):
                 self._see(record)
             self._pending = ""
-        unfinished = self._current if self._current is not None and not self._current.exceptions else None
+        if self._current is not None and not self._current.exceptions:
+            self._cut = self._current  # the log ends inside this traceback
         self._close_traceback()
         result = self.snapshot()
-        if result.root_error is None and unfinished is not None:
-            return self._cut_off(unfinished)
         stuck_bar = result.stage_percent is not None and result.stage_percent < 100
         capturing = result.stage == "cuda graph capture" and stuck_bar and not self._capture_done
         if silence_is_hang and result.root_error is None and capturing:
@@ -334,6 +334,8 @@ class Analyzer:
             root, frames = (fatal, fatal.text), []  # a fatal line logged before any exception
         if root is None and self._precursor is not None:
             root = (self._precursor, self._precursor.text)
+        if root is None and self._cut is not None:
+            return self._cut_off(self._cut)
         return self._diagnosis(root or self._secondary, frames)
 
     def hung(self) -> Diagnosis:
