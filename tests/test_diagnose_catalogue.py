@@ -2405,6 +2405,31 @@ line 610, in dispatch_a
     NO_OP_BINARY,
 )
 
+# A server that served, then was stopped with Ctrl-C: the interrupt's tracebacks (the main process's
+# and a rank's) are the stop, not a failure.
+case(
+    "healthy-stopped-with-ctrl-c",
+    """\
+[2026-01-09 10:02:11] The server is fired up and ready to roll!
+[2026-01-09 10:03:40 TP0] Decode batch, #running-req: 1, #token: 310, token usage: 0.00, cuda graph: True, \
+gen throughput (token/s): 92.10, #queue-req: 0
+^C[2026-01-09 10:05:02] INFO:     Shutting down
+[2026-01-09 10:05:02 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 1010, in event_loop_overlap
+    recv_reqs = self.recv_requests()
+KeyboardInterrupt
+
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/opt/venv/lib/python3.12/site-packages/sglang/launch_server.py", line 14, in <module>
+    launch_server(server_args)
+KeyboardInterrupt
+[2026-01-09 10:05:03] INFO:     Finished server process [41822]
+""",
+    "healthy",
+    None,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -327,7 +327,8 @@ class Analyzer:
     def snapshot(self) -> Diagnosis:
         """The answer so far, for a log that is still growing; the analyzer reads on unchanged."""
         root, frames = self._root, self._frames
-        if root is None and self._current is not None and (found := _root_of(self._current)) is not None:
+        current = self._current
+        if root is None and current is not None and not _stopped(current) and (found := _root_of(current)):
             root, frames = found
         fatal = self._fatal_line
         if fatal is not None and (root is None or fatal.number < root[0].number):
@@ -399,7 +400,7 @@ class Analyzer:
             self._close_traceback()  # a traceback that ended before it comes first
             if self._root is not None:
                 return
-            if _message(line):
+            if _message(line) and not _stopped(_Traceback([line], [line])):
                 self._root, self._orphan = (line, text), True
             else:
                 self._current = _Traceback([line], [line])
@@ -412,7 +413,7 @@ class Analyzer:
 
     def _close_traceback(self) -> None:
         tb, self._current = self._current, None
-        if tb is None or (found := _root_of(tb)) is None:
+        if tb is None or (found := _root_of(tb)) is None or _stopped(tb):
             return
         if self._root is not None:
             # An exception line printed before its own traceback (output of several processes
@@ -504,6 +505,12 @@ def _root_of(tb: _Traceback) -> tuple[tuple[Line, str], list[str]] | None:
         root = next((line for line in after if DETAIL.match(line.text.strip())), root)
     context, frames = _context(tb, root)
     return (root, context), _sglang_frames(frames)
+
+
+def _stopped(tb: _Traceback) -> bool:
+    """A traceback that starts with Ctrl-C: someone stopped the process, which is no failure of its own."""
+    found = EXCEPTION.match(tb.exceptions[0].text.strip()) if tb.exceptions else None
+    return found is not None and found.group(1) == "KeyboardInterrupt"
 
 
 def _context(tb: _Traceback, root: Line | None) -> tuple[str, list[str]]:
