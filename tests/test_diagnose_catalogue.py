@@ -2430,6 +2430,44 @@ KeyboardInterrupt
     None,
 )
 
+# The checkpoint's quantization and the one asked for on the command line disagree.
+QUANT_MISMATCH = (
+    "ValueError: Quantization method specified in the model config (compressed-tensors) does not match the "
+    "quantization method specified in the `quantization` argument (awq)."
+)
+case(
+    "arg-conflict-quantization-differs-from-the-checkpoint",
+    f"""\
+[2026-05-25 17:20:02] server_args=ServerArgs(model_path='acme/Heron-30B-AWQ', quantization='awq', tp_size=2)
+[2026-05-25 17:20:09 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/sglang/python/sglang/srt/configs/model_config.py", line 640, in _verify_quantization
+    raise ValueError(
+{QUANT_MISMATCH}
+[2026-05-25 17:20:09] Received sigquit from a child process. It usually means the child failed.
+""",
+    "arg-conflict",
+    QUANT_MISMATCH,
+)
+
+# A tensor operation fails while the weights are sharded: a bug in the loader (or an unsupported
+# layout), not a checkpoint that cannot be found or read.
+NARROW = "RuntimeError: start (6) + length (6) exceeds dimension size (6)."
+case(
+    "other-tensor-op-fails-while-loading-weights",
+    f"""\
+[2026-05-25 17:26:20 TP1] Load weight begin. avail mem=30.12 GB
+[2026-05-25 17:26:24 TP1] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/sglang/python/sglang/srt/model_loader/loader.py", line 709, in load_weights_and_postprocess
+    model.load_weights(weights)
+  File "/opt/sglang/python/sglang/srt/layers/moe/fused_moe_triton/layer.py", line 540, in _load_w2
+    loaded_weight = loaded_weight.narrow(
+{NARROW}
+[2026-05-25 17:26:25] Received sigquit from a child process. It usually means the child failed.
+""",
+    "other",
+    NARROW,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -140,14 +140,23 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         "arg-conflict",
         re.compile(
             r"not compatible with|is incompatible with|cannot be used (?:with|together)|mutually exclusive|"
-            r"unrecognized arguments|invalid choice|\brequires SM ?\d+|"
+            r"unrecognized arguments|invalid choice|\brequires SM ?\d+|does not match the [\w\s`-]*argument|"
             r"the following arguments are required|server_args\.py:(?!<module>)\S+$|only supports|must be",
             re.I,
         ),
     ),
 )
-CONTEXT_CLASSES = ("cuda-graph", "arg-conflict", "model-load")  # classes the traceback around the error can tell
-CODE_SLIPS = ("NameError", "AttributeError", "UnboundLocalError", "SyntaxError", "IndentationError")
+# The classes that where an error was raised (its traceback) can tell, by the error's type. A slip
+# in the code (a name or attribute that does not exist) is a bug wherever it happens: only the
+# capture it broke is worth telling. A checkpoint that does not fit its model shows as a lookup or
+# a value that is not there, not as a tensor operation or an assertion failing.
+CODE_SLIP = ("cuda-graph",)
+GENERIC = ("cuda-graph", "arg-conflict")
+CONTEXT_CLASSES: dict[str, tuple[str, ...]] = {
+    "": ("cuda-graph", "arg-conflict", "model-load"),
+    **dict.fromkeys(("NameError", "AttributeError", "UnboundLocalError", "SyntaxError"), CODE_SLIP),
+    **dict.fromkeys(("RuntimeError", "AssertionError", "TypeError", "IndexError"), GENERIC),
+}
 HINTS = {
     "oom": "GPU memory ran out. Lower --mem-fraction-static (leaves more for activations and CUDA graphs), lower "
     "--cuda-graph-max-bs or --max-running-requests, raise --tp-size, or free the GPU of other processes.",
@@ -570,12 +579,10 @@ def classify(message: str, context: str = "") -> str:
     for name, pattern in CLASSES:
         if pattern.search(message):
             return name
-    # Where it was raised says what kind of failure it is, except for a slip in the code itself
-    # (a name or attribute that does not exist), which is a bug wherever it happens; only the
-    # capture it broke is worth telling.
-    bug = (found := EXCEPTION.match(message)) is not None and found.group(1) in CODE_SLIPS
+    kind = found.group(1) if (found := EXCEPTION.match(message)) else ""
+    told = CONTEXT_CLASSES.get(kind, CONTEXT_CLASSES[""])
     for name, pattern in CLASSES:
-        if name in (("cuda-graph",) if bug else CONTEXT_CLASSES) and pattern.search(context):
+        if name in told and pattern.search(context):
             return name
     return "other"
 
