@@ -2468,6 +2468,100 @@ case(
     NARROW,
 )
 
+# A library that skips its optional extension says so with the loader's words; the real failure
+# comes later.
+SMALL_GPU_OOM = torch_oom("114.00 MiB", 0, "15.58 GiB", "54.38 MiB", "15.51 GiB", "15.20 GiB", "105.00 MiB")
+case(
+    "oom-after-a-skipped-optional-extension",
+    f"""\
+[2025-04-20 14:03:03] Skipping import of cpp extensions: /usr/local/lib/python3.10/dist-packages/torchao/_C.abi3.so: \
+undefined symbol: _ZN3c105ErrorC2ENS_14SourceLocationESs
+[2025-04-20 14:03:10] Load weight begin. avail mem=15.20 GB
+[2025-04-20 14:03:40] Scheduler hit an exception: Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/sglang/srt/model_loader/loader.py", line 381, in load_model
+    model = _initialize_model(
+{SMALL_GPU_OOM}
+[2025-04-20 14:03:40] Received sigquit from a child process. It usually means the child failed.
+""",
+    "oom",
+    SMALL_GPU_OOM,
+)
+
+# A kernel library prints its CUDA error itself, before the Python exception that reports it.
+KERNEL_PRINTED = (
+    "CUDA Error: no kernel image is available for execution on the device (209) "
+    "/tmp/build/flashinfer-0.1.4/include/flashinfer/attention/handler.cuh: line 169 at function cudaFuncSetAttribute"
+)
+case(
+    "driver-kernel-library-prints-its-cuda-error-first",
+    f"""\
+[2024-08-12 06:20:31 TP0] Capture cuda graph begin. This can take up to several minutes.
+{KERNEL_PRINTED}
+[2024-08-12 06:20:31 TP0] Exception in ModelTpServer:
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/flashinfer/decode.py", line 540, in begin_forward
+    self._wrapper.begin_forward(
+RuntimeError: BatchDecodeWithPagedKVCache failed with error no kernel image is available for execution on the device
+""",
+    "driver",
+    KERNEL_PRINTED,
+)
+
+# An exception class whose name does not end in Error, known by its module path.
+OUT_OF_RESOURCES = (
+    "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 106496, Hardware limit: 101376. "
+    "Reducing block sizes or `num_stages` may help."
+)
+case(
+    "other-module-qualified-exception-without-error-suffix",
+    f"""\
+[2025-02-09 20:33:50] The server is fired up and ready to roll!
+[2025-02-09 20:33:56 TP0] TpModelWorkerClient hit an exception: Traceback (most recent call last):
+  File "/opt/conda/lib/python3.11/site-packages/sglang/srt/layers/attention/triton_ops/extend_attention.py", \
+line 361, in extend_attention_fwd
+    _fwd_kernel[grid](
+{OUT_OF_RESOURCES}
+[2025-02-09 20:33:56] Received sigquit from a child process. It usually means the child failed.
+""",
+    "other",
+    OUT_OF_RESOURCES,
+)
+
+# Another rank's begin line glued after the frozen bar is no progress: the bar is the last.
+GLUED_BAR = "  0%|          | 0/23 [00:00<?, ?it/s]"
+case(
+    "timeout-frozen-bar-with-another-ranks-begin-glued",
+    f"""\
+[2025-02-21 21:53:15 TP0] Capture cuda graph begin. This can take up to several minutes.
+{GLUED_BAR}[2025-02-21 21:53:15 TP1] Capture cuda graph begin. This can take up to several minutes.
+2025-02-21 21:53:17,313 - INFO - flashinfer.jit: Loading JIT ops: batch_prefill_with_kv_cache_dtype_q_bf16
+2025-02-21 21:53:17,414 - INFO - flashinfer.jit: Loading JIT ops: batch_decode_with_kv_cache_dtype_q_bf16
+2025-02-21 21:53:18,020 - INFO - flashinfer.jit: Finished loading JIT ops: batch_decode_with_kv_cache_dtype_q_bf16
+""",
+    "timeout",
+    GLUED_BAR,
+)
+
+# A quantized layer that cannot be split over the tensor-parallel ranks asked for.
+NOT_DIVISIBLE = (
+    "ValueError: Weight input_size_per_partition = 14784 is not divisible by min_thread_k = 128. Consider reducing "
+    "tensor_parallel_size or running with --quantization gptq."
+)
+case(
+    "arg-conflict-quantized-weight-not-divisible-by-tp",
+    f"""\
+[2025-01-03 09:12:40 TP1] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/sglang/python/sglang/srt/layers/quantization/awq.py", line 210, in create_weights
+    verify_marlin_supports_shape(
+  File "/opt/sglang/python/sglang/srt/layers/quantization/marlin_utils.py", line 130, in verify_marlin_supports_shape
+    raise ValueError(
+{NOT_DIVISIBLE}
+[2025-01-03 09:12:40] Received sigquit from a child process. It usually means the child failed.
+""",
+    "arg-conflict",
+    NOT_DIVISIBLE,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -18,7 +18,12 @@ from app.diagnose.drift import field_name
 from app.diagnose.figures import Figures
 from app.diagnose.lines import Line, logical_lines
 
-EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z]\w*(?:Error|Exception|Exit|Interrupt)|Exception)(?:: ?(.*))?$")
+# An exception line: a name that says it is one, or any class name qualified by its module
+# ("triton.runtime.errors.OutOfResources: ...") with a message.
+EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*"
+    r"([A-Za-z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|(?<=\.)[A-Z]\w*(?=: ))(?:: ?(.*))?$"
+)
 ARGPARSE_ERROR = re.compile(r"^[\w./ -]+: error: (.+)$")
 DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$")
 QUOTED_KEY = re.compile(r"^'[^' ]+'$")
@@ -29,7 +34,7 @@ PACKAGE_NAMES = ("sglang/", "sgl_kernel/")
 # The package in a frame's path: the last such folder, for a source checkout at /x/sglang/python/sglang/srt.
 PACKAGE = re.compile(rf"\b(?:{'|'.join(PACKAGE_NAMES)})(?!.*\b(?:{'|'.join(PACKAGE_NAMES)}))")
 FATAL_LINES = (  # fatal messages that are not Python exceptions
-    re.compile(r"CUDA error \(.*\): .+"),
+    re.compile(r"CUDA error \(.*\): .+|^CUDA Error: .+"),
     re.compile(r"\[torch_memory_saver\.cpp\] cudaError error: .+"),
     re.compile(r"ERROR: +\[Errno \d+\] error while attempting to bind on address .+"),
     re.compile(r"Watchdog caught collective operation timeout: .+"),
@@ -40,7 +45,9 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"\bfailed\b.* with exception [\w.]*(?:Error|Exception)\b"),  # a request's failure
     re.compile(r"^what\(\): +\S"),  # a C++ exception that ended the process ("terminate called after ...")
     re.compile(r"^(?:Cannot access gated repo|Repository Not Found) for url"),  # the hub's refusal, printed
-    re.compile(r"\.so(?:\.[\d.]+)?: undefined symbol: \S"),  # a library that does not load, reported by a wrapper
+    re.compile(
+        r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"
+    ),  # a library that does not load, in a wrapper's error
 )
 # A fatal line that announces the error after it: the root only when no exception follows.
 PRECURSOR = re.compile(r"is larger than the profiled value -\d+")  # the weights left no room for the KV cache
@@ -50,7 +57,7 @@ SECONDARY = re.compile(r"gloo.*Connection (?:reset|closed) by peer|Connection (?
 CAPTURE_DONE = re.compile(r"graph end|^(?:Decode|Prefill) batch|max_total_num_tokens=")
 ASSERT_SOURCE = re.compile(r"\bassert \S[^\n]*")
 PARALLEL_SIZE = re.compile(r"\b(?:\w+_)?(?:tp|dp|ep|pp|cp)_size\b")
-HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance might be sub-optimal", re.I)
+HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance might be sub-optimal|^Skipping ", re.I)
 ADJUSTMENT = re.compile(
     r"is (?:adjusted|reset|set) to |(?:is|are) disabled (?:because|when|since)|^Disabl(?:e|ing) |^Automatically |"
     r"is turned on|turn off --|Use the profiled value instead|is not supported.*disabl|will be automatically selected|"
@@ -141,6 +148,7 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         re.compile(
             r"not compatible with|is incompatible with|cannot be used (?:with|together)|mutually exclusive|"
             r"unrecognized arguments|invalid choice|\brequires SM ?\d+|does not match the [\w\s`-]*argument|"
+            r"divisible by.*(?:tensor_parallel_size|_size\b|--[a-z])|"
             r"the following arguments are required|server_args\.py:(?!<module>)\S+$|only supports|must be",
             re.I,
         ),
@@ -446,12 +454,12 @@ class Analyzer:
                 if index > self._stage_index:
                     self._percent = None
                     self.reached.append(STAGES[index][0])
+                    self._progress = line
                 self._stage_index = index
-                self._progress = line
-                if STAGES[index][0] in ("weights loading", "cuda graph capture"):
-                    percent = PERCENT.search(text)
-                    if percent:
-                        self._percent = int(percent.group(1))
+                if index in (WEIGHTS_STAGE, CAPTURE_STAGE) and (percent := PERCENT.search(text)):
+                    # A bar moving on is progress; another rank's line entering the stage is not.
+                    self._percent = int(percent.group(1))
+                    self._progress = line
 
     def _diagnosis(self, root: tuple[Line, str] | None, frames: list[str]) -> Diagnosis:
         figures = replace(self._figures, memory=dict(self._figures.memory), decode=list(self._figures.decode))
