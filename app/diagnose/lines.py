@@ -14,14 +14,14 @@ WRAPPERS = (
     re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - \S+ - [A-Z]+ - "),  # a Python logger
     re.compile(r"^> ?(?:\[\d{4}-\d\d-\d\dT[\d:.]+Z\] )?"),  # a quoted CI log
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)\s+[A-Z]+\s+\S+\.go:\d+\s+"),  # a Go logger
-    re.compile(
-        r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) "
-    ),  # docker logs -t, kubectl --timestamps
+    re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) "),  # docker logs -t, kubectl --timestamps
     re.compile(r"^`+"),  # Markdown residue
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),  # Python's default logging format
     re.compile(r"^\[rank\d+\]: ?"),  # torchrun's per-rank output
     re.compile(r"^\d{1,4}: "),  # srun --label: the task number
 )
+# Ray's note on a line it printed once for several workers.
+RAY_REPEATED = re.compile(r" ?\[repeated \d+x across cluster\]$")
 SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
 # The level and source location that some SGLang builds log after that prefix.
 LEVEL_AND_SOURCE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+\.py:\d+: ")
@@ -37,10 +37,6 @@ class Line:
     text: str  # without wrappers and SGLang's prefix
     ranks: str  # e.g. "TP3" or "DP1 TP1"; empty on main-process lines and unprefixed ones
     prefixed: bool  # carried SGLang's [timestamp] prefix
-
-
-# Ray's note on a line it printed once for several workers.
-RAY_REPEATED = re.compile(r" ?\[repeated \d+x across cluster\]$")
 
 
 def strip_wrappers(text: str) -> str:
