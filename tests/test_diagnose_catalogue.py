@@ -2562,6 +2562,79 @@ case(
     NOT_DIVISIBLE,
 )
 
+# A crash below Python (a segfault in a collective) comes first; the survivors' gloo resets follow.
+SEGFAULT = "Fatal Python error: Segmentation fault"
+case(
+    "other-segfault-before-the-survivors-gloo-errors",
+    f"""\
+[2025-03-07 11:51:40 TP0] Decode batch, #running-req: 12, #token: 9120, token usage: 0.04, gen throughput \
+(token/s): 301.50, #queue-req: 0
+{SEGFAULT}
+
+Thread 0x00007f1e2bfff640 (most recent call first):
+  File "/usr/lib/python3.12/threading.py", line 355 in wait
+[2025-03-07 11:51:41 TP3] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/distributed/parallel_state.py", line 410, in all_reduce
+    torch.distributed.all_reduce(input_, group=self.cpu_group)
+RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:26496
+""",
+    "other",
+    SEGFAULT,
+)
+
+# A dependency check that finds the package missing: importlib's lookup, then SGLang's own sentence.
+NO_METADATA = "importlib.metadata.PackageNotFoundError: No package metadata was found for flashinfer_python"
+case(
+    "import-error-package-metadata-missing",
+    f"""\
+Traceback (most recent call last):
+  File "/usr/lib/python3.12/importlib/metadata/__init__.py", line 397, in from_name
+    return next(cls.discover(name=name))
+StopIteration
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/utils.py", line 720, in assert_pkg_version
+    installed_version = version(pkg)
+{NO_METADATA}
+""",
+    "import-error",
+    NO_METADATA,
+)
+
+# An attention backend the chosen model's layers do not support.
+BACKEND_REFUSED = "ValueError: Attention backend 'sage_attn' is not supported by this attention layer."
+case(
+    "arg-conflict-backend-value-not-supported",
+    f"""\
+[2026-03-02 08:10:11] server_args=ServerArgs(model_path='acme/Heron-Diffusion', attention_backend='sage_attn')
+[2026-03-02 08:10:19 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/sglang/python/sglang/multimodal_gen/runtime/layers/attention/selector.py", line 88, in get_backend
+    raise ValueError(
+{BACKEND_REFUSED}
+""",
+    "arg-conflict",
+    BACKEND_REFUSED,
+)
+
+# A log pasted newest line first: the KeyError comes before its frames; the key names a parameter.
+PARAM_KEY = "KeyError: 'model.layers.78.mlp.gate_up_proj.input_scale'"
+case(
+    "model-load-parameter-keyerror-pasted-newest-first",
+    f"""\
+{PARAM_KEY}
+    param = params_dict[name]
+  File "/sgl-workspace/sglang/python/sglang/srt/models/llama.py", line 520, in load_weights
+    model.load_weights(self._get_all_weights(model_config, model))
+  File "/sgl-workspace/sglang/python/sglang/srt/model_loader/loader.py", line 381, in load_model
+Traceback (most recent call last):
+[2025-04-02 03:10:07 TP0] Scheduler hit an exception:
+""",
+    "model-load",
+    PARAM_KEY,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -45,6 +45,7 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"\bfailed\b.* with exception [\w.]*(?:Error|Exception)\b"),  # a request's failure
     re.compile(r"^what\(\): +\S"),  # a C++ exception that ended the process ("terminate called after ...")
     re.compile(r"^(?:Cannot access gated repo|Repository Not Found) for url"),  # the hub's refusal, printed
+    re.compile(r"^Fatal Python error: \w|\bCaught signal \d+ \(|^Segmentation fault"),  # a crash below Python
     re.compile(
         r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"
     ),  # a library that does not load, in a wrapper's error
@@ -115,7 +116,13 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
             re.I,
         ),
     ),
-    ("import-error", re.compile(r"ImportError|ModuleNotFoundError|undefined symbol|Could not load any common_ops")),
+    (
+        "import-error",
+        re.compile(
+            r"ImportError|ModuleNotFoundError|undefined symbol|Could not load any common_ops|PackageNotFoundError|"
+            r"minimum required version .* is not installed"
+        ),
+    ),
     (
         "nccl",  # collectives between ranks and the stores that set them up (HCCL: Ascend's NCCL)
         re.compile(
@@ -138,7 +145,8 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
             # the hub out of reach while the model's files are fetched
             r"ConnectionResetError|Connection aborted|SSLError|NameResolution|Temporary failure in name resolution|"
             r"RepositoryNotFound|GatedRepo|LocalEntryNotFound|safetensors|load_weights|"
-            r"config\.json|HFValidationError|params_dict\[",
+            r"config\.json|HFValidationError|params_dict\[|"
+            r"KeyError: '[\w.]*(?:\.weight|\.bias|_scale|layers\.\d+)[\w.]*'",  # a parameter the model does not have
             re.I,
         ),
     ),
@@ -148,6 +156,7 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         re.compile(
             r"not compatible with|is incompatible with|cannot be used (?:with|together)|mutually exclusive|"
             r"unrecognized arguments|invalid choice|\brequires SM ?\d+|does not match the [\w\s`-]*argument|"
+            r"(?:backend|method|mode|algorithm|strategy) '[\w.-]+' is not supported|"
             r"divisible by.*(?:tensor_parallel_size|_size\b|--[a-z])|"
             r"the following arguments are required|server_args\.py:(?!<module>)\S+$|only supports|must be",
             re.I,
