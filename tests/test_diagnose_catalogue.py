@@ -2635,6 +2635,74 @@ Traceback (most recent call last):
     PARAM_KEY,
 )
 
+# mpirun --tag-output --timestamp-output before every line; Triton's compiled helper needs a
+# driver API the installed driver lacks.
+MPI_SYMBOL = (
+    "Thu Jan 23 11:55:50 2025[1,1]<stderr>:ImportError: /root/.triton/cache/41ce1f58/cuda_utils.so: undefined "
+    "symbol: cuModuleGetFunction"
+)
+case(
+    "driver-mpirun-tagged-driver-api-symbol",
+    f"""\
+Thu Jan 23 11:55:41 2025[1,1]<stderr>:[2025-01-23 11:55:41 TP1] Load weight end. type=LlamaForCausalLM, \
+dtype=torch.bfloat16, avail mem=60.20 GB
+Thu Jan 23 11:55:50 2025[1,1]<stderr>:Traceback (most recent call last):
+Thu Jan 23 11:55:50 2025[1,1]<stderr>:  File "/opt/conda/lib/python3.10/site-packages/triton/driver.py", \
+line 69, in __init__
+Thu Jan 23 11:55:50 2025[1,1]<stderr>:    mod = compile_module_from_src(source)
+{MPI_SYMBOL}
+""",
+    "driver",
+    MPI_SYMBOL,
+)
+
+# A log pasted into an issue with the error in Markdown bold; an FP8 checkpoint's scale the model lacks.
+BOLD_KEY = "**KeyError: 'model.layers.3.mlp.shared_experts.down_proj.weight_scale'**"
+case(
+    "model-load-markdown-bold-parameter-keyerror",
+    f"""\
+[2025-04-20 10:02:11 TP6] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/models/deepseek_v2.py", line 1602, in load_weights
+    param = params_dict[name]
+            ~~~~~~~~~~~^^^^^^
+{BOLD_KEY}
+""",
+    "model-load",
+    BOLD_KEY,
+)
+
+# An older release's spelling of the KV cache refusal.
+OLD_SPELLING = "RuntimeError: Not enought memory. Please try to increase --mem-fraction-static."
+case(
+    "oom-old-spelling-of-the-kv-cache-refusal",
+    f"""\
+Process Process-1:
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/sglang/srt/managers/router/model_rpc.py", line 180, in __init__
+    self.model_runner = ModelRunner(
+  File "/opt/conda/lib/python3.10/site-packages/sglang/srt/managers/model_runner.py", line 320, in init_memory_pool
+    raise RuntimeError(
+{OLD_SPELLING}
+""",
+    "oom",
+    OLD_SPELLING,
+)
+
+# A block-quantized weight whose shard is not a whole number of blocks at this tensor-parallel size.
+BLOCK_N = "ValueError: Weight output_partition_size = 576 is not divisible by weight quantization block_n = 128."
+case(
+    "arg-conflict-partition-not-divisible-by-quantization-block",
+    f"""\
+[2025-03-11 02:40:08 TP17] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/layers/quantization/fp8.py", line 260, in validate_block_quant_shapes
+    raise ValueError(
+{BLOCK_N}
+[2025-03-11 02:40:08] Received sigquit from a child process. It usually means the child failed.
+""",
+    "arg-conflict",
+    BLOCK_N,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

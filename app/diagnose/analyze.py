@@ -99,7 +99,9 @@ SKIMMED = ("] Decode batch", "] Prefill batch", 'HTTP/1.1" ')
 CLASSES = (  # first match wins; checked against the root error, then a few against its traceback
     (
         "oom",
-        re.compile(r"out of memory|OutOfMemoryError|Not enough memory|CUDA_ERROR_OUT_OF_MEMORY|profiled value -", re.I),
+        re.compile(
+            r"out of memory|OutOfMemoryError|Not enought? memory|CUDA_ERROR_OUT_OF_MEMORY|profiled value -", re.I
+        ),
     ),
     (
         "port-in-use",
@@ -109,7 +111,7 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
         "driver",
         re.compile(
             r"no kernel image is available|driver version is insufficient|no NVIDIA driver|"
-            r"No CUDA GPUs are available|invalid device ordinal|CUDA driver|only supports sm\d+|"
+            r"No CUDA GPUs are available|CUDA driver|only supports sm\d+|"
             # no kernel built for this device: HIP's wording, Ascend's
             r"invalid device function|does not support opType|"
             r"undefined symbol: cu[A-Z]",  # a CUDA driver API symbol: the driver is older than the build
@@ -157,7 +159,7 @@ CLASSES = (  # first match wins; checked against the root error, then a few agai
             r"not compatible with|is incompatible with|cannot be used (?:with|together)|mutually exclusive|"
             r"unrecognized arguments|invalid choice|\brequires SM ?\d+|does not match the [\w\s`-]*argument|"
             r"(?:backend|method|mode|algorithm|strategy) '[\w.-]+' is not supported|"
-            r"divisible by.*(?:tensor_parallel_size|_size\b|--[a-z])|"
+            r"divisible by.*(?:tensor_parallel_size|_size\b|--[a-z])|(?:partition|_size\b).*not divisible by|"
             r"the following arguments are required|server_args\.py:(?!<module>)\S+$|only supports|must be",
             re.I,
         ),
@@ -248,7 +250,7 @@ NORMALISE: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
 # attempts group under one fingerprint whichever wording a log shows.
 CAUSES = (
     # The weights left no room for the KV cache: a negative profiled budget, then the refusal.
-    ("no memory for the KV cache", re.compile(r"profiled value -\d|Not enough memory\. Please try to increase")),
+    ("no memory for the KV cache", re.compile(r"profiled value -\d|Not enought? memory\. Please try to increase")),
 )
 MAX_TRACEBACK_LINES = 400
 FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)+)")

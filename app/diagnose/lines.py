@@ -15,13 +15,15 @@ WRAPPERS = (
     re.compile(r"^> ?(?:\[\d{4}-\d\d-\d\dT[\d:.]+Z\] )?"),  # a quoted CI log
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)\s+[A-Z]+\s+\S+\.go:\d+\s+"),  # a Go logger
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) "),  # docker logs -t, kubectl --timestamps
-    re.compile(r"^`+"),  # Markdown residue
+    re.compile(r"^`+|^\*\*(?=\S)"),  # Markdown residue: a code fence, bold
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),  # Python's default logging format
     re.compile(r"^\[rank\d+\]: ?"),  # torchrun's per-rank output
     re.compile(r"^\d{1,4}: "),  # srun --label: the task number
+    # OpenMPI's --tag-output (and --timestamp-output): "Thu Jan 23 11:55:50 2025[1,1]<stderr>:"
+    re.compile(r"^(?:\w{3} \w{3} +\d+ [\d:]{8} \d{4})?\[\d+,\d+\]<std(?:out|err)>:"),
 )
-# Ray's note on a line it printed once for several workers.
-RAY_REPEATED = re.compile(r" ?\[repeated \d+x across cluster\]$")
+# What follows a record: Ray's note on a line it printed once for several workers, Markdown's bold.
+SUFFIXES = re.compile(r" ?\[repeated \d+x across cluster\]$|\*\*$")
 SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
 # The level and source location that some SGLang builds log after that prefix.
 LEVEL_AND_SOURCE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+\.py:\d+: ")
@@ -40,7 +42,7 @@ class Line:
 
 
 def strip_wrappers(text: str) -> str:
-    text = RAY_REPEATED.sub("", ANSI.sub("", text))
+    text = SUFFIXES.sub("", ANSI.sub("", text))
     for _ in range(3):  # wrappers can nest (a quoted compose log)
         before = text
         for wrapper in WRAPPERS:
