@@ -46,9 +46,8 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"^what\(\): +\S"),  # a C++ exception that ended the process ("terminate called after ...")
     re.compile(r"^(?:Cannot access gated repo|Repository Not Found) for url"),  # the hub's refusal, printed
     re.compile(r"^Fatal Python error: \w|\bCaught signal \d+ \(|^Segmentation fault"),  # a crash below Python
-    re.compile(
-        r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"
-    ),  # a library that does not load, in a wrapper's error
+    # a library that does not load, in a wrapper's one-line error
+    re.compile(r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"),
 )
 # A fatal line that announces the error after it: the root only when no exception follows.
 PRECURSOR = re.compile(r"is larger than the profiled value -\d+")  # the weights left no room for the KV cache
