@@ -2703,6 +2703,77 @@ case(
     BLOCK_N,
 )
 
+# A serving framework's "time | LEVEL | name | " logger before every line of the worker's stderr.
+NO_ZMQ = "2024-02-08 09:56:23 | ERROR | stderr | ModuleNotFoundError: No module named 'zmq'"
+case(
+    "import-error-under-a-pipe-separated-logger",
+    f"""\
+2024-02-08 09:56:20 | INFO | model_worker | Loading the model ['lark-7b'] on worker 3f2a ...
+2024-02-08 09:56:23 | ERROR | stderr | Traceback (most recent call last):
+2024-02-08 09:56:23 | ERROR | stderr |   File "/opt/conda/lib/python3.10/site-packages/sglang/srt/server.py", line 12, \
+in <module>
+2024-02-08 09:56:23 | ERROR | stderr |     import zmq
+{NO_ZMQ}
+""",
+    "import-error",
+    NO_ZMQ,
+)
+
+# The ROCm runtime's own report of a bad memory access: no Python exception follows.
+MEMORY_FAULT = "Memory access fault by GPU node-2 (Agent handle: 0xdedb180) on address 0x7f57d9a00000. Reason: Unknown."
+case(
+    "other-rocm-memory-access-fault",
+    f"""\
+[2024-09-12 07:31:02 TP0] Capture cuda graph end. Time elapsed: 14.20 s
+[2024-09-12 07:31:03] The server is fired up and ready to roll!
+[2024-09-12 07:31:09 TP0] Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 1, cache hit rate: 14.29%
+{MEMORY_FAULT}
+Aborted (core dumped)
+""",
+    "other",
+    MEMORY_FAULT,
+)
+
+# A CUDA check in a C++ extension prints its failure and exits.
+CUDA_CHECK = (
+    "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:307 'peer access is not supported between these two "
+    "devices'"
+)
+case(
+    "other-cuda-check-failure-printed-by-an-extension",
+    f"""\
+[2024-09-26 03:12:40 TP0] Init torch distributed begin.
+[2024-09-26 03:12:41 TP1] Init torch distributed begin.
+{CUDA_CHECK}
+{CUDA_CHECK}
+[2024-09-26 03:12:44] Received sigquit from a child process. It usually means the child failed.
+""",
+    "other",
+    CUDA_CHECK,
+)
+
+# torch's compiler wrapper announces the backend's error, which follows under its bare class name.
+INDUCTOR_CAUSE = (
+    "OutOfResources: out of resource: shared memory, Required: 196608, Hardware limit: 65536. Reducing block sizes "
+    "or `num_stages` may help."
+)
+case(
+    "cuda-graph-compiler-wrapper-quotes-its-cause",
+    f"""\
+[2025-06-05 02:11:30 TP2] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 392, in capture
+    ) = self.capture_one_batch_size(bs, forward)
+  File "/opt/venv/lib/python3.10/site-packages/torch/_dynamo/output_graph.py", line 1465, in call_user_compiler
+    raise BackendCompilerFailed(self.compiler_fn, e) from e
+torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:
+{INDUCTOR_CAUSE}
+
+Set TORCH_LOGS="+dynamo" and TORCHDYNAMO_VERBOSE=1 for more information
+""",
+    "cuda-graph",
+    INDUCTOR_CAUSE,
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # fingerprint grouping

@@ -25,7 +25,9 @@ EXCEPTION = re.compile(
     r"([A-Za-z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|(?<=\.)[A-Z]\w*(?=: ))(?:: ?(.*))?$"
 )
 ARGPARSE_ERROR = re.compile(r"^[\w./ -]+: error: (.+)$")
-DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$")
+# A cause given below an exception whose message only announces it: a listed detail, a repr, or
+# a bare class name with its message (what torch's compiler wrapper quotes after "raised:").
+DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$|^[A-Z][A-Za-z]+: \S")
 QUOTED_KEY = re.compile(r"^'[^' ]+'$")
 OOM_ACCOUNTING = re.compile(r"(?<=out of memory)\..*", re.I)
 EXCEPTION_REPR = re.compile(r"^(?:[\w]+\.)*([A-Za-z]\w*(?:Error|Exception))\((['\"])(.*)\2\)$")
@@ -46,6 +48,7 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"^what\(\): +\S"),  # a C++ exception that ended the process ("terminate called after ...")
     re.compile(r"^(?:Cannot access gated repo|Repository Not Found) for url"),  # the hub's refusal, printed
     re.compile(r"^Fatal Python error: \w|\bCaught signal \d+ \(|^Segmentation fault"),  # a crash below Python
+    re.compile(r"^Memory access fault by GPU|^Failed: Cuda error \S"),  # the ROCm runtime's, a CUDA check's
     # a library that does not load, in a wrapper's one-line error
     re.compile(r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"),
 )
@@ -529,7 +532,7 @@ def _root_of(tb: _Traceback) -> tuple[tuple[Line, str], list[str]] | None:
         # A report that gives its cause after an empty header (sgl_kernel's loader lists its
         # attempts; Triton quotes the kernel source first): the first cause below it.
         after = tb.lines[tb.lines.index(root) + 1 :] if root in tb.lines else tb.lines
-        root = next((line for line in after if DETAIL.match(line.text.strip())), root)
+        root = next((line for line in after if DETAIL.match(line.text.strip()) and line not in tb.exceptions), root)
     context, frames = _context(tb, root)
     return (root, context), _sglang_frames(frames)
 

@@ -12,6 +12,7 @@ WRAPPERS = (
     re.compile(r"^\(\w+ pid=\d+(?:, ip=[\d.]+)?\) "),  # Ray: "(WorkerDict pid=616, ip=10.0.0.1) "
     re.compile(r"^[\w.-]+\s*\| "),  # docker compose: "<service><pad> | "
     re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - \S+ - [A-Z]+ - "),  # a Python logger
+    re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| \S+ \| "),  # "time | LEVEL | name | " (FastChat)
     re.compile(r"^> ?(?:\[\d{4}-\d\d-\d\dT[\d:.]+Z\] )?"),  # a quoted CI log
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)\s+[A-Z]+\s+\S+\.go:\d+\s+"),  # a Go logger
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) "),  # docker logs -t, kubectl --timestamps
