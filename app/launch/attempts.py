@@ -429,8 +429,8 @@ class _Follower:
         if status != "ready" and healthy and (not self.ready_group_size or probe.group_size >= self.ready_group_size):
             self.ready_group_size = self.ready_group_size or probe.group_size
             first = {"ready_at": utcnow()} if status == "loading" else {}
+            await self._record_server_info(info[0])  # first: whoever sees "ready" sees its arguments too
             await self.service._stage(self.attempt_id, "ready", status="ready", error="", **first)
-            await self._record_server_info(info[0])
             return "ready"
         if status == "ready" and (not healthy or probe.group_size < self.ready_group_size):
             reason = "health check failed" if not healthy else "server processes have exited"
