@@ -358,7 +358,7 @@ class Analyzer:
         """The answer so far, for a log that is still growing; the analyzer reads on unchanged."""
         root, frames = self._root, self._frames
         current = self._current
-        if root is None and current is not None and not _stopped(current) and (found := _root_of(current)):
+        if root is None and current is not None and not _stopped(current.exceptions) and (found := _root_of(current)):
             root, frames = found
         fatal = self._fatal_line
         if fatal is not None and (root is None or fatal.number < root[0].number):
@@ -430,7 +430,7 @@ class Analyzer:
             self._close_traceback()  # a traceback that ended before it comes first
             if self._root is not None:
                 return
-            if _message(line) and not _stopped(_Traceback([line], [line])):
+            if _message(line) and not _stopped([line]):
                 self._root, self._orphan = (line, text), True
             else:
                 self._current = _Traceback([line], [line])
@@ -443,7 +443,7 @@ class Analyzer:
 
     def _close_traceback(self) -> None:
         tb, self._current = self._current, None
-        if tb is None or (found := _root_of(tb)) is None or _stopped(tb):
+        if tb is None or (found := _root_of(tb)) is None or _stopped(tb.exceptions):
             return
         if self._root is not None:
             # An exception line printed before its own traceback (output of several processes
@@ -537,9 +537,9 @@ def _root_of(tb: _Traceback) -> tuple[tuple[Line, str], list[str]] | None:
     return (root, context), _sglang_frames(frames)
 
 
-def _stopped(tb: _Traceback) -> bool:
-    """A traceback that starts with Ctrl-C: someone stopped the process, which is no failure of its own."""
-    found = EXCEPTION.match(tb.exceptions[0].text.strip()) if tb.exceptions else None
+def _stopped(exceptions: list[Line]) -> bool:
+    """Exceptions that start with Ctrl-C: someone stopped the process, which is no failure of its own."""
+    found = EXCEPTION.match(exceptions[0].text.strip()) if exceptions else None
     return found is not None and found.group(1) == "KeyboardInterrupt"
 
 
