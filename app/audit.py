@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import AuditEvent
 
 
-async def record(
+def record(
     session: AsyncSession,
     *,
     actor: str,
@@ -18,5 +18,5 @@ async def record(
     remote_addr: str = "",
     detail: dict[str, Any] | None = None,
 ) -> None:
+    """Adds the event to the caller's unit of work: it is kept exactly when the action is."""
     session.add(AuditEvent(actor=actor, action=action, target=target, remote_addr=remote_addr, detail=detail or {}))
-    await session.commit()

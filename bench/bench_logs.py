@@ -529,7 +529,7 @@ async def _grep_and_page(root: Path, spec: HostSpec, logs: Path) -> dict[str, di
     app = create_app(settings)
     path = logs / f"{ATTEMPT_ID}.log"
     async with app.router.lifespan_context(app):
-        await _add_attempt(app.state.runtime.sessions)
+        await _add_attempt(app.state.runtime.sessions.write)
         async with AsyncClient(transport=ASGITransport(app=app), base_url="http://bench") as client:
             # c: grep through the API against grep on the file, alternating, 3 times each.
             ours, anchor = [], []

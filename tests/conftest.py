@@ -17,7 +17,7 @@ from app.config import Settings
 from app.demo.cluster import SimCluster
 from app.demo.presets import seed_demo_presets
 from app.gpu.nvidia_smi import read_gpu_memory
-from app.launch.attempts import Pace
+from app.launch.record import Pace
 from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
 from app.web.app import create_app
 from tests.support import STRICT, OpenSSHServer, require
@@ -160,7 +160,7 @@ async def api(running_app: FastAPI, app_client: AsyncClient) -> AsyncIterator[As
     """The API with the demo presets, leaving no server running on the simulated hosts."""
     runtime = running_app.state.runtime
     runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
-    async with runtime.sessions() as session:
+    async with runtime.sessions.write() as session:
         await seed_demo_presets(session)
     app_client.headers.update(AUTH)
     yield app_client

@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from httpx import AsyncClient
 
-from app.launch.attempts import Pace
+from app.launch.record import Pace
 from tests.conftest import TOKEN
 from tests.test_launch import FINAL, launch, wait_for
 from tests.test_logs_api import serve

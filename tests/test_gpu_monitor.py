@@ -102,7 +102,7 @@ async def test_samples_are_stored_while_the_probe_runs(running_app: FastAPI) -> 
     monitor.sample_every = 0.5
 
     async def count() -> int:
-        async with running_app.state.runtime.sessions() as session:
+        async with running_app.state.runtime.sessions.read() as session:
             return int(await session.scalar(select(func.count()).select_from(GpuSample)) or 0)
 
     for _ in range(100):

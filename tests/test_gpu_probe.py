@@ -10,10 +10,10 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
-from app.db.models import GpuSample, Host
+from app.db.models import AttemptStatus, GpuSample, Host
 from app.gpu.monitor import prune_samples
-from app.gpu.overview import classify
 from app.gpu.probe import GpuProcess, ProbeUnavailable, parse_nvml_line, parse_smi_block
+from app.launch.owners import classify
 
 GIB = 1 << 30
 
@@ -74,7 +74,7 @@ def test_nvidia_smi_csv_with_unreadable_fields_mig_and_a_gpu_off_the_bus() -> No
 
 
 def test_gpu_processes_are_told_apart_by_owner() -> None:
-    owners = {100: (7, "ready"), 200: (8, "failed")}
+    owners = {100: (7, AttemptStatus.READY), 200: (8, AttemptStatus.FAILED)}
     assert classify(GpuProcess(0, 101, 10, "x", 100), owners).owner == "attempt"
     stale = classify(GpuProcess(0, 201, 10, "sglang::scheduler_TP0", 200), owners)
     assert (stale.owner, stale.attempt_id, stale.attempt_status) == ("stale", 8, "failed")

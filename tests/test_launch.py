@@ -19,9 +19,10 @@ import uvicorn
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
+from app.db.models import ACTIVE_STATUSES
 from app.demo.presets import seed_demo_presets
 from app.gpu.nvidia_smi import read_gpu_memory
-from app.launch.attempts import ACTIVE, Pace
+from app.launch.record import Pace
 from app.ssh import HostSpec, render_hosts
 from app.web.app import create_app
 from tests.conftest import AUTH, TOKEN, make_settings, wait_until_free
@@ -168,7 +169,7 @@ async def test_launch_on_an_offline_host_fails_its_preflight(tmp_path: Path, sim
     )
     app = create_app(make_settings(tmp_path, [*sim_specs, offline], ssh_connect_timeout=1.0))
     async with app.router.lifespan_context(app):
-        async with app.state.runtime.sessions() as session:
+        async with app.state.runtime.sessions.write() as session:
             await seed_demo_presets(session)
         async with AsyncClient(transport=ASGITransport(app=app), base_url="http://t", headers=AUTH) as api:
             attempt = await wait_for(api, await launch(api, "llama31-8b", "gone-01", [0]), {"failed"})
@@ -251,7 +252,7 @@ async def test_attempts_list_filters_and_pages(api: AsyncClient) -> None:
     assert (await api.get("/api/attempts", params={"status": "ready"})).json() == []
     bad = await api.get("/api/attempts", params={"status": "sleeping"})
     assert bad.status_code == 422 and "status: 'sleeping' is not one of" in bad.json()["detail"]
-    assert ACTIVE.isdisjoint({a["status"] for a in newest + older})
+    assert ACTIVE_STATUSES.isdisjoint({a["status"] for a in newest + older})
 
 
 async def test_cli_launches_follows_and_lists(api: AsyncClient, running_app: FastAPI) -> None:

@@ -9,7 +9,7 @@ import re
 from fastapi import FastAPI
 from httpx import AsyncClient
 
-from app.launch.attempts import Pace
+from app.launch.record import Pace
 from tests.support import free_port
 from tests.test_pages import csrf_from, log_in
 

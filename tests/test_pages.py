@@ -56,7 +56,7 @@ async def test_wrong_token_is_refused_and_audited(app_client: AsyncClient, runni
     assert response.status_code == 401
     assert "That token is not valid." in response.text
     assert (await app_client.get("/hosts")).status_code == 303
-    async with running_app.state.runtime.sessions() as session:
+    async with running_app.state.runtime.sessions.read() as session:
         actions = list(await session.scalars(select(AuditEvent.action)))
     assert actions == ["login-failed"]
 

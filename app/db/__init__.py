@@ -1,7 +1,19 @@
-"""The database: one async engine per app, and Alembic migrations to the latest schema."""
+"""The database: one async engine per app, two ways into it, and Alembic migrations.
+
+Reads and writes go through different session factories (`Sessions`), so that no read can stand
+in a writer's way. On SQLite (in WAL mode) a read session's transaction is deferred and read-only:
+it reads a snapshot and never takes the write lock. A write session's transaction begins
+immediate: a unit of work that reads and then writes would otherwise fail at once with
+"database is locked" when another connection wrote in between, whatever the busy timeout; taking
+the lock up front makes it wait its turn instead. Since the lock is held until commit, a write
+transaction is one short unit of work that awaits nothing but the database: load what is needed,
+close, do the slow work (SSH, grep, a subprocess), then open another to write the result.
+PostgreSQL needs none of this (readers never block writers), and the same two factories serve it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +30,8 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 # How long a SQLite writer waits for another to finish before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# The execution option that marks a read session's connections.
+READ_ONLY = "launchdeck_read_only"
 
 
 def _with_driver(url: str, *, sqlite: str) -> URL:
@@ -39,12 +53,8 @@ def sync_url(url: str) -> URL:
 
 
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
-    """An async engine; on SQLite with WAL, a busy timeout and BEGIN IMMEDIATE.
-
-    BEGIN IMMEDIATE matters: a deferred transaction that reads and then writes fails at once
-    with "database is locked" when another connection wrote in between, whatever the busy
-    timeout. Taking the write lock up front makes it wait its turn instead.
-    """
+    """An async engine; on SQLite with WAL, a busy timeout, and transactions that begin
+    immediate unless the connection is a read session's (see `Sessions`)."""
     engine = create_async_engine(async_url(url), **kwargs)
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine)
@@ -64,11 +74,32 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        read_only = bool(connection.get_execution_options().get(READ_ONLY))
+        # query_only makes a write slipped into a read session an error, not a silent lock grab.
+        info = connection.connection.info
+        if info.get("query_only") != read_only:
+            connection.exec_driver_sql(f"PRAGMA query_only={int(read_only)}")
+            info["query_only"] = read_only
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions that may write (on SQLite their transactions begin immediate)."""
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """`read()` for a session that only reads; `write.begin()` for one unit of work that writes
+    and commits when its block ends."""
+
+    read: async_sessionmaker[AsyncSession]
+    write: async_sessionmaker[AsyncSession]
+
+    @classmethod
+    def of(cls, engine: AsyncEngine) -> Sessions:
+        read_engine = engine.execution_options(**{READ_ONLY: True})
+        return cls(read=async_sessionmaker(read_engine, expire_on_commit=False), write=session_factory(engine))
 
 
 def alembic_config(url: str) -> Config:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -38,6 +39,54 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
+
+
+class AttemptStatus(StrEnum):
+    """Where an attempt stands. Only evidence from its host (an exit status, its process gone, a
+    health check) moves it; the dashboard's own trouble never does."""
+
+    PENDING = "pending"
+    UPLOADING = "uploading"
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    UNHEALTHY = "unhealthy"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    @property
+    def active(self) -> bool:
+        return self in ACTIVE_STATUSES
+
+
+# Still followed: the server may be running, or about to.
+ACTIVE_STATUSES = frozenset(
+    {
+        AttemptStatus.PENDING,
+        AttemptStatus.UPLOADING,
+        AttemptStatus.STARTING,
+        AttemptStatus.LOADING,
+        AttemptStatus.READY,
+        AttemptStatus.UNHEALTHY,
+    }
+)
+FINISHED_STATUSES = frozenset(AttemptStatus) - ACTIVE_STATUSES
+# Before the server's process exists: nothing ran on the host yet, so nothing was logged.
+UNSTARTED_STATUSES = frozenset({AttemptStatus.PENDING, AttemptStatus.UPLOADING, AttemptStatus.STARTING})
+
+
+class AttemptStatusType(TypeDecorator[AttemptStatus]):
+    """An attempt's status as its enum in Python and as a plain string column in the database."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def process_bind_param(self, value: AttemptStatus | str | None, dialect: Any) -> str | None:
+        return None if value is None else AttemptStatus(value).value
+
+    def process_result_value(self, value: str | None, dialect: Any) -> AttemptStatus | None:
+        return None if value is None else AttemptStatus(value)
 
 
 # Row ids and byte counts that can outgrow 32 bits on PostgreSQL; SQLite's INTEGER is 64-bit.
@@ -144,7 +193,7 @@ class Attempt(Base):
     # The process's start time in clock ticks (/proc/<pid>/stat), which tells it from a later one
     # that reuses its pid.
     pid_start_time: Mapped[int | None] = mapped_column(BigInt)
-    status: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    status: Mapped[AttemptStatus] = mapped_column(AttemptStatusType(), default=AttemptStatus.PENDING, index=True)
     stage: Mapped[str] = mapped_column(String(32), default="")
     stages: Mapped[list[Any]] = mapped_column(default=list)
     preflight: Mapped[dict[str, Any]] = mapped_column(default=dict)

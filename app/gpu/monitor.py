@@ -14,9 +14,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
+from app.db import Sessions
 from app.db.models import GpuSample, Host
 from app.errors import HostError
 from app.gpu.probe import NVML_PROBE, SMI_PROBE, ProbeUnavailable, Snapshot, parse_nvml_line, parse_smi_block
@@ -50,7 +52,7 @@ class HostGpus:
 class GpuMonitor:
     def __init__(
         self,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: Sessions,
         ssh: SSHManager,
         *,
         interval: float = 1.0,
@@ -167,7 +169,10 @@ class GpuMonitor:
                 self._publish()  # new readings, even when the state stayed the same
                 if time.monotonic() - last_sample >= self.sample_every:
                     last_sample = time.monotonic()
-                    await self._store(host.name, snapshot)
+                    try:
+                        await self._store(host.name, snapshot)
+                    except SQLAlchemyError as exc:  # one missing sample in the history; the grid goes on
+                        log.warning("%s: GPU sample not stored: %s", host.name, exc)
 
     async def _read(self, process: object, nvml: bool) -> Snapshot:
         stdout = process.stdout  # type: ignore[attr-defined]
@@ -209,7 +214,7 @@ class GpuMonitor:
                 points.popleft()
 
     async def _store(self, host_name: str, snapshot: Snapshot) -> None:
-        async with self.sessions() as session:
+        async with self.sessions.write.begin() as session:
             host_id = await session.scalar(select(Host.id).where(Host.name == host_name))
             if host_id is None:
                 return
@@ -229,12 +234,11 @@ class GpuMonitor:
                 for gpu in snapshot.gpus
                 if not gpu.error
             )
-            await session.commit()
 
     async def _prune_forever(self) -> None:
         while True:
             try:
-                async with self.sessions() as session:
+                async with self.sessions.write() as session:
                     self._pruned_until = await prune_samples(session, utcnow(), since=self._pruned_until)
             except Exception:
                 log.exception("pruning GPU samples failed")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from app.errors import HostError
@@ -93,21 +93,8 @@ class HostView:
     processes: list[ProcessView]
 
 
-ACTIVE_STATUSES = frozenset({"pending", "uploading", "starting", "loading", "ready", "unhealthy"})
-ATTEMPT_DIR_MARK = "/.launchdeck/attempts/"
-
-
-def classify(process: GpuProcess, owners: dict[int, tuple[int, str]]) -> ProcessView:
-    """Whose a GPU process is: a running attempt's, a finished attempt's left behind (stale), one
-    launchdeck started but no longer tracks (its working directory is an attempt's), or another's."""
-    owner = owners.get(process.pgid) if process.pgid is not None else None
-    base = (process.gpu, process.pid, process.used_mib, process.command)
-    if owner is not None:
-        attempt_id, status = owner
-        return ProcessView(*base, "attempt" if status in ACTIVE_STATUSES else "stale", attempt_id, status)
-    if ATTEMPT_DIR_MARK in process.cwd + "/":
-        return ProcessView(*base, "untracked")
-    return ProcessView(*base, "other")
+# Tells whose a GPU process is (see app.launch.owners, which knows the attempts).
+Classify = Callable[[GpuProcess], ProcessView]
 
 
 def sparkline(points: Iterable[tuple[float, int, int]], now: float, span: float = 1800.0) -> str:
@@ -116,20 +103,18 @@ def sparkline(points: Iterable[tuple[float, int, int]], now: float, span: float 
     )
 
 
-def host_view(host: HostConnection, gpus: HostGpus, owners: dict[int, tuple[int, str]]) -> HostView:
-    return _view(host.name, host.spec.labels, host.status, gpus, owners)
+def host_view(host: HostConnection, gpus: HostGpus, classify: Classify) -> HostView:
+    return _view(host.name, host.spec.labels, host.status, gpus, classify)
 
 
-def local_view(gpus: HostGpus) -> HostView:
+def local_view(gpus: HostGpus, classify: Classify) -> HostView:
     """The dashboard's own machine, read directly rather than over SSH."""
-    return _view(gpus.name, ("local",), HostStatus(HostState.ONLINE, gpus.since), gpus, {})
+    return _view(gpus.name, ("local",), HostStatus(HostState.ONLINE, gpus.since), gpus, classify)
 
 
-def _view(
-    name: str, labels: tuple[str, ...], status: HostStatus, gpus: HostGpus, owners: dict[int, tuple[int, str]]
-) -> HostView:
+def _view(name: str, labels: tuple[str, ...], status: HostStatus, gpus: HostGpus, classify: Classify) -> HostView:
     snapshot = gpus.snapshot
-    processes = [classify(p, owners) for p in snapshot.processes] if snapshot else []
+    processes = [classify(p) for p in snapshot.processes] if snapshot else []
     views = []
     for gpu in snapshot.gpus if snapshot else []:
         mine = [p for p in processes if p.gpu == gpu.index]

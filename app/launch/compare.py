@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Attempt, PresetRevision
 from app.diagnose.drift import Drift, requested_args
 from app.errors import NotFound
-from app.launch.attempts import durations, load_attempt
 from app.launch.diagnosis import drift_of
+from app.launch.history import durations, load_attempt
 from app.logs.store import Line, LogStore
 
 CONTEXT_LINES = 6  # of log on each side of the root error

@@ -280,6 +280,13 @@ def revision_of(preset: Preset, number: int) -> PresetRevision:
 
 
 async def create_preset(session: AsyncSession, data: PresetInput, *, actor: str) -> Preset:
+    """Saves a new preset with its first revision; one unit of work, committed here."""
+    created = await _create(session, data, actor=actor)
+    await session.commit()
+    return created
+
+
+async def _create(session: AsyncSession, data: PresetInput, *, actor: str) -> Preset:
     data.validate()
     if await session.scalar(select(Preset.id).where(Preset.name == data.name)) is not None:
         raise InvalidInput(f"name: a preset named {data.name!r} exists already")
@@ -287,7 +294,7 @@ async def create_preset(session: AsyncSession, data: PresetInput, *, actor: str)
     session.add(preset)
     await session.flush()
     session.add(_revision(preset, 1, data, actor))
-    await audit.record(session, actor=actor, action="preset-create", target=data.name, detail={"revision": 1})
+    audit.record(session, actor=actor, action="preset-create", target=data.name, detail={"revision": 1})
     return await get_preset(session, data.name)
 
 
@@ -302,24 +309,25 @@ async def save_preset(session: AsyncSession, preset: Preset, data: PresetInput, 
         return None
     revision = _revision(preset, current.number + 1, data, actor)
     session.add(revision)
-    await audit.record(
-        session, actor=actor, action="preset-edit", target=preset.name, detail={"revision": revision.number}
-    )
+    audit.record(session, actor=actor, action="preset-edit", target=preset.name, detail={"revision": revision.number})
+    await session.commit()
     return revision
 
 
 async def clone_preset(session: AsyncSession, preset: Preset, new_name: str, *, actor: str) -> Preset:
     source = latest(preset)
     data = PresetInput(name=new_name, description=preset.description, **revision_fields(source))
-    clone = await create_preset(session, data, actor=actor)
-    await audit.record(session, actor=actor, action="preset-clone", target=new_name, detail={"from": preset.name})
+    clone = await _create(session, data, actor=actor)
+    audit.record(session, actor=actor, action="preset-clone", target=new_name, detail={"from": preset.name})
+    await session.commit()
     return clone
 
 
 async def archive_preset(session: AsyncSession, preset: Preset, *, actor: str, archived: bool = True) -> None:
     preset.archived_at = utcnow() if archived else None
     action = "preset-archive" if archived else "preset-restore"
-    await audit.record(session, actor=actor, action=action, target=preset.name)
+    audit.record(session, actor=actor, action=action, target=preset.name)
+    await session.commit()
 
 
 def _same(revision: PresetRevision, data: PresetInput) -> bool:

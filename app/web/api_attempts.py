@@ -10,10 +10,10 @@ from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 
-from app.db.models import Attempt, AuditEvent
-from app.launch import attempts
+from app.db.models import Attempt, AttemptStatus, AuditEvent
+from app.launch import history
 from app.launch.diagnosis import drift_of
-from app.web.deps import ApiUser, DbSession, RuntimeDep
+from app.web.deps import ApiUser, ReadDb, RuntimeDep
 
 router = APIRouter(prefix="/api", tags=["attempts"])
 
@@ -29,7 +29,7 @@ class LaunchIn(BaseModel):
 
 class Launched(BaseModel):
     id: int
-    status: str
+    status: AttemptStatus
 
 
 class StagePublic(BaseModel):
@@ -40,7 +40,10 @@ class StagePublic(BaseModel):
 
 class AttemptPublic(BaseModel):
     id: int
-    status: str
+    status: AttemptStatus
+    # "tracking interrupted: <reason>" while the dashboard cannot follow the attempt (its own
+    # trouble, not the host's); the status then still says what the host showed last.
+    tracking: str
     stage: str
     host: str
     preset: str
@@ -71,10 +74,11 @@ class AttemptPublic(BaseModel):
     stages: list[StagePublic]
 
     @classmethod
-    def of(cls, attempt: Attempt) -> AttemptPublic:
+    def of(cls, attempt: Attempt, *, tracking: str = "") -> AttemptPublic:
         return cls(
             id=attempt.id,
             status=attempt.status,
+            tracking=tracking,
             stage=attempt.stage,
             host=attempt.host.name,
             preset=attempt.revision.preset.name,
@@ -101,8 +105,8 @@ class AttemptPublic(BaseModel):
             started_at=attempt.started_at,
             ready_at=attempt.ready_at,
             ended_at=attempt.ended_at,
-            time_to_ready_s=attempts.time_to_ready(attempt),
-            stages=[StagePublic(stage=s, at=at, seconds=sec) for s, at, sec in attempts.durations(attempt)],
+            time_to_ready_s=history.time_to_ready(attempt),
+            stages=[StagePublic(stage=s, at=at, seconds=sec) for s, at, sec in history.durations(attempt)],
         )
 
 
@@ -123,17 +127,16 @@ class AuditPublic(BaseModel):
 
 
 @router.post("/preflight")
-async def preflight(body: PreflightIn, runtime: RuntimeDep, db: DbSession, _user: ApiUser) -> dict[str, Any]:
+async def preflight(body: PreflightIn, runtime: RuntimeDep, _user: ApiUser) -> dict[str, Any]:
     """The checks a launch would run, without launching."""
-    result = await runtime.attempts.preflight(db, preset=body.preset, host=body.host, gpus=body.gpus, port=body.port)
+    result = await runtime.attempts.preflight(preset=body.preset, host=body.host, gpus=body.gpus, port=body.port)
     return result.as_dict()
 
 
 @router.post("/attempts", status_code=status.HTTP_202_ACCEPTED)
-async def launch(body: LaunchIn, runtime: RuntimeDep, db: DbSession, user: ApiUser) -> Launched:
+async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiUser) -> Launched:
     """Records the attempt and starts it; follow it with GET /api/attempts/{id}."""
     attempt = await runtime.attempts.launch(
-        db,
         preset=body.preset,
         host=body.host,
         gpus=body.gpus,
@@ -147,7 +150,8 @@ async def launch(body: LaunchIn, runtime: RuntimeDep, db: DbSession, user: ApiUs
 
 @router.get("/attempts")
 async def list_attempts(
-    db: DbSession,
+    runtime: RuntimeDep,
+    db: ReadDb,
     _user: ApiUser,
     host: str | None = None,
     preset: str | None = None,
@@ -156,25 +160,25 @@ async def list_attempts(
     limit: int = 50,
 ) -> list[AttemptPublic]:
     """Newest first; pass the last id you got as `before` for the next page."""
-    rows = await attempts.list_attempts(
+    rows = await history.list_attempts(
         db, host=host, preset=preset, status=status, before=before, limit=max(1, min(limit, 500))
     )
-    return [AttemptPublic.of(row) for row in rows]
+    return [AttemptPublic.of(row, tracking=runtime.attempts.tracking_note(row.id)) for row in rows]
 
 
 @router.get("/attempts/{attempt_id}")
-async def get_attempt(attempt_id: int, db: DbSession, _user: ApiUser) -> AttemptPublic:
-    return AttemptPublic.of(await attempts.load_attempt(db, attempt_id))
+async def get_attempt(attempt_id: int, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> AttemptPublic:
+    attempt = await history.load_attempt(db, attempt_id)
+    return AttemptPublic.of(attempt, tracking=runtime.attempts.tracking_note(attempt_id))
 
 
 @router.post("/attempts/{attempt_id}/stop", status_code=status.HTTP_202_ACCEPTED)
-async def stop(attempt_id: int, runtime: RuntimeDep, db: DbSession, user: ApiUser) -> Launched:
-    attempt = await attempts.load_attempt(db, attempt_id)
-    await runtime.attempts.stop(db, attempt, actor=user)
+async def stop(attempt_id: int, runtime: RuntimeDep, user: ApiUser) -> Launched:
+    attempt = await runtime.attempts.stop(attempt_id, actor=user)
     return Launched(id=attempt.id, status=attempt.status)
 
 
 @router.get("/audit")
-async def audit_events(db: DbSession, _user: ApiUser, limit: int = 100) -> list[AuditPublic]:
+async def audit_events(db: ReadDb, _user: ApiUser, limit: int = 100) -> list[AuditPublic]:
     query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(max(1, min(limit, 1000)))
     return [AuditPublic.model_validate(event, from_attributes=True) for event in (await db.scalars(query)).all()]

@@ -11,10 +11,9 @@ from fastapi.responses import FileResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.errors import NotFound
-from app.launch import attempts
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import search_log
-from app.web.deps import ApiUser, DbSession, RuntimeDep
+from app.web.deps import ApiUser, AttemptDep, RuntimeDep
 from app.web.log_pages import attempts_matching, event_stream, resume_offset
 
 router = APIRouter(prefix="/api", tags=["logs"])
@@ -24,11 +23,10 @@ MAX_READ = 16 << 20
 
 @router.get("/attempts/{attempt_id}/log", response_class=Response)
 async def read_log(
-    attempt_id: int, runtime: RuntimeDep, db: DbSession, _user: ApiUser, offset: int = 0, limit: int = 1 << 20
+    attempt_id: int, runtime: RuntimeDep, _user: ApiUser, _attempt: AttemptDep, offset: int = 0, limit: int = 1 << 20
 ) -> Response:
     """The mirrored bytes at [offset, offset + limit), exactly; X-Log-Size and X-Log-Complete say
     whether there is more to come."""
-    await attempts.load_attempt(db, attempt_id)
     log = runtime.logs.get(attempt_id)
     data = log.read(max(offset, 0), max(0, min(limit, MAX_READ)))
     headers = {
@@ -41,8 +39,7 @@ async def read_log(
 
 
 @router.get("/attempts/{attempt_id}/log/download", response_class=FileResponse)
-async def download_log(attempt_id: int, runtime: RuntimeDep, db: DbSession, _user: ApiUser) -> FileResponse:
-    attempt = await attempts.load_attempt(db, attempt_id)
+async def download_log(attempt_id: int, runtime: RuntimeDep, _user: ApiUser, attempt: AttemptDep) -> FileResponse:
     path = runtime.logs.get(attempt_id).path
     runtime.logs.forget(attempt_id)
     if not path.exists():
@@ -55,8 +52,8 @@ async def download_log(attempt_id: int, runtime: RuntimeDep, db: DbSession, _use
 async def log_events(
     attempt_id: int,
     runtime: RuntimeDep,
-    db: DbSession,
     _user: ApiUser,
+    _attempt: AttemptDep,
     offset: int = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
@@ -64,9 +61,6 @@ async def log_events(
     text, so Last-Event-ID resumes exactly); `skipped` and `restarted` markers; `end` when the log
     is complete. Invalid UTF-8 travels as lone surrogates, so Python clients get the exact bytes
     back with errors="surrogateescape"."""
-    await attempts.load_attempt(db, attempt_id)
-    await db.close()
-
     log_file = runtime.logs.get(attempt_id)
 
     def batch_event(batch: Batch) -> bytes:
@@ -99,8 +93,8 @@ def _json_event(name: str, data: dict[str, Any], end: int | None) -> ServerSentE
 async def grep(
     attempt_id: int,
     runtime: RuntimeDep,
-    db: DbSession,
     _user: ApiUser,
+    _attempt: AttemptDep,
     q: str,
     regex: bool = False,
     ignore_case: bool = False,
@@ -110,7 +104,6 @@ async def grep(
 ) -> dict[str, Any]:
     """Matching lines with their line numbers and byte offsets. With no hits: how much was
     searched, the last lines and the first traceback's line."""
-    await attempts.load_attempt(db, attempt_id)
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flags}
     search = await search_log(runtime.logs.get(attempt_id), q, limit=max(1, min(limit, 5000)), **options)
     runtime.logs.forget(attempt_id)
@@ -139,7 +132,6 @@ async def grep(
 @router.get("/grep")
 async def grep_attempts(
     runtime: RuntimeDep,
-    db: DbSession,
     _user: ApiUser,
     q: str,
     preset: str = "",
@@ -148,7 +140,7 @@ async def grep_attempts(
     ignore_case: bool = False,
 ) -> list[dict[str, Any]]:
     """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts."""
-    found = await attempts_matching(runtime, db, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+    found = await attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
     return [
         {"attempt": row.id, "preset": row.revision.preset.name, "host": row.host.name, "status": row.status, "hits": n}
         for row, n in found

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from app.db.models import Preset, PresetRevision
 from app.launch import presets
-from app.web.deps import ApiUser, DbSession
+from app.web.deps import ApiUser, ReadDb, WriteDb
 
 router = APIRouter(prefix="/api/presets", tags=["presets"])
 
@@ -90,48 +90,48 @@ class Change(BaseModel):
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
-async def create_preset(body: PresetIn, db: DbSession, user: ApiUser) -> PresetPublic:
+async def create_preset(body: PresetIn, db: WriteDb, user: ApiUser) -> PresetPublic:
     return PresetPublic.of(await presets.create_preset(db, body.domain(), actor=user))
 
 
 @router.get("")
-async def list_presets(db: DbSession, _user: ApiUser, archived: bool = False) -> list[PresetPublic]:
+async def list_presets(db: ReadDb, _user: ApiUser, archived: bool = False) -> list[PresetPublic]:
     return [PresetPublic.of(preset) for preset in await presets.list_presets(db, archived=archived)]
 
 
 @router.get("/{name}")
-async def get_preset(name: str, db: DbSession, _user: ApiUser) -> PresetPublic:
+async def get_preset(name: str, db: ReadDb, _user: ApiUser) -> PresetPublic:
     return PresetPublic.of(await presets.get_preset(db, name))
 
 
 @router.get("/{name}/revisions")
-async def list_revisions(name: str, db: DbSession, _user: ApiUser) -> list[RevisionPublic]:
+async def list_revisions(name: str, db: ReadDb, _user: ApiUser) -> list[RevisionPublic]:
     return [RevisionPublic.of(revision) for revision in (await presets.get_preset(db, name)).revisions]
 
 
 @router.put("/{name}")
-async def update_preset(name: str, body: PresetUpdate, db: DbSession, user: ApiUser) -> PresetPublic:
+async def update_preset(name: str, body: PresetUpdate, db: WriteDb, read: ReadDb, user: ApiUser) -> PresetPublic:
     """Saves a new revision when anything changed; the answer shows the latest revision either way."""
     preset = await presets.get_preset(db, name)
     await presets.save_preset(db, preset, presets.PresetInput(name=name, **body.model_dump()), actor=user)
-    return PresetPublic.of(await presets.get_preset(db, name))
+    return PresetPublic.of(await presets.get_preset(read, name))
 
 
 @router.post("/{name}/clone", status_code=status.HTTP_201_CREATED)
-async def clone_preset(name: str, body: CloneIn, db: DbSession, user: ApiUser) -> PresetPublic:
+async def clone_preset(name: str, body: CloneIn, db: WriteDb, user: ApiUser) -> PresetPublic:
     clone = await presets.clone_preset(db, await presets.get_preset(db, name), body.name, actor=user)
     return PresetPublic.of(clone)
 
 
 @router.post("/{name}/archive")
-async def archive_preset(name: str, db: DbSession, user: ApiUser, restore: bool = False) -> PresetPublic:
+async def archive_preset(name: str, db: WriteDb, read: ReadDb, user: ApiUser, restore: bool = False) -> PresetPublic:
     preset = await presets.get_preset(db, name)
     await presets.archive_preset(db, preset, actor=user, archived=not restore)
-    return PresetPublic.of(await presets.get_preset(db, name))
+    return PresetPublic.of(await presets.get_preset(read, name))
 
 
 @router.get("/{name}/diff")
-async def diff(name: str, a: int, b: int, db: DbSession, _user: ApiUser) -> list[Change]:
+async def diff(name: str, a: int, b: int, db: ReadDb, _user: ApiUser) -> list[Change]:
     preset = await presets.get_preset(db, name)
     changes = presets.diff_revisions(presets.revision_of(preset, a), presets.revision_of(preset, b))
     return [Change(field=field, before=before, after=after) for field, before, after in changes]

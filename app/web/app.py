@@ -17,7 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import credentials, db
 from app.config import Settings
 from app.gpu.monitor import GpuMonitor
-from app.launch.attempts import AttemptService, Pace
+from app.launch.attempts import AttemptService
+from app.launch.record import Pace
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
@@ -93,8 +94,8 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = db.create_engine(url)
-        sessions = db.session_factory(engine)
-        async with sessions() as session:
+        sessions = db.Sessions.of(engine)
+        async with sessions.write() as session:
             await register_hosts(session, specs)
         options = SSHOptions(
             known_hosts=settings.known_hosts.expanduser(),

@@ -9,12 +9,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import select
 
-from app.db.models import AuditEvent
+from app.db.models import ACTIVE_STATUSES, AttemptStatus, AuditEvent
 from app.errors import HostError, InvalidInput, LaunchdeckError
 from app.gpu.overview import current_overview
-from app.launch import attempts, presets
+from app.launch import history, presets
 from app.logs.live import tail
-from app.web.deps import DbSession, PageUser, RuntimeDep
+from app.web.deps import PageUser, ReadDb, Runtime, RuntimeDep
 from app.web.diagnosis_pages import diagnosis_context
 from app.web.log_pages import LIVE_TAIL_LINES, lines_html, log_context
 from app.web.templating import render, wants_fragment
@@ -39,8 +39,10 @@ async def launch_choice(request: Request) -> dict[str, Any]:
     return values
 
 
-async def launch_context(runtime: Any, db: Any, user: str, choice: dict[str, Any]) -> dict[str, Any]:
-    active = await presets.list_presets(db)
+async def launch_context(runtime: Runtime, user: str, choice: dict[str, Any]) -> dict[str, Any]:
+    """The form's choices; the host's GPUs may be asked of the host, after the presets are read."""
+    async with runtime.sessions.read() as db:
+        active = await presets.list_presets(db)
     hosts = [host.name for host in runtime.ssh]
     preset_name = choice.get("preset") or (active[0].name if active else "")
     host_name = choice.get("host") or (hosts[0] if hosts else "")
@@ -62,18 +64,18 @@ async def launch_context(runtime: Any, db: Any, user: str, choice: dict[str, Any
 
 
 @router.get("/launch", response_class=HTMLResponse)
-async def launch_form(request: Request, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
-    context = await launch_context(runtime, db, user, await launch_choice(request))
+async def launch_form(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
+    context = await launch_context(runtime, user, await launch_choice(request))
     return render(request, "launch.html", context, block="launch_form")
 
 
 @router.post("/launch/preflight", response_class=HTMLResponse)
-async def launch_preflight(request: Request, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
+async def launch_preflight(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
     choice = await launch_choice(request)
-    context = await launch_context(runtime, db, user, choice)
+    context = await launch_context(runtime, user, choice)
     try:
         context["preflight"] = await runtime.attempts.preflight(
-            db, preset=choice["preset"], host=choice["host"], gpus=choice["gpus"], port=choice["port"]
+            preset=choice["preset"], host=choice["host"], gpus=choice["gpus"], port=choice["port"]
         )
     except (InvalidInput, HostError) as exc:
         context["error"] = str(exc)
@@ -81,12 +83,11 @@ async def launch_preflight(request: Request, runtime: RuntimeDep, db: DbSession,
 
 
 @router.post("/launch", response_class=HTMLResponse)
-async def launch(request: Request, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
+async def launch(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
     choice = await launch_choice(request)
     override = choice.get("override_reason", "").strip() if choice.get("override") else ""
     try:
         attempt = await runtime.attempts.launch(
-            db,
             preset=choice.get("preset", ""),
             host=choice.get("host", ""),
             gpus=choice["gpus"],
@@ -95,7 +96,7 @@ async def launch(request: Request, runtime: RuntimeDep, db: DbSession, user: Pag
             actor=user,
         )
     except LaunchdeckError as exc:
-        context = await launch_context(runtime, db, user, choice)
+        context = await launch_context(runtime, user, choice)
         context["error"] = str(exc)
         return render(request, "launch.html", context, status_code=422)
     return RedirectResponse(f"/attempts/{attempt.id}", status_code=303)
@@ -105,14 +106,14 @@ async def launch(request: Request, runtime: RuntimeDep, db: DbSession, user: Pag
 async def attempts_page(
     request: Request,
     runtime: RuntimeDep,
-    db: DbSession,
+    db: ReadDb,
     user: PageUser,
     host: str = "",
     preset: str = "",
     status: str = "",
     before: int | None = None,
 ) -> Response:
-    rows = await attempts.list_attempts(
+    rows = await history.list_attempts(
         db, host=host or None, preset=preset or None, status=status or None, before=before, limit=PAGE_SIZE + 1
     )
     context = {
@@ -122,22 +123,21 @@ async def attempts_page(
         "filters": {"host": host, "preset": preset, "status": status},
         "hosts": [h.name for h in runtime.ssh],
         "presets": [p.name for p in await presets.list_presets(db)],
-        "statuses": attempts.STATUSES,
+        "statuses": list(AttemptStatus),
     }
     return render(request, "attempts.html", context, block="attempt_list")
 
 
 @router.get("/attempts/{attempt_id}", response_class=HTMLResponse)
-async def attempt_page(
-    request: Request, attempt_id: int, runtime: RuntimeDep, db: DbSession, user: PageUser
-) -> Response:
-    attempt = await attempts.load_attempt(db, attempt_id)
+async def attempt_page(request: Request, attempt_id: int, runtime: RuntimeDep, db: ReadDb, user: PageUser) -> Response:
+    attempt = await history.load_attempt(db, attempt_id)
     context: dict[str, Any] = {
         "user": user,
         "attempt": attempt,
-        "active": attempt.status in attempts.ACTIVE,
-        "stages": attempts.durations(attempt),
-        "time_to_ready": attempts.time_to_ready(attempt),
+        "active": attempt.status in ACTIVE_STATUSES,
+        "tracking": runtime.attempts.tracking_note(attempt_id),
+        "stages": history.durations(attempt),
+        "time_to_ready": history.time_to_ready(attempt),
         "command": shlex.join(attempt.argv),
         **await diagnosis_context(db, attempt),
     }
@@ -152,14 +152,13 @@ async def attempt_page(
 
 
 @router.post("/attempts/{attempt_id}/stop")
-async def stop_attempt(attempt_id: int, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
-    attempt = await attempts.load_attempt(db, attempt_id)
-    await runtime.attempts.stop(db, attempt, actor=user)
+async def stop_attempt(attempt_id: int, runtime: RuntimeDep, user: PageUser) -> Response:
+    await runtime.attempts.stop(attempt_id, actor=user)
     return RedirectResponse(f"/attempts/{attempt_id}", status_code=303)
 
 
 @router.get("/audit", response_class=HTMLResponse)
-async def audit_page(request: Request, db: DbSession, user: PageUser, before: int | None = None) -> Response:
+async def audit_page(request: Request, db: ReadDb, user: PageUser, before: int | None = None) -> Response:
     query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(101)
     if before:
         query = query.where(AuditEvent.id < before)

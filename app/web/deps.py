@@ -1,4 +1,10 @@
-"""Request dependencies: the app's runtime, database sessions, and who is asking."""
+"""Request dependencies: the app's runtime, database sessions, and who is asking.
+
+A route reads through `ReadDb`, which never takes SQLite's write lock, and writes through
+`WriteDb`, whose unit of work the domain function it calls commits. Neither may be held across
+slow work: a route that goes on to grep, read a log file or ask a host takes `AttemptDep`, loaded
+by a session that is closed again before the route runs, or leaves the database to a service
+that opens its own short units of work around the slow part (launch, stop, preflight)."""
 
 from __future__ import annotations
 
@@ -9,12 +15,15 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Form, HTTPException, Request
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.config import Settings
 from app.credentials import fingerprint
+from app.db import Sessions
+from app.db.models import Attempt
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
+from app.launch.history import load_attempt
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
@@ -29,7 +38,7 @@ class Runtime:
 
     settings: Settings
     token: str
-    sessions: async_sessionmaker[AsyncSession]
+    sessions: Sessions
     ssh: SSHManager
     attempts: AttemptService
     gpus: GpuMonitor
@@ -51,12 +60,29 @@ def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-async def get_db(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
-    async with runtime.sessions() as session:
+async def read_db(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
+    async with runtime.sessions.read() as session:
         yield session
 
 
-DbSession = Annotated[AsyncSession, Depends(get_db)]
+async def write_db(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
+    """Rolled back at the end of the request unless the domain function committed it."""
+    async with runtime.sessions.write() as session:
+        yield session
+
+
+ReadDb = Annotated[AsyncSession, Depends(read_db)]
+WriteDb = Annotated[AsyncSession, Depends(write_db)]
+
+
+async def loaded_attempt(attempt_id: int, runtime: RuntimeDep) -> Attempt:
+    """The attempt in the path (404 if there is none), with its host and preset, read by a
+    session that is closed before the route goes on."""
+    async with runtime.sessions.read() as session:
+        return await load_attempt(session, attempt_id)
+
+
+AttemptDep = Annotated[Attempt, Depends(loaded_attempt)]
 
 
 class LoginRequired(Exception):

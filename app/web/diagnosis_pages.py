@@ -10,8 +10,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.db.models import Attempt
 from app.diagnose.analyze import HINTS, STAGES
-from app.launch import attempts, compare, diagnosis
-from app.web.deps import DbSession, PageUser, RuntimeDep
+from app.launch import compare, diagnosis, history
+from app.web.deps import PageUser, ReadDb, RuntimeDep
 from app.web.log_pages import lines_html
 from app.web.templating import render
 
@@ -27,7 +27,7 @@ METRICS = (
 CHART_WIDTH, CHART_HEIGHT = 600, 60
 
 
-async def diagnosis_context(db: DbSession, attempt: Attempt) -> dict[str, Any]:
+async def diagnosis_context(db: ReadDb, attempt: Attempt) -> dict[str, Any]:
     """The attempt page's diagnosis panel: stage, root error, class and hint, drift, the earlier
     attempts that failed the same way, and the serving metrics."""
     found = attempt.diagnosis or {}
@@ -66,7 +66,7 @@ def charts(samples: list[dict[str, float]]) -> list[dict[str, Any]]:
 
 
 @router.get("/errors", response_class=HTMLResponse)
-async def errors_page(request: Request, db: DbSession, user: PageUser, failure_class: str = "") -> Response:
+async def errors_page(request: Request, db: ReadDb, user: PageUser, failure_class: str = "") -> Response:
     groups = await diagnosis.signature_groups(db, failure_class=failure_class or None)
     classes = [name for name in HINTS if name != "healthy"]
     context = {"user": user, "groups": groups, "failure_class": failure_class, "classes": classes}
@@ -75,12 +75,12 @@ async def errors_page(request: Request, db: DbSession, user: PageUser, failure_c
 
 @router.get("/errors/{fingerprint}", response_class=HTMLResponse)
 async def error_group_page(
-    request: Request, fingerprint: str, db: DbSession, user: PageUser, before: int | None = None
+    request: Request, fingerprint: str, db: ReadDb, user: PageUser, before: int | None = None
 ) -> Response:
     signature = await diagnosis.get_signature(db, fingerprint)
     page_size = 50
     query = diagnosis.with_signature(signature.id, before=before).limit(page_size + 1)
-    rows = list((await db.scalars(query.options(*attempts.ATTEMPT_RELATIONS))).all())
+    rows = list((await db.scalars(query.options(*history.ATTEMPT_RELATIONS))).all())
     context = {
         "user": user,
         "signature": signature,
@@ -91,9 +91,7 @@ async def error_group_page(
 
 
 @router.get("/compare", response_class=HTMLResponse)
-async def compare_page(
-    request: Request, a: int, b: int, runtime: RuntimeDep, db: DbSession, user: PageUser
-) -> Response:
+async def compare_page(request: Request, a: int, b: int, runtime: RuntimeDep, db: ReadDb, user: PageUser) -> Response:
     result = await compare.compare(db, runtime.logs, a, b)
     excerpts = {
         side.id: lines_html(side.id, side.log_excerpt, mark=side.root_line, anchors=False)
@@ -103,10 +101,10 @@ async def compare_page(
 
 
 @router.get("/attempts/{attempt_id}/compare/{other}")
-async def compare_with(attempt_id: int, other: str, db: DbSession, user: PageUser) -> Response:
+async def compare_with(attempt_id: int, other: str, db: ReadDb, user: PageUser) -> Response:
     """`previous`: the attempt of the same preset before this one; `last-success`: the latest
     other attempt of the preset that became ready."""
-    attempt = await attempts.load_attempt(db, attempt_id)
+    attempt = await history.load_attempt(db, attempt_id)
     if other == "previous":
         earlier = await compare.previous_attempt(db, attempt)
     elif other == "last-success":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -12,8 +13,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse
 
 from app.gpu.overview import HostView, host_view, local_view
-from app.launch.attempts import owners_by_host
-from app.web.deps import DbSession, PageUser, Runtime, RuntimeDep, session_user
+from app.launch.owners import classify, owners_by_host
+from app.web.deps import PageUser, Runtime, RuntimeDep, session_user
 from app.web.templating import render, render_block
 
 router = APIRouter(include_in_schema=False)
@@ -25,15 +26,15 @@ MIN_PUSH_INTERVAL = 1.0
 
 
 async def host_views(runtime: Runtime, names: list[str] | None = None) -> list[HostView]:
-    async with runtime.sessions() as session:
+    async with runtime.sessions.read() as session:
         owners = await owners_by_host(session, names)
     views = [
-        host_view(host, runtime.gpus.hosts[host.name], owners.get(host.name, {}))
+        host_view(host, runtime.gpus.hosts[host.name], partial(classify, owners=owners.get(host.name, {})))
         for host in runtime.ssh
         if names is None or host.name in names
     ]
     if names is None and runtime.gpus.local is not None:
-        views.append(local_view(runtime.gpus.local))
+        views.append(local_view(runtime.gpus.local, partial(classify, owners={})))
     return views
 
 
@@ -76,6 +77,6 @@ async def host_page(request: Request, name: str, runtime: RuntimeDep, user: Page
 
 
 @router.post("/hosts/{name}/processes/{pid}/stop")
-async def stop_process(name: str, pid: int, runtime: RuntimeDep, db: DbSession, user: PageUser) -> Response:
-    await runtime.attempts.stop_untracked(db, host=name, pid=pid, actor=user)
+async def stop_process(name: str, pid: int, runtime: RuntimeDep, user: PageUser) -> Response:
+    await runtime.attempts.stop_untracked(host=name, pid=pid, actor=user)
     return RedirectResponse(f"/hosts/{name}", status_code=303)

@@ -9,17 +9,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import HTMLResponse, Response
-from sqlalchemy.ext.asyncio import AsyncSession
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.db.models import Attempt
 from app.errors import InvalidInput, InvalidPattern
-from app.launch import attempts
+from app.launch.history import list_attempts, load_attempt
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.render import line_class, render_line
 from app.logs.search import FIRST_ERROR, count_matches, first_line, search_log
 from app.logs.store import Line, LogFile
-from app.web.deps import DbSession, PageUser, Runtime, RuntimeDep, session_user
+from app.web.deps import AttemptDep, PageUser, Runtime, RuntimeDep, session_user
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -117,7 +116,6 @@ async def log_stream(
     request: Request,
     attempt_id: int,
     runtime: RuntimeDep,
-    db: DbSession,
     offset: int = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
@@ -130,8 +128,8 @@ async def log_stream(
             yield ServerSentEvent(data="", event="end")
 
         return EventSourceResponse(login())
-    await attempts.load_attempt(db, attempt_id)  # 404 for an unknown attempt
-    await db.close()  # the stream may last hours: hold no database connection
+    async with runtime.sessions.read() as db:  # the stream may last hours: it holds no session
+        await load_attempt(db, attempt_id)  # 404 for an unknown attempt
     events = live_events(runtime, attempt_id, resume_offset(offset, last_event_id))
     return event_stream(events)
 
@@ -141,8 +139,8 @@ async def full_log(
     request: Request,
     attempt_id: int,
     runtime: RuntimeDep,
-    db: DbSession,
     user: PageUser,
+    attempt: AttemptDep,
     line: int | None = None,
     start: int | None = None,
     offset: int | None = None,
@@ -151,7 +149,6 @@ async def full_log(
 ) -> Response:
     """One page of the mirrored log: from line `start`, around a `line` or a byte `offset`, at the
     bottom or at the first error."""
-    attempt = await attempts.load_attempt(db, attempt_id)
     context = log_context(runtime, attempt_id)
     log: LogFile = context["log"]
     count = max(1, min(count, MAX_PAGE_LINES))
@@ -186,8 +183,8 @@ async def grep_page(
     request: Request,
     attempt_id: int,
     runtime: RuntimeDep,
-    db: DbSession,
     user: PageUser,
+    attempt: AttemptDep,
     q: str = "",
     regex: bool = False,
     ignore_case: bool = False,
@@ -197,7 +194,6 @@ async def grep_page(
 ) -> Response:
     """Grep of the attempt's log; hits link into the full log. A form sends `submitted`, so an
     unticked flag-aware box means off; a plain link without it gets the default, on."""
-    attempt = await attempts.load_attempt(db, attempt_id)
     flag_aware = flags or not submitted
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flag_aware}
     search, error, status = None, "", 200
@@ -221,12 +217,14 @@ async def grep_page(
 
 
 async def attempts_matching(
-    runtime: Runtime, db: AsyncSession, q: str, *, preset: str = "", host: str = "", **options: bool
+    runtime: Runtime, q: str, *, preset: str = "", host: str = "", **options: bool
 ) -> list[tuple[Attempt, int]]:
-    """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts."""
+    """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts; the
+    attempts are read first and the session closed before grep runs."""
     if not q:
         return []
-    rows = await attempts.list_attempts(db, host=host or None, preset=preset or None, limit=SEARCH_ATTEMPTS)
+    async with runtime.sessions.read() as db:
+        rows = await list_attempts(db, host=host or None, preset=preset or None, limit=SEARCH_ATTEMPTS)
     paths = runtime.logs.paths([row.id for row in rows])
     counts = await count_matches(list(paths.values()), q, **options)
     return [(row, counts[paths[row.id]]) for row in rows if counts.get(paths[row.id])]
@@ -248,7 +246,6 @@ def _hits_html(attempt_id: int, search: Any) -> str:
 async def search_attempts(
     request: Request,
     runtime: RuntimeDep,
-    db: DbSession,
     user: PageUser,
     q: str = "",
     preset: str = "",
@@ -257,7 +254,7 @@ async def search_attempts(
     ignore_case: bool = False,
 ) -> Response:
     """Which attempts of a preset or a host contain a pattern, with hit counts."""
-    rows = await attempts_matching(runtime, db, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+    rows = await attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
     context = {
         "user": user,
         "q": q,

@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app import audit
 from app.credentials import fingerprint
-from app.web.deps import DbSession, PageUser, RuntimeDep, check_csrf, session_user
+from app.web.deps import PageUser, RuntimeDep, WriteDb, check_csrf, session_user
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -40,7 +40,7 @@ async def login_form(request: Request, runtime: RuntimeDep, next: str | None = N
 async def login(
     request: Request,
     runtime: RuntimeDep,
-    db: DbSession,
+    db: WriteDb,
     token: Annotated[str, Form()] = "",
     next: Annotated[str, Form()] = "/hosts",
     csrf_token: Annotated[str | None, Form()] = None,
@@ -48,9 +48,10 @@ async def login(
     check_csrf(request, csrf_token)
     remote = request.client.host if request.client else ""
     accepted = runtime.token_matches(token.strip())
-    await audit.record(
+    audit.record(
         db, actor=USER if accepted else "anonymous", action="login" if accepted else "login-failed", remote_addr=remote
     )
+    await db.commit()
     if not accepted:
         context = {"next": _local_path(next), "error": "That token is not valid."}
         return render(request, "login.html", context, status_code=401)
@@ -60,7 +61,8 @@ async def login(
 
 
 @router.post("/logout")
-async def logout(request: Request, user: PageUser, db: DbSession) -> Response:
-    await audit.record(db, actor=user, action="logout", remote_addr=request.client.host if request.client else "")
+async def logout(request: Request, user: PageUser, db: WriteDb) -> Response:
+    audit.record(db, actor=user, action="logout", remote_addr=request.client.host if request.client else "")
+    await db.commit()
     request.session.clear()
     return RedirectResponse("/login", status_code=303)

@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from app.db.models import Preset
 from app.errors import InvalidInput
 from app.launch import presets
-from app.web.deps import DbSession, PageUser
+from app.web.deps import PageUser, ReadDb, WriteDb
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -71,7 +71,7 @@ def input_of(preset: Preset) -> presets.PresetInput:
 
 
 @router.get("/presets", response_class=HTMLResponse)
-async def presets_page(request: Request, db: DbSession, user: PageUser, archived: bool = False) -> Response:
+async def presets_page(request: Request, db: ReadDb, user: PageUser, archived: bool = False) -> Response:
     rows = await presets.list_presets(db, archived=archived)
     return render(request, "presets.html", {"user": user, "presets": rows, "archived": archived})
 
@@ -82,7 +82,7 @@ async def new_preset_form(request: Request, user: PageUser) -> Response:
 
 
 @router.post("/presets", response_class=HTMLResponse)
-async def create_preset(request: Request, db: DbSession, user: PageUser) -> Response:
+async def create_preset(request: Request, db: WriteDb, user: PageUser) -> Response:
     form = await request.form()
     name = str(form.get("name", "")).strip()
     data = None
@@ -100,7 +100,7 @@ async def create_preset(request: Request, db: DbSession, user: PageUser) -> Resp
 async def preset_page(
     request: Request,
     name: str,
-    db: DbSession,
+    db: ReadDb,
     user: PageUser,
     a: int | None = None,
     b: int | None = None,
@@ -132,7 +132,7 @@ def preset_context(
 
 
 @router.post("/presets/{name}", response_class=HTMLResponse)
-async def save_preset(request: Request, name: str, db: DbSession, user: PageUser) -> Response:
+async def save_preset(request: Request, name: str, db: WriteDb, user: PageUser) -> Response:
     preset = await presets.get_preset(db, name)
     data = None
     try:
@@ -145,7 +145,7 @@ async def save_preset(request: Request, name: str, db: DbSession, user: PageUser
 
 
 @router.post("/presets/{name}/clone")
-async def clone_preset(request: Request, name: str, db: DbSession, user: PageUser) -> Response:
+async def clone_preset(request: Request, name: str, db: WriteDb, user: PageUser) -> Response:
     new_name = str((await request.form()).get("new_name", "")).strip()
     preset = await presets.get_preset(db, name)
     try:
@@ -157,7 +157,7 @@ async def clone_preset(request: Request, name: str, db: DbSession, user: PageUse
 
 
 @router.post("/presets/{name}/archive")
-async def archive_preset(request: Request, name: str, db: DbSession, user: PageUser) -> Response:
+async def archive_preset(request: Request, name: str, db: WriteDb, user: PageUser) -> Response:
     restore = (await request.form()).get("restore") == "1"
     await presets.archive_preset(db, await presets.get_preset(db, name), actor=user, archived=not restore)
     return RedirectResponse(f"/presets/{name}", status_code=303)

@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from app.db.models import AttemptStatus
 from app.web.deps import csrf_token, get_runtime
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
@@ -20,6 +21,7 @@ CONTENT_SECURITY_POLICY = (
 )
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
+templates.env.globals["AttemptStatus"] = AttemptStatus  # pages compare statuses with the enum
 
 
 def wants_fragment(request: Request) -> bool:

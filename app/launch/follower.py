@@ -1,0 +1,241 @@
+"""Following one started attempt until it ends: its process, its log's stages, its health.
+
+The follower asks the host and writes what it learned through the attempt's `AttemptRecord`. It
+holds no database session while it waits on the host: each read and each write is its own short
+transaction between two questions to the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.clock import utcnow
+from app.db import Sessions
+from app.db.models import UNSTARTED_STATUSES, Attempt, AttemptStatus
+from app.errors import HostError
+from app.launch import remote
+from app.launch.diagnosis import LiveDiagnosis, stored
+from app.launch.history import load_attempt
+from app.launch.record import AttemptRecord, Pace
+from app.logs.mirror import LogMirror
+from app.ssh import HostConnection
+
+# Keys of /get_server_info that report the server's state rather than its arguments.
+SERVER_INFO_STATE = frozenset({"status", "version", "internal_states", "max_total_num_tokens"})
+# How long a finished attempt waits for its log to be drained before it is marked finished (the
+# mirror goes on after that, if the host is slow or away).
+DRAIN_WAIT = 30.0
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    """What a follower uses of the dashboard besides the attempt's record."""
+
+    sessions: Sessions
+    pace: Pace
+    connection_of: Callable[[str], HostConnection]
+    start_mirror: Callable[[Attempt], LogMirror]  # started unless it runs already
+    gpu_snapshot: Callable[[str], dict[str, Any]]  # the host's latest GPU readings
+
+
+class Follower:
+    def __init__(self, dashboard: Dashboard, record: AttemptRecord):
+        self.dashboard = dashboard
+        self.record = record
+        self.attempt_id = record.attempt_id
+        self.pace = dashboard.pace
+        self.live = LiveDiagnosis()
+        self.seen: set[str] = set()  # stages on the attempt's timeline
+        self.ready_group_size = 0
+        self.recorded_size = -1  # the log size last written to the attempt's row
+        self.argv: list[str] = []
+        self.hung = False
+
+    async def run(self) -> None:
+        async with self.dashboard.sessions.read() as session:
+            attempt = await load_attempt(session, self.attempt_id)
+        connection = self.dashboard.connection_of(attempt.host.name)
+        self.seen = {entry["stage"] for entry in attempt.stages}
+        self.argv = list(attempt.argv)
+        pid, start = attempt.pid, attempt.pid_start_time
+        directory, port, status = attempt.remote_dir, attempt.port, attempt.status
+        mirror: LogMirror | None = None
+        loop = asyncio.get_running_loop()
+        quiet_since, size = loop.time(), -1
+        try:
+            while True:
+                try:
+                    await connection.wait_online(3600)
+                    probe = await self._probe(connection, directory, pid, start)
+                except HostError:
+                    await asyncio.sleep(self.pace.loading)
+                    continue
+                if pid is None and probe.pid is not None:  # the dashboard stopped before recording it
+                    pid, start = probe.pid, probe.start_time
+                    await self.record.update(pid=pid, pgid=pid, pid_start_time=start)
+                elif start is None and probe.start_time is not None and probe.pid == pid:
+                    start = probe.start_time
+                    await self.record.update(pid_start_time=start)
+                if probe.missing or (pid is None and status in (AttemptStatus.PENDING, AttemptStatus.UPLOADING)):
+                    error = "the launch was interrupted before the server started"
+                    await self.record.finish(AttemptStatus.FAILED, error=error)
+                    return
+                if status in UNSTARTED_STATUSES:
+                    await self.record.stage("process started", AttemptStatus.LOADING)
+                    status = AttemptStatus.LOADING
+                if mirror is None and pid is not None:
+                    mirror = await self._start_mirror()
+                if mirror is not None and mirror.log.size != size:
+                    quiet_since, size = loop.time(), mirror.log.size
+                hung = status == AttemptStatus.LOADING and loop.time() - quiet_since > self.pace.hang
+                await self._record_log_progress(mirror, hung=hung)
+                if probe.exit_code is not None or not probe.alive:
+                    if mirror is not None:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(mirror.done.wait(), DRAIN_WAIT)
+                    still = mirror is None or mirror.log.size == size
+                    await self._record_log_progress(mirror, hung=hung and still, final=True)
+                    await self._finish_process(probe)
+                    return
+                status = await self._check_readiness(connection, port, status, probe)
+                await asyncio.sleep(self.pace.serving if status == AttemptStatus.READY else self.pace.loading)
+        finally:
+            if mirror is not None:
+                mirror.log.watchers.discard(self.live.feed)
+
+    async def _probe(self, connection: HostConnection, directory: str, pid: int | None, start: int | None) -> Any:
+        args = ["sh", "-c", remote.PROBE, "sh", directory, str(pid or ""), str(start or "")]
+        result = await connection.run(args, check=False)
+        return remote.ProbeResult.parse(result.stdout.decode(errors="replace"))
+
+    async def _start_mirror(self) -> LogMirror:
+        """Starts the log mirror and diagnoses what it appends as it comes; what was mirrored
+        before (by a previous run of the dashboard) is read first."""
+        log_file = self.record.mirrors.store.get(self.attempt_id)
+        scanned = log_file.size
+        if scanned:
+            await asyncio.to_thread(self._read_file, log_file.path, scanned)
+        log_file.watchers.add(self.live.feed)
+        if log_file.size > scanned:  # appended while the file was read
+            self.live.feed(scanned, log_file.read(scanned, log_file.size - scanned))
+        async with self.dashboard.sessions.read() as session:
+            attempt = await load_attempt(session, self.attempt_id)
+        return self.dashboard.start_mirror(attempt)
+
+    def _read_file(self, path: Path, size: int) -> None:
+        with open(path, "rb") as f:
+            offset = 0
+            while offset < size and (block := f.read(min(1 << 20, size - offset))):
+                self.live.feed(offset, block)
+                offset += len(block)
+
+    async def _record_log_progress(self, mirror: LogMirror | None, *, hung: bool = False, final: bool = False) -> None:
+        """Writes the stages the log showed, its size and its diagnosis to the attempt's row."""
+        size = mirror.log.size if mirror else 0
+        now = utcnow().isoformat()
+        found = [(stage, now) for stage in self.live.new_stages() if stage not in self.seen]
+        self.seen.update(stage for stage, _ in found)
+        if not found and size == self.recorded_size and not self.live.changed and hung == self.hung and not final:
+            return
+        if final:
+            self.live.analyzer.finish(silence_is_hang=False)  # the last line, and any open traceback
+        result = self.live.analyzer.hung() if hung else self.live.analyzer.snapshot()
+        self.live.changed = False
+        hang_changed = hung != self.hung
+        silence = f"no new log line for {self.pace.hang:.0f} s during {result.stage}"
+
+        def change(attempt: Attempt) -> None:
+            for stage, at in found:
+                attempt.stage = stage
+                attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
+            attempt.log_size = size
+            server_info = (attempt.diagnosis or {}).get("server_info")  # asked of the server once, kept
+            attempt.diagnosis = stored(result, self.argv) | ({"server_info": server_info} if server_info else {})
+            if hang_changed:
+                attempt.error = f"{silence}: the launch looks hung" if hung else ""
+
+        await self.record.progress(change)
+        self.recorded_size, self.hung = size, hung
+
+    async def _check_readiness(
+        self, connection: HostConnection, port: int | None, status: AttemptStatus, probe: Any
+    ) -> AttemptStatus:
+        """Ready needs the ready line and a healthy /health; a ready server whose processes thin out
+        or whose health check fails becomes unhealthy."""
+        if "ready line" not in self.seen or port is None:
+            return status
+        # Becoming ready, the server is also asked which arguments it runs with.
+        paths = ("/health",) if status == AttemptStatus.READY else ("/health", "/get_server_info")
+        health, *info = await self._ask_server(connection, port, paths)
+        healthy = health is not None and health.status_code == 200
+        group_complete = not self.ready_group_size or probe.group_size >= self.ready_group_size
+        if status != AttemptStatus.READY and healthy and group_complete:
+            self.ready_group_size = self.ready_group_size or probe.group_size
+            first = {"ready_at": utcnow()} if status == AttemptStatus.LOADING else {}
+            await self._record_server_info(info[0])  # first: whoever sees "ready" sees its arguments too
+            await self.record.status(AttemptStatus.READY, error="", **first)
+            return AttemptStatus.READY
+        if status == AttemptStatus.READY and (not healthy or probe.group_size < self.ready_group_size):
+            reason = "health check failed" if not healthy else "server processes have exited"
+            await self.record.status(AttemptStatus.UNHEALTHY, error=reason)
+            return AttemptStatus.UNHEALTHY
+        return status
+
+    async def _ask_server(
+        self, connection: HostConnection, port: int, paths: tuple[str, ...]
+    ) -> list[httpx.Response | None]:
+        """GETs each path from the server through one SSH port forward; None where that failed."""
+        try:
+            listener = await connection.forward_local_port(port)
+        except HostError:
+            return [None for _ in paths]
+        responses: list[httpx.Response | None] = []
+        try:
+            async with httpx.AsyncClient(timeout=self.pace.health_timeout) as client:
+                for path in paths:
+                    try:
+                        responses.append(await client.get(f"http://127.0.0.1:{listener.get_port()}{path}"))
+                    except httpx.HTTPError:
+                        responses.append(None)
+        finally:
+            listener.close()
+        return responses
+
+    async def _record_server_info(self, response: httpx.Response | None) -> None:
+        """The arguments a live server reports it runs with, kept with the diagnosis for drift."""
+        try:
+            info = response.json() if response is not None and response.status_code == 200 else None
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):
+            return
+        arguments = {key: value for key, value in info.items() if key not in SERVER_INFO_STATE}
+
+        def change(attempt: Attempt) -> None:
+            attempt.diagnosis = {**attempt.diagnosis, "server_info": arguments}
+
+        await self.record.progress(change)
+
+    async def _finish_process(self, probe: Any) -> None:
+        async with self.dashboard.sessions.read() as session:
+            attempt = await load_attempt(session, self.attempt_id)
+        if attempt.stop_requested_at is not None:
+            await self.record.finish(AttemptStatus.STOPPED, exit_code=probe.exit_code)
+        elif probe.exit_code is None:
+            error = "the server's process is gone and left no exit status"
+            await self.record.finish(AttemptStatus.LOST, error=error)
+        else:
+            at_failure = self.dashboard.gpu_snapshot(attempt.host.name)
+            await self.record.finish(
+                AttemptStatus.FAILED,
+                exit_code=probe.exit_code,
+                error=f"the server exited with {probe.exit_code}",
+                gpu_snapshot={**attempt.gpu_snapshot, "at_failure": at_failure},
+            )

@@ -1,0 +1,68 @@
+"""Reading attempts back: one with what its pages show, a filtered page of them, and the timings
+drawn from their stages. Read-only; callers pass a read session."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import selectinload
+
+from app.db.models import Attempt, AttemptStatus, Host, Preset, PresetRevision
+from app.errors import InvalidInput, NotFound
+
+# What an attempt's pages show of it besides its own row.
+ATTEMPT_RELATIONS = (selectinload(Attempt.host), selectinload(Attempt.revision).selectinload(PresetRevision.preset))
+
+
+async def load_attempt(session: AsyncSession, attempt_id: int) -> Attempt:
+    query = select(Attempt).options(*ATTEMPT_RELATIONS).where(Attempt.id == attempt_id)
+    attempt = await session.scalar(query)
+    if attempt is None:
+        raise NotFound(f"no attempt {attempt_id}")
+    return attempt
+
+
+async def list_attempts(
+    session: AsyncSession,
+    *,
+    host: str | None = None,
+    preset: str | None = None,
+    status: str | None = None,
+    before: int | None = None,
+    limit: int = 50,
+) -> list[Attempt]:
+    """Newest first; `before` pages by attempt id."""
+    query = select(Attempt).options(*ATTEMPT_RELATIONS).order_by(Attempt.id.desc()).limit(limit)
+    if host:
+        query = query.join(Host, Attempt.host_id == Host.id).where(Host.name == host)
+    if preset:
+        query = (
+            query.join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
+            .join(Preset, PresetRevision.preset_id == Preset.id)
+            .where(Preset.name == preset)
+        )
+    if status:
+        if status not in set(AttemptStatus):
+            raise InvalidInput(f"status: {status!r} is not one of {', '.join(AttemptStatus)}")
+        query = query.where(Attempt.status == AttemptStatus(status))
+    if before:
+        query = query.where(Attempt.id < before)
+    return list((await session.scalars(query)).all())
+
+
+def durations(attempt: Attempt) -> list[tuple[str, datetime, float | None]]:
+    """Each stage with when it began and how long it lasted (None for the current one)."""
+    entries = [(entry["stage"], datetime.fromisoformat(entry["at"])) for entry in attempt.stages]
+    result: list[tuple[str, datetime, float | None]] = []
+    for i, (stage, at) in enumerate(entries):
+        following = entries[i + 1][1] if i + 1 < len(entries) else None
+        result.append((stage, at, (following - at).total_seconds() if following else None))
+    return result
+
+
+def time_to_ready(attempt: Attempt) -> float | None:
+    if attempt.ready_at and attempt.started_at:
+        return (attempt.ready_at - attempt.started_at).total_seconds()
+    return None

@@ -1,0 +1,152 @@
+"""An attempt's row as the code that follows it writes it.
+
+Every write is its own short transaction. What a follower learned from the host (a stage, an exit
+status, a health check) must reach the row, so a write that fails for the dashboard's own reasons
+(the database busy or away) is retried with backoff until it lands, and meanwhile the attempt
+shows "tracking interrupted: <reason>" beside, never instead of, what its host said. The status
+itself only ever changes to what the host showed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.clock import utcnow
+from app.db import Sessions
+from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus
+from app.launch.diagnosis import assign_signature
+from app.logs.mirror import Mirrors
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How often a launch is checked; the tests shorten these."""
+
+    loading: float = 1.0
+    serving: float = 10.0
+    health_timeout: float = 30.0
+    hang: float = 600.0  # a loading launch whose log stays silent this long is reported hung
+    retry: float = 1.0  # the first wait after the dashboard's own error; it doubles up to retry_max
+    retry_max: float = 30.0
+
+
+class Tracking:
+    """Which attempts the dashboard cannot follow right now, and why. Kept in memory: the reason is
+    often that the database cannot be written, so it could not be stored there."""
+
+    def __init__(self) -> None:
+        self._reasons: dict[int, str] = {}
+
+    def interrupted(self, attempt_id: int, reason: str) -> None:
+        self._reasons[attempt_id] = reason
+
+    def resumed(self, attempt_id: int) -> None:
+        self._reasons.pop(attempt_id, None)
+
+    def note(self, attempt_id: int) -> str:
+        """ "tracking interrupted: <reason>", or "" while the attempt is followed."""
+        reason = self._reasons.get(attempt_id)
+        return f"tracking interrupted: {reason}" if reason else ""
+
+
+def reason_of(exc: BaseException) -> str:
+    """One line on what went wrong in the dashboard, without the SQL it was running."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return text or type(cause).__name__
+
+
+class AttemptRecord:
+    """Writes one attempt's status, stages and signature."""
+
+    def __init__(
+        self,
+        sessions: Sessions,
+        attempt_id: int,
+        *,
+        mirrors: Mirrors,
+        tracking: Tracking,
+        pace: Pace,
+        signatures: asyncio.Lock,
+    ):
+        self.sessions = sessions
+        self.attempt_id = attempt_id
+        self.mirrors = mirrors
+        self.tracking = tracking
+        self.pace = pace
+        self.signatures = signatures  # one attempt at a time files its failure under a signature
+
+    async def update(self, **changes: Any) -> None:
+        async def write(attempt: Attempt, _session: AsyncSession) -> None:
+            for key, value in changes.items():
+                setattr(attempt, key, value)
+
+        await self._write(write)
+
+    async def stage(self, stage: str, status: AttemptStatus | None = None, **changes: Any) -> None:
+        """A new step on the attempt's timeline, with the status the host's evidence gives it."""
+        at = utcnow().isoformat()
+
+        async def write(attempt: Attempt, _session: AsyncSession) -> None:
+            attempt.stage = stage
+            attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
+            if status is not None:
+                attempt.status = status
+            for key, value in changes.items():
+                setattr(attempt, key, value)
+
+        await self._write(write)
+
+    async def status(self, status: AttemptStatus, **changes: Any) -> None:
+        """A new status, on the timeline under its own name."""
+        await self.stage(status, status, **changes)
+
+    async def finish(self, status: AttemptStatus, **changes: Any) -> None:
+        """The attempt ended on its host; a log that never got a line is closed as empty."""
+        assert status in FINISHED_STATUSES
+        await self.status(status, ended_at=utcnow(), **changes)
+        if self.mirrors.get(self.attempt_id) is None:
+            log_file = self.mirrors.store.get(self.attempt_id)
+            if not log_file.exists and not log_file.meta.complete:  # it ended before its server wrote a line
+                log_file.finish(host_size=0, host_sha256=None, mirror_sha256=None)
+            self.mirrors.store.forget(self.attempt_id)
+
+    async def progress(self, change: Callable[[Attempt], None]) -> None:
+        """Applies what the log showed (stages, size, diagnosis) and files the attempt under the
+        signature of its failure, if it has one."""
+
+        async def write(attempt: Attempt, session: AsyncSession) -> None:
+            change(attempt)
+            await assign_signature(session, attempt)
+
+        await self._write(write, lock=self.signatures)
+
+    async def _write(
+        self, change: Callable[[Attempt, AsyncSession], Awaitable[None]], *, lock: asyncio.Lock | None = None
+    ) -> None:
+        delay = self.pace.retry
+        while True:
+            try:
+                async with lock or contextlib.nullcontext(), self.sessions.write.begin() as session:
+                    attempt = await session.get(Attempt, self.attempt_id)
+                    assert attempt is not None, f"attempt {self.attempt_id} is gone"
+                    await change(attempt, session)
+            except (SQLAlchemyError, OSError) as exc:
+                reason = reason_of(exc)
+                log.warning("attempt %d: cannot record (%s); retrying in %.1f s", self.attempt_id, reason, delay)
+                self.tracking.interrupted(self.attempt_id, reason)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.pace.retry_max)
+                continue
+            self.tracking.resumed(self.attempt_id)
+            return
