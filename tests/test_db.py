@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,10 +12,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import func, inspect, select, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app import db
+from app import audit, db
 from app.db.models import Attempt, AuditEvent, Base, GpuSample, Host, Preset, PresetRevision, Signature
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -135,5 +137,36 @@ async def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path) -> None:  #
         async with engine.connect() as connection:
             assert (await connection.scalar(text("PRAGMA journal_mode"))) == "wal"
             assert (await connection.scalar(text("PRAGMA busy_timeout"))) == db.SQLITE_BUSY_TIMEOUT_MS
+    finally:
+        await engine.dispose()
+
+
+async def test_read_sessions_leave_the_write_lock_free_and_audit_rows_join_the_writers_unit_of_work(
+    database_url: str,
+) -> None:
+    db.upgrade(database_url)
+    engine = db.create_engine(database_url)
+    sessions = db.Sessions.of(engine)
+    try:
+        async with sessions.write.begin() as session:
+            session.add(Host(name="h"))
+        async with sessions.read() as reading:
+            assert (await reading.scalar(select(Host.name))) == "h"  # a read transaction is open
+            if engine.dialect.name == "sqlite":
+                other = sqlite3.connect(make_url(database_url).database or "", timeout=0, isolation_level=None)
+                other.execute("PRAGMA busy_timeout=0")
+                other.execute("BEGIN IMMEDIATE")  # refused at once if the read had taken the lock
+                other.execute("COMMIT")
+                other.close()
+            async with sessions.write.begin() as writing:
+                audit.record(writing, actor="admin", action="login")
+        async with sessions.write() as abandoned:  # an audit row is kept exactly when its action is
+            audit.record(abandoned, actor="admin", action="stop")
+        async with sessions.read() as reading:
+            assert (await reading.scalar(select(func.count()).select_from(AuditEvent))) == 1
+            if engine.dialect.name == "sqlite":
+                reading.add(Host(name="written-by-a-reader"))
+                with pytest.raises(OperationalError, match="readonly"):
+                    await reading.flush()
     finally:
         await engine.dispose()
