@@ -30,7 +30,7 @@ from app.db import Sessions
 from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus, Host, PresetRevision
 from app.errors import HostError, InvalidInput, NotFound
 from app.launch import remote
-from app.launch.follower import Dashboard, Follower
+from app.launch.follower import Follower
 from app.launch.history import load_attempt
 from app.launch.owners import attempt_groups, started_by_launchdeck
 from app.launch.preflight import Preflight, run_preflight
@@ -238,7 +238,6 @@ class AttemptService:
             pace=self.pace,
             signatures=self._signatures,
         )
-        dashboard = Dashboard(self.sessions, self.pace, self.ssh.get, self.mirror, self.gpu_snapshot)
         delay = self.pace.retry
         while True:
             try:
@@ -246,7 +245,7 @@ class AttemptService:
                     launching = False
                     if not await self._start(record):
                         return
-                await Follower(dashboard, record).run()
+                await Follower(self, record).run()
                 self.tracking.resumed(attempt_id)
                 return
             except asyncio.CancelledError:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -25,7 +24,7 @@ from app.launch.diagnosis import LiveDiagnosis, stored
 from app.launch.history import load_attempt
 from app.launch.record import AttemptRecord, Pace
 from app.logs.mirror import LogMirror
-from app.ssh import HostConnection
+from app.ssh import HostConnection, SSHManager
 
 # Keys of /get_server_info that report the server's state rather than its arguments.
 SERVER_INFO_STATE = frozenset({"status", "version", "internal_states", "max_total_num_tokens"})
@@ -34,15 +33,17 @@ SERVER_INFO_STATE = frozenset({"status", "version", "internal_states", "max_tota
 DRAIN_WAIT = 30.0
 
 
-@dataclass(frozen=True)
-class Dashboard:
-    """What a follower uses of the dashboard besides the attempt's record."""
+class Dashboard(Protocol):
+    """What a follower uses of the dashboard (the attempt service) besides the attempt's record."""
 
     sessions: Sessions
-    pace: Pace
-    connection_of: Callable[[str], HostConnection]
-    start_mirror: Callable[[Attempt], LogMirror]  # started unless it runs already
+    pace: Pace  # read at every use: tests shorten it on a running dashboard
+    ssh: SSHManager
     gpu_snapshot: Callable[[str], dict[str, Any]]  # the host's latest GPU readings
+
+    def mirror(self, attempt: Attempt) -> LogMirror:
+        """The attempt's log mirror, started unless it runs already."""
+        ...
 
 
 class Follower:
@@ -50,7 +51,6 @@ class Follower:
         self.dashboard = dashboard
         self.record = record
         self.attempt_id = record.attempt_id
-        self.pace = dashboard.pace
         self.live = LiveDiagnosis()
         self.seen: set[str] = set()  # stages on the attempt's timeline
         self.ready_group_size = 0
@@ -61,7 +61,7 @@ class Follower:
     async def run(self) -> None:
         async with self.dashboard.sessions.read() as session:
             attempt = await load_attempt(session, self.attempt_id)
-        connection = self.dashboard.connection_of(attempt.host.name)
+        connection = self.dashboard.ssh.get(attempt.host.name)
         self.seen = {entry["stage"] for entry in attempt.stages}
         self.argv = list(attempt.argv)
         pid, start = attempt.pid, attempt.pid_start_time
@@ -75,7 +75,7 @@ class Follower:
                     await connection.wait_online(3600)
                     probe = await self._probe(connection, directory, pid, start)
                 except HostError:
-                    await asyncio.sleep(self.pace.loading)
+                    await asyncio.sleep(self.dashboard.pace.loading)
                     continue
                 if pid is None and probe.pid is not None:  # the dashboard stopped before recording it
                     pid, start = probe.pid, probe.start_time
@@ -94,7 +94,7 @@ class Follower:
                     mirror = await self._start_mirror()
                 if mirror is not None and mirror.log.size != size:
                     quiet_since, size = loop.time(), mirror.log.size
-                hung = status == AttemptStatus.LOADING and loop.time() - quiet_since > self.pace.hang
+                hung = status == AttemptStatus.LOADING and loop.time() - quiet_since > self.dashboard.pace.hang
                 await self._record_log_progress(mirror, hung=hung)
                 if probe.exit_code is not None or not probe.alive:
                     if mirror is not None:
@@ -105,7 +105,9 @@ class Follower:
                     await self._finish_process(probe)
                     return
                 status = await self._check_readiness(connection, port, status, probe)
-                await asyncio.sleep(self.pace.serving if status == AttemptStatus.READY else self.pace.loading)
+                await asyncio.sleep(
+                    self.dashboard.pace.serving if status == AttemptStatus.READY else self.dashboard.pace.loading
+                )
         finally:
             if mirror is not None:
                 mirror.log.watchers.discard(self.live.feed)
@@ -127,7 +129,7 @@ class Follower:
             self.live.feed(scanned, log_file.read(scanned, log_file.size - scanned))
         async with self.dashboard.sessions.read() as session:
             attempt = await load_attempt(session, self.attempt_id)
-        return self.dashboard.start_mirror(attempt)
+        return self.dashboard.mirror(attempt)
 
     def _read_file(self, path: Path, size: int) -> None:
         with open(path, "rb") as f:
@@ -149,7 +151,7 @@ class Follower:
         result = self.live.analyzer.hung() if hung else self.live.analyzer.snapshot()
         self.live.changed = False
         hang_changed = hung != self.hung
-        silence = f"no new log line for {self.pace.hang:.0f} s during {result.stage}"
+        silence = f"no new log line for {self.dashboard.pace.hang:.0f} s during {result.stage}"
 
         def change(attempt: Attempt) -> None:
             for stage, at in found:
@@ -198,7 +200,7 @@ class Follower:
             return [None for _ in paths]
         responses: list[httpx.Response | None] = []
         try:
-            async with httpx.AsyncClient(timeout=self.pace.health_timeout) as client:
+            async with httpx.AsyncClient(timeout=self.dashboard.pace.health_timeout) as client:
                 for path in paths:
                     try:
                         responses.append(await client.get(f"http://127.0.0.1:{listener.get_port()}{path}"))
