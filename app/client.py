@@ -10,9 +10,11 @@ from typing import IO, Any
 import httpx
 
 from app.config import Settings
+from app.db.models import FINISHED_STATUSES, AttemptStatus
 from app.errors import InvalidInput, LaunchdeckError
 
-FINAL = ("ready", "failed", "stopped", "lost", "unhealthy")
+# Where following a launch from the terminal stops: it ended, or it is serving (well or not).
+FINAL = FINISHED_STATUSES | {AttemptStatus.READY, AttemptStatus.UNHEALTHY}
 
 
 class ApiClient:
@@ -108,7 +110,7 @@ def launch(
         if attempt["status"] in FINAL:
             break
         time.sleep(1)
-    if attempt["status"] == "ready":
+    if attempt["status"] == AttemptStatus.READY:
         out(f"ready after {attempt['time_to_ready_s']:.1f} s on port {attempt['port']}")
         return 0
     out(f"{attempt['status']}: {attempt['error'] or 'no error recorded'}")
