@@ -3,6 +3,9 @@
 A revision stores the server arguments as one list. The editor shows the common SGLang flags
 as fields and the rest as free text; both map to and from that list, so there is one source
 of truth for what runs.
+
+The functions that change presets take a write session and commit it once, audit row included:
+each is one unit of work, and none of them waits on anything but the database.
 """
 
 from __future__ import annotations
