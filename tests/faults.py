@@ -61,8 +61,13 @@ class Process:
     def spawn(self) -> None:
         self.output.parent.mkdir(parents=True, exist_ok=True)
         with self.output.open("ab") as out:
+            # Its own process group, so that whatever it leaves behind can be ended with it.
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", *self.argv], env=self.env, stdout=out, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "app.cli", *self.argv],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     @property
@@ -90,6 +95,8 @@ class Process:
             self.popen.wait(15)
         except subprocess.TimeoutExpired:
             self.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # a child it left running (a search, say)
 
     def tail(self, lines: int = 40) -> str:
         text = self.output.read_text(errors="replace") if self.output.exists() else ""
@@ -148,7 +155,7 @@ class Dashboard(Process):
     data_dir: Path = Path()
 
     @classmethod
-    def create(cls, data_dir: Path, hosts_file: Path, **settings: str) -> Dashboard:
+    def create(cls, data_dir: Path, hosts_file: Path, output: Path | None = None, **settings: str) -> Dashboard:
         port = free_port()
         env = _environment(
             LAUNCHDECK_DATA_DIR=str(data_dir),
@@ -164,7 +171,8 @@ class Dashboard(Process):
             **{f"LAUNCHDECK_{key.upper()}": value for key, value in settings.items()},
         )
         data_dir.mkdir(parents=True, exist_ok=True)
-        return cls(["serve"], env, data_dir.parent / "dashboard.out", port=port, data_dir=data_dir)
+        output = output or data_dir.parent / "dashboard.out"
+        return cls(["serve"], env, output, port=port, data_dir=data_dir)
 
     @property
     def url(self) -> str:
