@@ -84,7 +84,7 @@ class SSHOptions:
     # The longest wait between reconnection attempts to a host that is down or keeps dropping.
     # Short, so that a host is online within seconds of its return however long it was away: an
     # attempt at a host that is down costs one refused or unanswered connection.
-    reconnect_backoff_max: float = 4.0
+    reconnect_backoff_max: float = 2.0
 
 
 class _Client(asyncssh.SSHClient):
