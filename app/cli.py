@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.errors import InvalidInput, LaunchdeckError
@@ -30,7 +31,15 @@ def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="launchdeck", description="Launch and debug SGLang servers on GPU hosts.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("serve", help="run the dashboard (settings from LAUNCHDECK_* variables)")
-    commands.add_parser("demo", help="run the dashboard with a simulated GPU cluster")
+    demo_parser = commands.add_parser("demo", help="run the dashboard with a simulated GPU cluster")
+    demo_parser.add_argument(
+        "--hosts-only", action="store_true", help="run only the simulated hosts, for a dashboard started with `serve`"
+    )
+    demo_parser.add_argument("--dir", type=Path, help="where the hosts live (default <data_dir>/demo)")
+    demo_parser.add_argument(
+        "--host", action="append", metavar="NAME", help="with --hosts-only: run this host only (repeatable)"
+    )
+    demo_parser.add_argument("--port", type=int, help="with one --host: its SSH port (default the one it had)")
     launch_parser = commands.add_parser("launch", help="launch a preset on a host through the running dashboard")
     launch_parser.add_argument("preset")
     launch_parser.add_argument("host")
@@ -65,6 +74,10 @@ def _run(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command == "logs" and args.follow and args.grep is not None:
         parser.error("logs: --follow and --grep do not go together; grep the log, or follow it")
+    if args.command == "demo" and not args.hosts_only and (args.host or args.port is not None):
+        parser.error("demo: --host and --port go with --hosts-only")
+    if args.command == "demo" and args.port is not None and len(args.host or ()) != 1:
+        parser.error("demo: --port needs exactly one --host")
 
     if args.command == "diagnose":
         return diagnose_file(args.logfile, as_json=args.json)
@@ -86,6 +99,8 @@ def _run(argv: list[str] | None) -> int:
     try:
         if args.command == "serve":
             return serve(settings)
+        if args.command == "demo" and args.hosts_only:
+            return asyncio.run(demo_hosts(settings, args.dir, args.host, args.port))
         if args.command == "demo":
             return asyncio.run(demo(settings))
         if args.command == "launch":
@@ -179,7 +194,6 @@ async def demo(settings: Settings) -> int:
 
     from app.demo.cluster import SimCluster
     from app.demo.inventory import parse_host_specs
-    from app.ssh import render_hosts
     from app.web.app import access_token, create_app
 
     try:
@@ -191,8 +205,7 @@ async def demo(settings: Settings) -> int:
     cluster = SimCluster(settings.data_dir.resolve() / "demo", host_specs, time_scale=settings.demo_time_scale)
     specs = await cluster.start()
     try:
-        hosts_file = cluster.root / "hosts.toml"
-        hosts_file.write_text(render_hosts(specs))
+        hosts_file = cluster.write_hosts_file(specs)
         settings = settings.model_copy(update={"hosts_file": hosts_file})
         app = create_app(settings)
         await _seed_demo_presets(settings)
@@ -205,6 +218,42 @@ async def demo(settings: Settings) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: None)
         await server.serve()
+    finally:
+        await cluster.stop()
+    return 0
+
+
+async def demo_hosts(settings: Settings, directory: Path | None, names: list[str] | None, port: int | None) -> int:
+    """Runs the simulated hosts (all, or those named) until SIGTERM or Ctrl-C, for a dashboard
+    started with `serve` against the hosts file written here. One process per host lets a host's
+    SSH server be killed and started again alone, on the port the hosts file gives it."""
+    from app.demo.cluster import SimCluster
+    from app.demo.inventory import parse_host_specs
+
+    try:
+        host_specs = parse_host_specs(settings.demo_hosts)
+    except ValueError as exc:
+        print(f"launchdeck: LAUNCHDECK_DEMO_HOSTS: {exc}", file=sys.stderr)
+        return 2
+    cluster = SimCluster(
+        (directory or settings.data_dir / "demo").resolve(), host_specs, time_scale=settings.demo_time_scale
+    )
+    ports = cluster.recorded_ports()
+    if names and port is not None:
+        ports[names[0]] = port
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    started = await cluster.start(only=names, ports=ports)
+    try:
+        hosts_file = cluster.write_hosts_file(started)
+        for spec, sim in zip(started, [s for s in host_specs if not names or s.name in names], strict=True):
+            print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
+        print(f"known_hosts: {cluster.known_hosts_path}\nclient key:  {cluster.client_key_path}")
+        # Last, so whoever waits for this line finds the hosts listening and the files written.
+        print(f"hosts file:  {hosts_file}  (LAUNCHDECK_HOSTS_FILE for `launchdeck serve`)", flush=True)
+        await stopping.wait()
     finally:
         await cluster.stop()
     return 0

@@ -82,7 +82,9 @@ class SSHOptions:
     keepalive_interval: float = 10.0
     connect_timeout: float = 10.0
     # The longest wait between reconnection attempts to a host that is down or keeps dropping.
-    reconnect_backoff_max: float = 30.0
+    # Short, so that a host is online within seconds of its return however long it was away: an
+    # attempt at a host that is down costs one refused or unanswered connection.
+    reconnect_backoff_max: float = 2.0
 
 
 class _Client(asyncssh.SSHClient):
