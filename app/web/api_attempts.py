@@ -14,6 +14,7 @@ from app.db.models import Attempt, AuditEvent
 from app.launch import attempts
 from app.launch.diagnosis import drift_of
 from app.web.deps import ApiUser, DbSession, RuntimeDep
+from app.web.params import Int64
 
 router = APIRouter(prefix="/api", tags=["attempts"])
 
@@ -21,9 +22,9 @@ router = APIRouter(prefix="/api", tags=["attempts"])
 class LaunchIn(BaseModel):
     preset: str
     host: str
-    gpus: list[int] = Field(default_factory=lambda: [0])
-    port: int | None = None
-    revision: int | None = None
+    gpus: list[Int64] = Field(default_factory=lambda: [0])
+    port: Int64 | None = None
+    revision: Int64 | None = None
     override_reason: str = Field("", description="Launch even if a preflight check fails; the reason is recorded.")
 
 
@@ -109,8 +110,8 @@ class AttemptPublic(BaseModel):
 class PreflightIn(BaseModel):
     preset: str
     host: str
-    gpus: list[int] = Field(default_factory=lambda: [0])
-    port: int | None = None
+    gpus: list[Int64] = Field(default_factory=lambda: [0])
+    port: Int64 | None = None
 
 
 class AuditPublic(BaseModel):
@@ -152,8 +153,8 @@ async def list_attempts(
     host: str | None = None,
     preset: str | None = None,
     status: str | None = None,
-    before: int | None = None,
-    limit: int = 50,
+    before: Int64 | None = None,
+    limit: Int64 = 50,
 ) -> list[AttemptPublic]:
     """Newest first; pass the last id you got as `before` for the next page."""
     rows = await attempts.list_attempts(
@@ -163,18 +164,18 @@ async def list_attempts(
 
 
 @router.get("/attempts/{attempt_id}")
-async def get_attempt(attempt_id: int, db: DbSession, _user: ApiUser) -> AttemptPublic:
+async def get_attempt(attempt_id: Int64, db: DbSession, _user: ApiUser) -> AttemptPublic:
     return AttemptPublic.of(await attempts.load_attempt(db, attempt_id))
 
 
 @router.post("/attempts/{attempt_id}/stop", status_code=status.HTTP_202_ACCEPTED)
-async def stop(attempt_id: int, runtime: RuntimeDep, db: DbSession, user: ApiUser) -> Launched:
+async def stop(attempt_id: Int64, runtime: RuntimeDep, db: DbSession, user: ApiUser) -> Launched:
     attempt = await attempts.load_attempt(db, attempt_id)
     await runtime.attempts.stop(db, attempt, actor=user)
     return Launched(id=attempt.id, status=attempt.status)
 
 
 @router.get("/audit")
-async def audit_events(db: DbSession, _user: ApiUser, limit: int = 100) -> list[AuditPublic]:
+async def audit_events(db: DbSession, _user: ApiUser, limit: Int64 = 100) -> list[AuditPublic]:
     query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(max(1, min(limit, 1000)))
     return [AuditPublic.model_validate(event, from_attributes=True) for event in (await db.scalars(query)).all()]

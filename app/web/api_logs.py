@@ -16,6 +16,7 @@ from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import search_log
 from app.web.deps import ApiUser, DbSession, RuntimeDep
 from app.web.log_pages import attempts_matching, event_stream, resume_offset
+from app.web.params import Int64
 
 router = APIRouter(prefix="/api", tags=["logs"])
 
@@ -24,7 +25,7 @@ MAX_READ = 16 << 20
 
 @router.get("/attempts/{attempt_id}/log", response_class=Response)
 async def read_log(
-    attempt_id: int, runtime: RuntimeDep, db: DbSession, _user: ApiUser, offset: int = 0, limit: int = 1 << 20
+    attempt_id: Int64, runtime: RuntimeDep, db: DbSession, _user: ApiUser, offset: Int64 = 0, limit: Int64 = 1 << 20
 ) -> Response:
     """The mirrored bytes at [offset, offset + limit), exactly; X-Log-Size and X-Log-Complete say
     whether there is more to come."""
@@ -41,7 +42,7 @@ async def read_log(
 
 
 @router.get("/attempts/{attempt_id}/log/download", response_class=FileResponse)
-async def download_log(attempt_id: int, runtime: RuntimeDep, db: DbSession, _user: ApiUser) -> FileResponse:
+async def download_log(attempt_id: Int64, runtime: RuntimeDep, db: DbSession, _user: ApiUser) -> FileResponse:
     attempt = await attempts.load_attempt(db, attempt_id)
     path = runtime.logs.get(attempt_id).path
     runtime.logs.forget(attempt_id)
@@ -53,11 +54,11 @@ async def download_log(attempt_id: int, runtime: RuntimeDep, db: DbSession, _use
 
 @router.get("/attempts/{attempt_id}/events")
 async def log_events(
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
     db: DbSession,
     _user: ApiUser,
-    offset: int = 0,
+    offset: Int64 = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """The log live, as `log` events of JSON {offset, text} (event id = the byte offset after the
@@ -97,16 +98,16 @@ def _json_event(name: str, data: dict[str, Any], end: int | None) -> ServerSentE
 
 @router.get("/attempts/{attempt_id}/grep")
 async def grep(
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
     db: DbSession,
     _user: ApiUser,
     q: str,
     regex: bool = False,
     ignore_case: bool = False,
-    context: int = 0,
+    context: Int64 = 0,
     flags: bool = True,
-    limit: int = 200,
+    limit: Int64 = 200,
 ) -> dict[str, Any]:
     """Matching lines with their line numbers and byte offsets. With no hits: how much was
     searched, the last lines and the first traceback's line."""

@@ -13,6 +13,7 @@ from app.diagnose.analyze import HINTS, STAGES
 from app.launch import attempts, compare, diagnosis
 from app.web.deps import DbSession, PageUser, RuntimeDep
 from app.web.log_pages import lines_html
+from app.web.params import Int64
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -75,7 +76,7 @@ async def errors_page(request: Request, db: DbSession, user: PageUser, failure_c
 
 @router.get("/errors/{fingerprint}", response_class=HTMLResponse)
 async def error_group_page(
-    request: Request, fingerprint: str, db: DbSession, user: PageUser, before: int | None = None
+    request: Request, fingerprint: str, db: DbSession, user: PageUser, before: Int64 | None = None
 ) -> Response:
     signature = await diagnosis.get_signature(db, fingerprint)
     page_size = 50
@@ -92,7 +93,7 @@ async def error_group_page(
 
 @router.get("/compare", response_class=HTMLResponse)
 async def compare_page(
-    request: Request, a: int, b: int, runtime: RuntimeDep, db: DbSession, user: PageUser
+    request: Request, a: Int64, b: Int64, runtime: RuntimeDep, db: DbSession, user: PageUser
 ) -> Response:
     result = await compare.compare(db, runtime.logs, a, b)
     excerpts = {
@@ -103,7 +104,7 @@ async def compare_page(
 
 
 @router.get("/attempts/{attempt_id}/compare/{other}")
-async def compare_with(attempt_id: int, other: str, db: DbSession, user: PageUser) -> Response:
+async def compare_with(attempt_id: Int64, other: str, db: DbSession, user: PageUser) -> Response:
     """`previous`: the attempt of the same preset before this one; `last-success`: the latest
     other attempt of the preset that became ready."""
     attempt = await attempts.load_attempt(db, attempt_id)

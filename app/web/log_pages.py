@@ -20,6 +20,7 @@ from app.logs.render import line_class, render_line
 from app.logs.search import FIRST_ERROR, count_matches, first_line, search_log
 from app.logs.store import Line, LogFile
 from app.web.deps import DbSession, PageUser, Runtime, RuntimeDep, session_user
+from app.web.params import INT64_MAX, Int64
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -84,7 +85,7 @@ def event_stream(events: AsyncIterator[ServerSentEvent | bytes]) -> EventSourceR
 def resume_offset(offset: int, last_event_id: str | None) -> int:
     """The browser's own reconnection sends Last-Event-ID, the newest; a fresh EventSource (as htmx
     makes after an error) has only the offset the page keeps in the stream's URL."""
-    if last_event_id and last_event_id.strip().isdigit():
+    if last_event_id and last_event_id.strip().isdigit() and int(last_event_id) <= INT64_MAX:
         return int(last_event_id)
     return max(offset, 0)
 
@@ -115,10 +116,10 @@ def log_context(runtime: Runtime, attempt_id: int) -> dict[str, Any]:
 @router.get("/attempts/{attempt_id}/log/stream")
 async def log_stream(
     request: Request,
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
     db: DbSession,
-    offset: int = 0,
+    offset: Int64 = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """New lines of the attempt's log as HTML fragments; event id = the byte offset after them."""
@@ -139,15 +140,15 @@ async def log_stream(
 @router.get("/attempts/{attempt_id}/log", response_class=HTMLResponse)
 async def full_log(
     request: Request,
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
     db: DbSession,
     user: PageUser,
-    line: int | None = None,
-    start: int | None = None,
-    offset: int | None = None,
+    line: Int64 | None = None,
+    start: Int64 | None = None,
+    offset: Int64 | None = None,
     at: str | None = None,
-    count: int = PAGE_LINES,
+    count: Int64 = PAGE_LINES,
 ) -> Response:
     """One page of the mirrored log: from line `start`, around a `line` or a byte `offset`, at the
     bottom or at the first error."""
@@ -184,14 +185,14 @@ async def full_log(
 @router.get("/attempts/{attempt_id}/log/grep", response_class=HTMLResponse)
 async def grep_page(
     request: Request,
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
     db: DbSession,
     user: PageUser,
     q: str = "",
     regex: bool = False,
     ignore_case: bool = False,
-    context: int = 0,
+    context: Int64 = 0,
     flags: bool = False,
     submitted: bool = False,
 ) -> Response:
