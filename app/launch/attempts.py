@@ -29,7 +29,7 @@ from app.errors import HostError, InvalidInput, NotFound
 from app.launch import remote
 from app.launch.diagnosis import LiveDiagnosis, assign_signature, stored
 from app.launch.preflight import Preflight, run_preflight
-from app.launch.presets import command_argv, get_preset, latest, revision_of
+from app.launch.presets import MAX_OVERRIDE_REASON, check_text, command_argv, get_preset, latest, revision_of
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
 from app.ssh import HostConnection, SSHManager
 
@@ -132,6 +132,7 @@ class AttemptService:
         revision: int | None = None,
     ) -> Attempt:
         """Records the attempt and starts it in the background; returns at once."""
+        check_text("override_reason", override_reason, MAX_OVERRIDE_REASON)
         connection = self.ssh.get(host)
         preset_row = await get_preset(session, preset)
         chosen = latest(preset_row) if revision is None else revision_of(preset_row, revision)
