@@ -4,7 +4,8 @@ A body is refused on its Content-Length alone, before a byte of it is read. A bo
 (chunked) is read here, counted, up to the limit, and handed on only once it is known to fit: so
 no route, form parser or authentication check ever runs for a request that is too large. Nothing
 in the dashboard takes uploads, so holding at most one limit's worth here costs what the route
-would hold anyway. The server discards whatever the client still sends after the 413.
+would hold anyway. The 413 closes the connection, so the server spends nothing more on the rest
+of the body (a client that sends `Expect: 100-continue`, as curl does, never sends it at all).
 
 No name or value in the dashboard may hold a NUL byte (a host's C strings and PostgreSQL cannot),
 so an address with one is refused here once, for every path and query parameter.
@@ -67,11 +68,13 @@ class RequestLimits:
             f"the request body is larger than the limit of {self.max_bytes:,} bytes "
             "(the dashboard's LAUNCHDECK_MAX_BODY_BYTES setting)"
         )
-        await _answer(send, 413, detail)
+        await _answer(send, 413, detail, close=True)
 
 
-async def _answer(send: Send, status: int, detail: str) -> None:
+async def _answer(send: Send, status: int, detail: str, *, close: bool = False) -> None:
     body = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
