@@ -238,6 +238,7 @@ async def test_the_launch_refuses_a_long_override_reason_and_names_with_nul(api:
     assert address.status_code == 422
     assert address.json()["detail"] == "the address contains a NUL byte (%00), which no name or value may hold"
     assert (await api.get("/api/presets/a%00b")).status_code == 422
+    assert (await api.get("/api/grep", params={"q": "a\0b"})).status_code == 422  # no pattern holds one either
     assert (await api.get("/api/attempts")).json() == []
 
 
