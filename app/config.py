@@ -46,6 +46,11 @@ class Settings(BaseSettings):
     )
     cookie_secure: bool = Field(True, description="Send the session cookie only over HTTPS (and to localhost).")
     session_days: int = Field(14, ge=1, description="Days a browser login lasts.")
+    max_body_bytes: int = Field(
+        1 << 20,
+        ge=1024,
+        description="Largest request body accepted, in bytes; a larger one is refused with 413 before it is read.",
+    )
     demo_time_scale: float = Field(
         1.0,
         gt=0,

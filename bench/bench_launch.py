@@ -8,6 +8,7 @@ the same simulated host. launchdeck does them over one open connection.
 from __future__ import annotations
 
 import asyncio
+import json
 import shlex
 import statistics
 import subprocess
@@ -112,11 +113,12 @@ async def _through_openssh(spec: HostSpec) -> list[float]:
             env={"CUDA_VISIBLE_DEVICES": "0"},
         )
         path = f"{directory}/{remote.SCRIPT_NAME}"
+        check = {"model_path": MODEL, "args": ["--port", "30000"], "env": {"CUDA_VISIBLE_DEVICES": "0"}}
         steps: list[tuple[list[str], bytes | None]] = [
             (["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,memory.free",
               "--format=csv,noheader,nounits"], None),
             (["python3", "-c", remote.PORT_FREE, "30000"], None),
-            (["env", "CUDA_VISIBLE_DEVICES=0", "python3", "-c", remote.HOST_CHECK, MODEL, "--port", "30000"], None),
+            (["python3", "-c", remote.HOST_CHECK], json.dumps(check).encode()),
             (["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"], None),
             (["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
               "--format=csv,noheader,nounits"], None),

@@ -82,7 +82,7 @@ async def test_zero_hits_says_what_was_searched_and_where_to_look(api: AsyncClie
 
 
 @pytest.mark.parametrize(
-    "pattern", ["-v", "--help", "-e x", "'; touch {marker}; '", "$(touch {marker})", '"quoted"', "a\x00b", "\\"]
+    "pattern", ["-v", "--help", "-e x", "'; touch {marker}; '", "$(touch {marker})", '"quoted"', "\\"]
 )
 async def test_grep_searches_hostile_patterns_literally(api: AsyncClient, pattern: str) -> None:
     attempt = await failed_override_attempt(api)

@@ -34,7 +34,7 @@ from app.launch.follower import Follower
 from app.launch.history import load_attempt
 from app.launch.owners import attempt_groups, started_by_launchdeck
 from app.launch.preflight import Preflight, run_preflight
-from app.launch.presets import command_argv, get_preset, latest, revision_of
+from app.launch.presets import MAX_OVERRIDE_REASON, check_text, command_argv, get_preset, latest, revision_of
 from app.launch.record import AttemptRecord, Pace, Tracking, reason_of
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
 from app.ssh import HostConnection, SSHManager
@@ -122,6 +122,7 @@ class AttemptService:
         revision: int | None = None,
     ) -> Attempt:
         """Records the attempt and starts it in the background; returns at once."""
+        check_text("override_reason", override_reason, MAX_OVERRIDE_REASON)
         connection = self.ssh.get(host)
         if len(set(gpus)) != len(gpus) or any(gpu < 0 for gpu in gpus):
             raise InvalidInput("gpus: give distinct GPU indices, e.g. [0, 1]")

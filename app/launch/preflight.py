@@ -1,21 +1,33 @@
 """Checks before a launch: is the host there, are the GPUs and port free, does the model fit, and
-what will SGLang make of the arguments. Each check says what it found, with numbers."""
+what will SGLang make of the arguments. Each check says what it found, with numbers.
+
+The steps on the host run at once, each under STEP_TIMEOUT (and the host's own `timeout`, so a
+step we stop waiting for does not keep running there): a slow interpreter costs its own time
+once, and a step that hangs becomes a failed check naming it. The preset's values (model path,
+arguments, environment) reach the host's Python as JSON on its stdin: a command line travels in
+one SSH packet, and a value too large for it would cost the whole connection.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+from collections.abc import Awaitable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from app.errors import HostError
-from app.gpu.nvidia_smi import read_gpu_memory
+from app.errors import CommandTimedOut, HostError
+from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
 from app.launch import remote
 from app.ssh import HostConnection, HostState
+from app.ssh.connection import RunResult
 
 GiB = 1 << 30
 MiB = 1 << 20
-CHECK_TIMEOUT = 60.0
+STEP_TIMEOUT = 15.0
 HOST_WAIT = 5.0  # a host that is still connecting gets this long
+T = TypeVar("T")
 # Memory beyond the weights a server needs before its KV cache: CUDA context, activations.
 OVERHEAD_BYTES = 2 * GiB
 
@@ -66,6 +78,7 @@ async def run_preflight(
     args: list[str],
     env: dict[str, str],
     owners: dict[int, int] | None = None,
+    step_timeout: float = STEP_TIMEOUT,
 ) -> Preflight:
     """`owners` maps process groups of earlier attempts on this host to their attempt ids."""
     result = Preflight()
@@ -79,14 +92,30 @@ async def run_preflight(
             checks.append(Check("host", False, f"{status.state.value} since {status.since:%H:%M:%S} UTC{reason}"))
             return result
     checks.append(Check("host", True, "online"))
-    try:
-        inventory = {gpu.index: gpu for gpu in await read_gpu_memory(host)}
-    except HostError as exc:
-        checks.append(Check("gpus", False, f"cannot read the GPUs: {exc}"))
+    request = {
+        "model_path": model_path,
+        "args": ["--port", str(port), *args],
+        "env": {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), **env},
+    }
+    steps = _Steps(host, step_timeout)
+    inventory_read, port_answer, answer = await asyncio.gather(
+        steps.within("reading the GPUs (nvidia-smi)", read_gpu_memory(host, timeout=step_timeout)),
+        steps.run("the port check", [python, "-c", remote.PORT_FREE, str(port)]),
+        steps.run("SGLang's argument parser", [python, "-c", remote.HOST_CHECK], input=json.dumps(request).encode()),
+        return_exceptions=True,
+    )
+    if isinstance(inventory_read, HostError):
+        checks.append(Check("gpus", False, f"cannot read the GPUs: {inventory_read}"))
         return result
+    for outcome in (inventory_read, port_answer, answer):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, _TooSlow):
+            raise outcome
+    inventory = {gpu.index: gpu for gpu in _gpus(inventory_read)}
     missing = [index for index in gpus if index not in inventory]
     tp = tp_size(args)
-    if not gpus:
+    if isinstance(inventory_read, _TooSlow):
+        checks.append(Check("gpus", False, str(inventory_read)))
+    elif not gpus:
         checks.append(Check("gpus", False, "choose at least one GPU"))
     elif missing:
         absent = ", ".join(map(str, missing))
@@ -96,26 +125,20 @@ async def run_preflight(
     else:
         checks.append(Check("gpus", True, f"GPU {', '.join(map(str, gpus))}: {inventory[gpus[0]].name}"))
 
-    port_result = await host.run([python, "-c", remote.PORT_FREE, str(port)], check=False, timeout=CHECK_TIMEOUT)
-    if port_result.exit_status == 0:
+    if isinstance(port_answer, _TooSlow):
+        checks.append(Check("port", False, str(port_answer)))
+    elif isinstance(port_answer, RunResult) and port_answer.exit_status == 0:
         checks.append(Check("port", True, f"{port} is free"))
-    else:
-        reason = port_result.stdout.decode(errors="replace").strip() or port_result.stderr.decode(errors="replace")
+    elif isinstance(port_answer, RunResult):
+        reason = port_answer.stdout.decode(errors="replace").strip() or port_answer.stderr.decode(errors="replace")
         checks.append(Check("port", False, f"{port} is not free on the host: {reason.strip()[-200:]}"))
 
-    check_env = ["env", f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))}", *(f"{k}={v}" for k, v in env.items())]
-    answer = await host.run(
-        [*check_env, python, "-c", remote.HOST_CHECK, model_path, "--port", str(port), *args],
-        check=False,
-        timeout=CHECK_TIMEOUT,
-    )
-    try:
-        found: dict[str, Any] = json.loads(answer.stdout.decode().strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        found = {"error": f"the check could not run: {answer.stderr.decode(errors='replace').strip()[-300:]}"}
+    found = _host_check_result(answer)
     result.effective_args = found.get("effective", {})
     warnings = found.get("warnings", [])
-    if "error" in found:
+    if isinstance(answer, _TooSlow):
+        checks.append(Check("arguments", False, str(answer), blocking=False))
+    elif "error" in found:
         message = f"SGLang will refuse these arguments: {found['error']}"
         checks.append(Check("arguments", False, message, blocking=False, detail={"warnings": warnings}))
     else:
@@ -125,8 +148,51 @@ async def run_preflight(
 
     if not missing and gpus:
         checks.append(_memory_check(found, result.effective_args, tp, [inventory[i] for i in gpus]))
-        checks.append(await _processes_check(host, gpus, owners or {}))
+        checks.append(await _processes_check(steps, gpus, owners or {}))
     return result
+
+
+class _TooSlow(Exception):
+    """A step that did not answer in time; its message says which."""
+
+
+class _Steps:
+    """Runs the preflight's steps on one host, each bounded by the same timeout."""
+
+    def __init__(self, host: HostConnection, timeout: float):
+        self.host = host
+        self.timeout = timeout
+
+    def too_slow(self, step: str) -> _TooSlow:
+        return _TooSlow(f"{step} took longer than {self.timeout:g} s on the host")
+
+    async def within(self, step: str, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except CommandTimedOut:
+            raise self.too_slow(step) from None
+
+    async def run(self, step: str, argv: Sequence[str], *, input: bytes | None = None) -> RunResult:
+        # The host's `timeout` ends the command there too (exit 124); ours allows for the round trip.
+        bounded = ["timeout", str(math.ceil(self.timeout)), *argv]
+        result = await self.within(step, self.host.run(bounded, input=input, check=False, timeout=self.timeout + 2))
+        if result.exit_status == 124:
+            raise self.too_slow(step)
+        return result
+
+
+def _gpus(read: object) -> list[GpuMemory]:
+    return read if isinstance(read, list) else []
+
+
+def _host_check_result(answer: object) -> dict[str, Any]:
+    if not isinstance(answer, RunResult):
+        return {"weight_error": str(answer)}
+    try:
+        found: dict[str, Any] = json.loads(answer.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        found = {"error": f"the check could not run: {answer.stderr.decode(errors='replace').strip()[-300:]}"}
+    return found
 
 
 def _memory_check(found: dict[str, Any], effective: dict[str, Any], tp: int, gpus: list[Any]) -> Check:
@@ -153,11 +219,17 @@ def _memory_check(found: dict[str, Any], effective: dict[str, Any], tp: int, gpu
     return Check("memory", True, f"enough free memory: {basis}", detail={"gpus": rows})
 
 
-async def _processes_check(host: HostConnection, gpus: list[int], owners: dict[int, int]) -> Check:
+async def _processes_check(steps: _Steps, gpus: list[int], owners: dict[int, int]) -> Check:
     fields = "gpu_uuid,pid,process_name,used_memory"
     query = ["nvidia-smi", f"--query-compute-apps={fields}", "--format=csv,noheader,nounits"]
-    uuids = await host.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"], check=False)
-    apps = await host.run(query, check=False)
+    uuid_query = ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]
+    try:
+        uuids, apps = await asyncio.gather(
+            steps.run("listing the GPUs (nvidia-smi)", uuid_query),
+            steps.run("listing the GPU processes (nvidia-smi)", query),
+        )
+    except _TooSlow as exc:
+        return Check("processes", False, str(exc))
     index_of = {}
     for line in uuids.stdout.decode().splitlines():
         index, _, uuid = line.partition(",")
@@ -171,7 +243,10 @@ async def _processes_check(host: HostConnection, gpus: list[int], owners: dict[i
         found.append({"gpu": index_of[parts[0]], "pid": int(parts[1]), "name": parts[2], "used_mib": parts[3]})
     if not found:
         return Check("processes", True, "no processes on these GPUs")
-    groups = await _process_groups(host, [process["pid"] for process in found])
+    try:
+        groups = await _process_groups(steps, [process["pid"] for process in found])
+    except _TooSlow as exc:
+        return Check("processes", False, str(exc))
     for process in found:
         process["attempt"] = owners.get(groups.get(process["pid"], -1))
     described = "; ".join(
@@ -182,8 +257,8 @@ async def _processes_check(host: HostConnection, gpus: list[int], owners: dict[i
     return Check("processes", False, f"already in use: {described}", detail={"processes": found})
 
 
-async def _process_groups(host: HostConnection, pids: list[int]) -> dict[int, int]:
-    result = await host.run(["ps", "-o", "pid=,pgid=", "-p", ",".join(map(str, pids))], check=False)
+async def _process_groups(steps: _Steps, pids: list[int]) -> dict[int, int]:
+    result = await steps.run("reading process groups (ps)", ["ps", "-o", "pid=,pgid=", "-p", ",".join(map(str, pids))])
     groups = {}
     for line in result.stdout.decode().splitlines():
         fields = line.split()

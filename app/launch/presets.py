@@ -63,6 +63,30 @@ FLAG_BY_OPTION = {option: flag for flag in FLAGS for option in (flag.flag, *flag
 OWN_FIELDS = {"--model-path": "model_path", "--model": "model_path", "--port": "port"}
 
 
+# Sizes a preset's values may have, in UTF-8 bytes. Real SGLang command lines are a few hundred
+# bytes; these leave room for long JSON arguments (--json-model-override-args) while keeping every
+# preset small enough to list, diff and render at once, and its preflight request and launch script
+# far from what a host or the pages would choke on.
+MAX_MODEL_PATH = 1024
+MAX_PYTHON = 1024
+MAX_ARG = 4096
+MAX_ARGS_TOTAL = 64 * 1024
+MAX_ENV_NAME = 256
+MAX_ENV_VALUE = 16 * 1024
+MAX_ENV_TOTAL = 64 * 1024
+MAX_DESCRIPTION = 8 * 1024
+MAX_OVERRIDE_REASON = 4096  # the reason a launch went ahead despite its preflight
+
+
+def check_text(name: str, value: str, limit: int) -> None:
+    """Refuses a NUL (no C string on the host, nor PostgreSQL, can hold one) and a value over `limit` bytes."""
+    if "\0" in value:
+        raise InvalidInput(f"{name}: contains a NUL byte")
+    size = len(value.encode(errors="surrogatepass"))
+    if size > limit:
+        raise InvalidInput(f"{name}: {size:,} bytes is over the limit of {limit:,}")
+
+
 @dataclass
 class PresetInput:
     """What a user submits for a preset; `validate` checks it and names the field at fault."""
@@ -78,6 +102,9 @@ class PresetInput:
 
     def validate(self) -> None:
         self.model_path, self.python = self.model_path.strip(), self.python.strip()
+        check_text("model_path", self.model_path, MAX_MODEL_PATH)
+        check_text("python", self.python, MAX_PYTHON)
+        check_text("description", self.description, MAX_DESCRIPTION)
         if not NAME.fullmatch(self.name):
             raise InvalidInput("name: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
         if not self.model_path:
@@ -89,23 +116,24 @@ class PresetInput:
         if not 1 <= self.port <= 65535:
             raise InvalidInput(f"port: {self.port} is out of range (1-65535)")
         for name, value in self.env.items():
-            if not ENV_NAME.fullmatch(name):
-                raise InvalidInput(f"env: {name!r} is not a valid variable name")
+            if len(name) > MAX_ENV_NAME or not ENV_NAME.fullmatch(name):
+                raise InvalidInput(f"env: {name[:MAX_ENV_NAME]!r} is not a valid variable name")
             if name in RESERVED_ENV:
                 raise InvalidInput(f"env: {name} is set from the GPUs chosen at launch")
-            if "\0" in value:
-                raise InvalidInput(f"env: {name} contains a NUL byte")
+            check_text(f"env {name}", value, MAX_ENV_VALUE)
+        check_text("env", "".join(f"{name}={value}" for name, value in self.env.items()), MAX_ENV_TOTAL)
         validate_args(self.args)
 
 
 def validate_args(args: list[str]) -> None:
-    """Checks the common flags' values and that no flag is given twice."""
+    """Checks each argument's size, the common flags' values and that no flag is given twice."""
+    for position, arg in enumerate(args, 1):
+        check_text(f"args: argument {position}", arg, MAX_ARG)
+    check_text("args", "".join(args), MAX_ARGS_TOTAL)
     seen: dict[str, str] = {}
     i = 0
     while i < len(args):
         arg = args[i]
-        if "\0" in arg:
-            raise InvalidInput(f"args: {arg!r} contains a NUL byte")
         if not arg.startswith("--"):
             i += 1
             continue
@@ -259,6 +287,8 @@ async def list_presets(session: AsyncSession, *, archived: bool = False) -> list
 
 
 async def get_preset(session: AsyncSession, name: str) -> Preset:
+    if not NAME.fullmatch(name):  # no such preset can exist; PostgreSQL would refuse a NUL in the query
+        raise NotFound(f"no preset named {name!r}")
     query = (
         select(Preset)
         .options(selectinload(Preset.revisions))

@@ -106,12 +106,13 @@ class ProbeResult:
         )
 
 
-# Runs on the host with the preset's Python: the model's weight size from its safetensors index
-# and SGLang's own parser on the arguments, whose effective values and warnings predict the
-# launch. Standard library only; it works wherever sglang is installed.
-HOST_CHECK = r"""
+# The check proper, in a Python that has the preset's environment: the model's weight size from its
+# safetensors index and SGLang's own parser on the arguments, whose effective values and warnings
+# predict the launch. Standard library only; it works wherever sglang is installed.
+_CHECK = r"""
 import contextlib, dataclasses, io, json, os, sys
-model_path, args = sys.argv[1], sys.argv[1:]
+request = json.load(sys.stdin)
+model_path, args = request["model_path"], [request["model_path"], *request["args"]]
 result = {}
 def snapshot(path):
     if os.path.isdir(path):
@@ -143,6 +144,17 @@ except BaseException as exc:
 result["warnings"] = [line for line in captured.getvalue().splitlines() if line.strip()]
 print(json.dumps(result))
 """
+
+# Runs on the host with the preset's Python; reads {"model_path", "args", "env"} as JSON on stdin,
+# as values of any size cannot travel on a command line (one SSH packet). The check itself runs in a
+# child with the preset's environment, as the launch script exports it: PYTHONPATH or
+# LD_LIBRARY_PATH count only when set before the interpreter starts.
+HOST_CHECK = (
+    "import json, os, subprocess, sys\n"
+    "request = sys.stdin.buffer.read()\n"
+    "env = {**os.environ, **json.loads(request)['env']}\n"
+    f"sys.exit(subprocess.run([sys.executable, '-c', {_CHECK!r}], input=request, env=env).returncode)\n"
+)
 
 # $1: port. Exits 0 if nothing listens on it on the host's loopback.
 PORT_FREE = (

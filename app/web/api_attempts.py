@@ -14,6 +14,7 @@ from app.db.models import Attempt, AttemptStatus, AuditEvent
 from app.launch import history
 from app.launch.diagnosis import drift_of
 from app.web.deps import ApiUser, ReadDb, RuntimeDep
+from app.web.params import Int64
 
 router = APIRouter(prefix="/api", tags=["attempts"])
 
@@ -21,9 +22,9 @@ router = APIRouter(prefix="/api", tags=["attempts"])
 class LaunchIn(BaseModel):
     preset: str
     host: str
-    gpus: list[int] = Field(default_factory=lambda: [0])
-    port: int | None = None
-    revision: int | None = None
+    gpus: list[Int64] = Field(default_factory=lambda: [0])
+    port: Int64 | None = None
+    revision: Int64 | None = None
     override_reason: str = Field("", description="Launch even if a preflight check fails; the reason is recorded.")
 
 
@@ -47,14 +48,14 @@ class AttemptPublic(BaseModel):
     stage: str
     host: str
     preset: str
-    revision: int
-    gpus: list[int]
-    port: int | None
+    revision: Int64
+    gpus: list[Int64]
+    port: Int64 | None
     argv: list[str]
     env: dict[str, str]
     script_sha256: str
     remote_dir: str
-    pid: int | None
+    pid: Int64 | None
     pgid: int | None
     exit_code: int | None
     error: str
@@ -113,8 +114,8 @@ class AttemptPublic(BaseModel):
 class PreflightIn(BaseModel):
     preset: str
     host: str
-    gpus: list[int] = Field(default_factory=lambda: [0])
-    port: int | None = None
+    gpus: list[Int64] = Field(default_factory=lambda: [0])
+    port: Int64 | None = None
 
 
 class AuditPublic(BaseModel):
@@ -156,8 +157,8 @@ async def list_attempts(
     host: str | None = None,
     preset: str | None = None,
     status: str | None = None,
-    before: int | None = None,
-    limit: int = 50,
+    before: Int64 | None = None,
+    limit: Int64 = 50,
 ) -> list[AttemptPublic]:
     """Newest first; pass the last id you got as `before` for the next page."""
     rows = await history.list_attempts(
@@ -167,18 +168,18 @@ async def list_attempts(
 
 
 @router.get("/attempts/{attempt_id}")
-async def get_attempt(attempt_id: int, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> AttemptPublic:
+async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> AttemptPublic:
     attempt = await history.load_attempt(db, attempt_id)
     return AttemptPublic.of(attempt, tracking=runtime.attempts.tracking_note(attempt_id))
 
 
 @router.post("/attempts/{attempt_id}/stop", status_code=status.HTTP_202_ACCEPTED)
-async def stop(attempt_id: int, runtime: RuntimeDep, user: ApiUser) -> Launched:
+async def stop(attempt_id: Int64, runtime: RuntimeDep, user: ApiUser) -> Launched:
     attempt = await runtime.attempts.stop(attempt_id, actor=user)
     return Launched(id=attempt.id, status=attempt.status)
 
 
 @router.get("/audit")
-async def audit_events(db: ReadDb, _user: ApiUser, limit: int = 100) -> list[AuditPublic]:
+async def audit_events(db: ReadDb, _user: ApiUser, limit: Int64 = 100) -> list[AuditPublic]:
     query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(max(1, min(limit, 1000)))
     return [AuditPublic.model_validate(event, from_attributes=True) for event in (await db.scalars(query)).all()]

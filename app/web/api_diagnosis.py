@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from app.launch import compare, diagnosis
 from app.web.deps import ApiUser, ReadDb, RuntimeDep
+from app.web.params import Int64
 
 router = APIRouter(prefix="/api", tags=["diagnosis"])
 
@@ -28,7 +29,7 @@ class SignaturePublic(BaseModel):
 
 
 @router.get("/compare")
-async def compare_attempts(a: int, b: int, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> dict[str, Any]:
+async def compare_attempts(a: Int64, b: Int64, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> dict[str, Any]:
     """Attempts `a` and `b` side by side: revision, argv and env differences, drift, host and GPUs,
     stages with times, memory figures, outcome, signature, and the log around each root error."""
     return (await compare.compare(db, runtime.logs, a, b)).as_dict()
@@ -47,7 +48,7 @@ async def signatures(db: ReadDb, _user: ApiUser, failure_class: str | None = Non
 
 
 @router.get("/signatures/{fingerprint}/attempts")
-async def signature_attempts(fingerprint: str, db: ReadDb, _user: ApiUser, limit: int = 100) -> list[int]:
+async def signature_attempts(fingerprint: str, db: ReadDb, _user: ApiUser, limit: Int64 = 100) -> list[int]:
     """Ids of the attempts that failed this way, newest first."""
     signature = await diagnosis.get_signature(db, fingerprint)
     query = diagnosis.with_signature(signature.id).limit(max(1, min(limit, 1000)))

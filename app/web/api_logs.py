@@ -15,6 +15,7 @@ from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import search_log
 from app.web.deps import ApiUser, AttemptDep, RuntimeDep
 from app.web.log_pages import attempts_matching, event_stream, resume_offset
+from app.web.params import Int64
 
 router = APIRouter(prefix="/api", tags=["logs"])
 
@@ -23,7 +24,12 @@ MAX_READ = 16 << 20
 
 @router.get("/attempts/{attempt_id}/log", response_class=Response)
 async def read_log(
-    attempt_id: int, runtime: RuntimeDep, _user: ApiUser, _attempt: AttemptDep, offset: int = 0, limit: int = 1 << 20
+    attempt_id: Int64,
+    runtime: RuntimeDep,
+    _user: ApiUser,
+    _attempt: AttemptDep,
+    offset: Int64 = 0,
+    limit: Int64 = 1 << 20,
 ) -> Response:
     """The mirrored bytes at [offset, offset + limit), exactly; X-Log-Size and X-Log-Complete say
     whether there is more to come."""
@@ -39,7 +45,7 @@ async def read_log(
 
 
 @router.get("/attempts/{attempt_id}/log/download", response_class=FileResponse)
-async def download_log(attempt_id: int, runtime: RuntimeDep, _user: ApiUser, attempt: AttemptDep) -> FileResponse:
+async def download_log(attempt_id: Int64, runtime: RuntimeDep, _user: ApiUser, attempt: AttemptDep) -> FileResponse:
     path = runtime.logs.get(attempt_id).path
     runtime.logs.forget(attempt_id)
     if not path.exists():
@@ -50,11 +56,11 @@ async def download_log(attempt_id: int, runtime: RuntimeDep, _user: ApiUser, att
 
 @router.get("/attempts/{attempt_id}/events")
 async def log_events(
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
     _user: ApiUser,
     _attempt: AttemptDep,
-    offset: int = 0,
+    offset: Int64 = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """The log live, as `log` events of JSON {offset, text} (event id = the byte offset after the
@@ -91,16 +97,16 @@ def _json_event(name: str, data: dict[str, Any], end: int | None) -> ServerSentE
 
 @router.get("/attempts/{attempt_id}/grep")
 async def grep(
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
     _user: ApiUser,
     _attempt: AttemptDep,
     q: str,
     regex: bool = False,
     ignore_case: bool = False,
-    context: int = 0,
+    context: Int64 = 0,
     flags: bool = True,
-    limit: int = 200,
+    limit: Int64 = 200,
 ) -> dict[str, Any]:
     """Matching lines with their line numbers and byte offsets. With no hits: how much was
     searched, the last lines and the first traceback's line."""

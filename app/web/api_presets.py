@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from app.db.models import Preset, PresetRevision
 from app.launch import presets
 from app.web.deps import ApiUser, ReadDb, WriteDb
+from app.web.params import Int64
 
 router = APIRouter(prefix="/api/presets", tags=["presets"])
 
@@ -22,7 +23,7 @@ class PresetIn(BaseModel):
     description: str = ""
     launcher: str = presets.LAUNCHERS[0]
     python: str = "python3"
-    port: int = 30000
+    port: Int64 = 30000
 
     def domain(self) -> presets.PresetInput:
         return presets.PresetInput(**self.model_dump())
@@ -35,7 +36,7 @@ class PresetUpdate(BaseModel):
     description: str = ""
     launcher: str = presets.LAUNCHERS[0]
     python: str = "python3"
-    port: int = 30000
+    port: Int64 = 30000
 
 
 class RevisionPublic(BaseModel):
@@ -43,7 +44,7 @@ class RevisionPublic(BaseModel):
     model_path: str
     launcher: str
     python: str
-    port: int
+    port: Int64
     args: list[str]
     env: dict[str, str]
     command: list[str]
@@ -131,7 +132,7 @@ async def archive_preset(name: str, db: WriteDb, read: ReadDb, user: ApiUser, re
 
 
 @router.get("/{name}/diff")
-async def diff(name: str, a: int, b: int, db: ReadDb, _user: ApiUser) -> list[Change]:
+async def diff(name: str, a: Int64, b: Int64, db: ReadDb, _user: ApiUser) -> list[Change]:
     preset = await presets.get_preset(db, name)
     changes = presets.diff_revisions(presets.revision_of(preset, a), presets.revision_of(preset, b))
     return [Change(field=field, before=before, after=after) for field, before, after in changes]

@@ -39,6 +39,7 @@ from app.web import (
 )
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
+from app.web.limits import RequestLimits
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +160,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     install_error_handlers(app)
 
+    # Outside the session cookie and every route, so nothing parses a request over the limits.
+    app.add_middleware(RequestLimits, max_bytes=settings.max_body_bytes)
     app.add_middleware(SecurityHeaders)
 
     app.include_router(api.router)

@@ -17,6 +17,7 @@ from app.logs.live import tail
 from app.web.deps import PageUser, ReadDb, Runtime, RuntimeDep
 from app.web.diagnosis_pages import diagnosis_context
 from app.web.log_pages import LIVE_TAIL_LINES, lines_html, log_context
+from app.web.params import INT64_MAX, Int64
 from app.web.templating import render, wants_fragment
 
 router = APIRouter(include_in_schema=False)
@@ -36,6 +37,8 @@ async def launch_choice(request: Request) -> dict[str, Any]:
     if port and not port.isdigit():
         raise InvalidInput(f"port: {port!r} is not a whole number")
     values["port"] = int(port) if port else None
+    if any(number > INT64_MAX for number in [*values["gpus"], values["port"] or 0]):
+        raise InvalidInput("gpus, port: a number is too large (more than 64 bits)")
     return values
 
 
@@ -111,7 +114,7 @@ async def attempts_page(
     host: str = "",
     preset: str = "",
     status: str = "",
-    before: int | None = None,
+    before: Int64 | None = None,
 ) -> Response:
     rows = await history.list_attempts(
         db, host=host or None, preset=preset or None, status=status or None, before=before, limit=PAGE_SIZE + 1
@@ -129,7 +132,9 @@ async def attempts_page(
 
 
 @router.get("/attempts/{attempt_id}", response_class=HTMLResponse)
-async def attempt_page(request: Request, attempt_id: int, runtime: RuntimeDep, db: ReadDb, user: PageUser) -> Response:
+async def attempt_page(
+    request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, user: PageUser
+) -> Response:
     attempt = await history.load_attempt(db, attempt_id)
     context: dict[str, Any] = {
         "user": user,
@@ -152,13 +157,13 @@ async def attempt_page(request: Request, attempt_id: int, runtime: RuntimeDep, d
 
 
 @router.post("/attempts/{attempt_id}/stop")
-async def stop_attempt(attempt_id: int, runtime: RuntimeDep, user: PageUser) -> Response:
+async def stop_attempt(attempt_id: Int64, runtime: RuntimeDep, user: PageUser) -> Response:
     await runtime.attempts.stop(attempt_id, actor=user)
     return RedirectResponse(f"/attempts/{attempt_id}", status_code=303)
 
 
 @router.get("/audit", response_class=HTMLResponse)
-async def audit_page(request: Request, db: ReadDb, user: PageUser, before: int | None = None) -> Response:
+async def audit_page(request: Request, db: ReadDb, user: PageUser, before: Int64 | None = None) -> Response:
     query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(101)
     if before:
         query = query.where(AuditEvent.id < before)

@@ -28,6 +28,7 @@ from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
 from app.ssh import HostConnection, SSHManager
+from app.web.params import Int64
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -75,7 +76,7 @@ ReadDb = Annotated[AsyncSession, Depends(read_db)]
 WriteDb = Annotated[AsyncSession, Depends(write_db)]
 
 
-async def loaded_attempt(attempt_id: int, runtime: RuntimeDep) -> Attempt:
+async def loaded_attempt(attempt_id: Int64, runtime: RuntimeDep) -> Attempt:
     """The attempt in the path (404 if there is none), with its host and preset, read by a
     session that is closed before the route goes on."""
     async with runtime.sessions.read() as session:

@@ -13,6 +13,7 @@ from app.diagnose.analyze import HINTS, STAGES
 from app.launch import compare, diagnosis, history
 from app.web.deps import PageUser, ReadDb, RuntimeDep
 from app.web.log_pages import lines_html
+from app.web.params import Int64
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -75,7 +76,7 @@ async def errors_page(request: Request, db: ReadDb, user: PageUser, failure_clas
 
 @router.get("/errors/{fingerprint}", response_class=HTMLResponse)
 async def error_group_page(
-    request: Request, fingerprint: str, db: ReadDb, user: PageUser, before: int | None = None
+    request: Request, fingerprint: str, db: ReadDb, user: PageUser, before: Int64 | None = None
 ) -> Response:
     signature = await diagnosis.get_signature(db, fingerprint)
     page_size = 50
@@ -91,7 +92,9 @@ async def error_group_page(
 
 
 @router.get("/compare", response_class=HTMLResponse)
-async def compare_page(request: Request, a: int, b: int, runtime: RuntimeDep, db: ReadDb, user: PageUser) -> Response:
+async def compare_page(
+    request: Request, a: Int64, b: Int64, runtime: RuntimeDep, db: ReadDb, user: PageUser
+) -> Response:
     result = await compare.compare(db, runtime.logs, a, b)
     excerpts = {
         side.id: lines_html(side.id, side.log_excerpt, mark=side.root_line, anchors=False)
@@ -101,7 +104,7 @@ async def compare_page(request: Request, a: int, b: int, runtime: RuntimeDep, db
 
 
 @router.get("/attempts/{attempt_id}/compare/{other}")
-async def compare_with(attempt_id: int, other: str, db: ReadDb, user: PageUser) -> Response:
+async def compare_with(attempt_id: Int64, other: str, db: ReadDb, user: PageUser) -> Response:
     """`previous`: the attempt of the same preset before this one; `last-success`: the latest
     other attempt of the preset that became ready."""
     attempt = await history.load_attempt(db, attempt_id)

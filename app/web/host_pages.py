@@ -15,6 +15,7 @@ from sse_starlette import EventSourceResponse
 from app.gpu.overview import HostView, host_view, local_view
 from app.launch.owners import classify, owners_by_host
 from app.web.deps import PageUser, Runtime, RuntimeDep, session_user
+from app.web.params import Int64
 from app.web.templating import render, render_block
 
 router = APIRouter(include_in_schema=False)
@@ -77,6 +78,6 @@ async def host_page(request: Request, name: str, runtime: RuntimeDep, user: Page
 
 
 @router.post("/hosts/{name}/processes/{pid}/stop")
-async def stop_process(name: str, pid: int, runtime: RuntimeDep, user: PageUser) -> Response:
+async def stop_process(name: str, pid: Int64, runtime: RuntimeDep, user: PageUser) -> Response:
     await runtime.attempts.stop_untracked(host=name, pid=pid, actor=user)
     return RedirectResponse(f"/hosts/{name}", status_code=303)

@@ -19,6 +19,7 @@ from app.logs.render import line_class, render_line
 from app.logs.search import FIRST_ERROR, count_matches, first_line, search_log
 from app.logs.store import Line, LogFile
 from app.web.deps import AttemptDep, PageUser, Runtime, RuntimeDep, session_user
+from app.web.params import INT64_MAX, Int64
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -31,7 +32,7 @@ SEARCH_ATTEMPTS = 500  # the newest attempts a search across attempts looks at
 SEND_TIMEOUT = 30.0  # a viewer that takes nothing for this long is dropped
 
 
-def lines_html(attempt_id: int, lines: Iterable[Line], *, mark: int | None = None, anchors: bool = True) -> str:
+def lines_html(attempt_id: Int64, lines: Iterable[Line], *, mark: int | None = None, anchors: bool = True) -> str:
     """Log lines as HTML: numbered, linked into the full log, coloured, every byte escaped; line
     `mark` is highlighted. Without `anchors` (for excerpts shown beside a log) lines have no id."""
     href = f"/attempts/{attempt_id}/log"
@@ -53,7 +54,7 @@ def lines_html(attempt_id: int, lines: Iterable[Line], *, mark: int | None = Non
     return "\n".join(parts)
 
 
-def marker_html(attempt_id: int, event: Skipped | Restarted) -> str:
+def marker_html(attempt_id: Int64, event: Skipped | Restarted) -> str:
     if isinstance(event, Skipped):
         link = f"/attempts/{attempt_id}/log?line={event.first_line}#L{event.first_line}"
         return (
@@ -66,7 +67,7 @@ def marker_html(attempt_id: int, event: Skipped | Restarted) -> str:
     )
 
 
-def batch_event(attempt_id: int, batch: Batch) -> bytes:
+def batch_event(attempt_id: Int64, batch: Batch) -> bytes:
     """A batch of lines as an encoded `lines` event, made once and sent to every viewer."""
     if "page-event" not in batch.cache:
         html = lines_html(attempt_id, batch.lines)
@@ -83,7 +84,7 @@ def event_stream(events: AsyncIterator[ServerSentEvent | bytes]) -> EventSourceR
 def resume_offset(offset: int, last_event_id: str | None) -> int:
     """The browser's own reconnection sends Last-Event-ID, the newest; a fresh EventSource (as htmx
     makes after an error) has only the offset the page keeps in the stream's URL."""
-    if last_event_id and last_event_id.strip().isdigit():
+    if last_event_id and last_event_id.strip().isdigit() and int(last_event_id) <= INT64_MAX:
         return int(last_event_id)
     return max(offset, 0)
 
@@ -99,7 +100,7 @@ async def live_events(runtime: Runtime, attempt_id: int, offset: int) -> AsyncIt
             yield ServerSentEvent(data=marker_html(attempt_id, event), event="lines", id=end).encode()
 
 
-def log_context(runtime: Runtime, attempt_id: int) -> dict[str, Any]:
+def log_context(runtime: Runtime, attempt_id: Int64) -> dict[str, Any]:
     """What every log view shows about the mirror itself."""
     log = runtime.logs.get(attempt_id)
     mirror = runtime.mirrors.get(attempt_id)
@@ -114,9 +115,9 @@ def log_context(runtime: Runtime, attempt_id: int) -> dict[str, Any]:
 @router.get("/attempts/{attempt_id}/log/stream")
 async def log_stream(
     request: Request,
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
-    offset: int = 0,
+    offset: Int64 = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """New lines of the attempt's log as HTML fragments; event id = the byte offset after them."""
@@ -137,13 +138,13 @@ async def log_stream(
 @router.get("/attempts/{attempt_id}/log", response_class=HTMLResponse)
 async def full_log(
     request: Request,
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
     user: PageUser,
     attempt: AttemptDep,
-    line: int | None = None,
+    line: Int64 | None = None,
     start: int | None = None,
-    offset: int | None = None,
+    offset: Int64 | None = None,
     at: str | None = None,
     count: int = PAGE_LINES,
 ) -> Response:
@@ -181,14 +182,14 @@ async def full_log(
 @router.get("/attempts/{attempt_id}/log/grep", response_class=HTMLResponse)
 async def grep_page(
     request: Request,
-    attempt_id: int,
+    attempt_id: Int64,
     runtime: RuntimeDep,
     user: PageUser,
     attempt: AttemptDep,
     q: str = "",
     regex: bool = False,
     ignore_case: bool = False,
-    context: int = 0,
+    context: Int64 = 0,
     flags: bool = False,
     submitted: bool = False,
 ) -> Response:
@@ -230,7 +231,7 @@ async def attempts_matching(
     return [(row, counts[paths[row.id]]) for row in rows if counts.get(paths[row.id])]
 
 
-def _hits_html(attempt_id: int, search: Any) -> str:
+def _hits_html(attempt_id: Int64, search: Any) -> str:
     groups = []
     for match in search.result.matches:
         lines = [

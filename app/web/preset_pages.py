@@ -12,6 +12,7 @@ from app.db.models import Preset
 from app.errors import InvalidInput
 from app.launch import presets
 from app.web.deps import PageUser, ReadDb, WriteDb
+from app.web.params import Int64
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -102,8 +103,8 @@ async def preset_page(
     name: str,
     db: ReadDb,
     user: PageUser,
-    a: int | None = None,
-    b: int | None = None,
+    a: Int64 | None = None,
+    b: Int64 | None = None,
     saved: str | None = None,
 ) -> Response:
     preset = await presets.get_preset(db, name)
@@ -112,8 +113,8 @@ async def preset_page(
 
 
 def preset_context(
-    preset: Preset, user: str, data: presets.PresetInput, *, error: str | None = None, a: int | None = None,
-    b: int | None = None, saved: str | None = None,
+    preset: Preset, user: str, data: presets.PresetInput, *, error: str | None = None, a: Int64 | None = None,
+    b: Int64 | None = None, saved: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     current = presets.latest(preset)
     a = a or max(1, current.number - 1)

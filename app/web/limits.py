@@ -1,0 +1,80 @@
+"""Request limits, enforced before anything reads, parses or authenticates a request.
+
+A body is refused on its Content-Length alone, before a byte of it is read. A body without one
+(chunked) is read here, counted, up to the limit, and handed on only once it is known to fit: so
+no route, form parser or authentication check ever runs for a request that is too large. Nothing
+in the dashboard takes uploads, so holding at most one limit's worth here costs what the route
+would hold anyway. The 413 closes the connection, so the server spends nothing more on the rest
+of the body (a client that sends `Expect: 100-continue`, as curl does, never sends it at all).
+
+No name or value in the dashboard may hold a NUL byte (a host's C strings and PostgreSQL cannot),
+so an address with one is refused here once, for every path and query parameter.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class RequestLimits:
+    """Plain ASGI, like SecurityHeaders: a streamed answer (an event stream) passes untouched."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if "\0" in scope["path"] or b"%00" in scope["query_string"]:
+            await _answer(send, 422, "the address contains a NUL byte (%00), which no name or value may hold")
+            return
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        if length is not None:
+            # The server refuses a body longer than its Content-Length, so the header is the size.
+            if length.isdigit() and int(length) > self.max_bytes:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)
+            return
+        if b"transfer-encoding" not in headers:  # no body at all
+            await self.app(scope, receive, send)
+            return
+        received: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            received.append(message)
+            if message["type"] != "http.request":
+                break  # the client left; the route sees that as it would have
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._refuse(send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return received.pop(0) if received else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        detail = (
+            f"the request body is larger than the limit of {self.max_bytes:,} bytes "
+            "(the dashboard's LAUNCHDECK_MAX_BODY_BYTES setting)"
+        )
+        await _answer(send, 413, detail, close=True)
+
+
+async def _answer(send: Send, status: int, detail: str, *, close: bool = False) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
