@@ -17,6 +17,7 @@ from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
+from app.logs.search import GrepLimits
 from app.logs.store import LogStore
 from app.ssh import HostConnection, SSHManager
 
@@ -36,6 +37,7 @@ class Runtime:
     logs: LogStore
     mirrors: Mirrors
     fanout: Fanout
+    grep_limits: GrepLimits
     htmx_version: str
     htmx_sse_version: str
 
