@@ -116,6 +116,7 @@ async def grep(
     searched, the last lines and the first traceback's line. A search stopped by its time limit
     answers 422 with `timed_out` and the matches found before then."""
     await attempts.load_attempt(db, attempt_id)
+    await db.close()  # no database connection, nor SQLite's lock, is held while grep runs
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flags}
     log = runtime.logs.get(attempt_id)
     try:

@@ -155,6 +155,7 @@ async def full_log(
     """One page of the mirrored log: from line `start`, around a `line` or a byte `offset`, at the
     bottom or at the first error."""
     attempt = await attempts.load_attempt(db, attempt_id)
+    await db.close()  # the first error may be searched for: hold no database connection meanwhile
     context = log_context(runtime, attempt_id)
     log: LogFile = context["log"]
     count = max(1, min(count, MAX_PAGE_LINES))
@@ -212,6 +213,7 @@ async def grep_page(
     """Grep of the attempt's log; hits link into the full log. A form sends `submitted`, so an
     unticked flag-aware box means off; a plain link without it gets the default, on."""
     attempt = await attempts.load_attempt(db, attempt_id)
+    await db.close()  # no database connection, nor SQLite's lock, is held while grep runs
     flag_aware = flags or not submitted
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flag_aware}
     search: LogSearch | None = None
@@ -247,6 +249,7 @@ async def attempts_matching(
     if not q:
         return []
     rows = await attempts.list_attempts(db, host=host or None, preset=preset or None, limit=SEARCH_ATTEMPTS)
+    await db.close()  # no database connection, nor SQLite's lock, is held while grep runs
     paths = runtime.logs.paths([row.id for row in rows])
 
     def with_hits(counts: dict[Path, int]) -> list[tuple[Attempt, int]]:
