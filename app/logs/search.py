@@ -370,7 +370,7 @@ async def _grep_into(
     argv, stdin = _argv(pattern, **query, options=options, paths=[path])
     result.searched_bytes = path.stat().st_size
     capped = await _search(argv, stdin, path, limits, regex=regex, into=result.matches, limit=limit, context=context)
-    result.total = len(result.matches) + capped
+    result.total = len(result.matches) + capped  # what a count stopped by the time limit leaves
     if capped:
         argv, stdin = _argv(pattern, **query, options=("-c", "--no-filename"), paths=[path])
         counted = bytearray()
@@ -448,10 +448,19 @@ async def count_matches(
     return counts()
 
 
-async def _first_line(path: Path, pattern: str, limits: GrepLimits, **query: bool) -> int | None:
+async def _first_line(
+    path: Path,
+    pattern: str,
+    limits: GrepLimits,
+    *,
+    regex: bool = False,
+    ignore_case: bool = False,
+    flag_aware: bool = True,
+) -> int | None:
+    query = {"regex": regex, "ignore_case": ignore_case, "flag_aware": flag_aware}
     argv, stdin = _argv(pattern, **query, options=(*_LINE_OPTIONS, "-m", "1"), paths=[path])
     matches: list[Match] = []
-    await _search(argv, stdin, path, limits, regex=query.get("regex", False), into=matches, limit=1, context=0)
+    await _search(argv, stdin, path, limits, regex=regex, into=matches, limit=1, context=0)
     return matches[0].line if matches else None
 
 
