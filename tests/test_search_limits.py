@@ -17,7 +17,8 @@ from httpx import ASGITransport, AsyncClient
 
 from app.db.models import Attempt, Host, Preset, PresetRevision
 from app.errors import SearchOutOfMemory, SearchTooSlow
-from app.logs.search import GrepLimits, grep_log
+from app.logs.grep import GrepLimits
+from app.logs.search import grep_log
 from app.web.app import create_app
 from tests.conftest import AUTH, make_settings
 from tests.test_log_search import grep_children

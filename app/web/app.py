@@ -18,9 +18,9 @@ from app import credentials, db
 from app.config import Settings
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService, Pace
+from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
-from app.logs.search import GrepLimits
 from app.logs.store import LogStore
 from app.ssh import SSHManager, SSHOptions, load_hosts_file
 from app.ssh.registry import register_hosts

@@ -15,9 +15,9 @@ from app.config import Settings
 from app.credentials import fingerprint
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
+from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
-from app.logs.search import GrepLimits
 from app.logs.store import LogStore
 from app.ssh import HostConnection, SSHManager
 
