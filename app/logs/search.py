@@ -4,7 +4,7 @@ Mirrored logs can be 1 GB+ and hold invalid UTF-8, NUL bytes and megabyte-long l
 left to GNU grep run as a subprocess (never through a shell): it is far faster than a Python loop and its
 memory use does not grow with the file. Python only reads grep's output, incrementally and capped.
 How grep is run and bounded in time, memory and number is in app/logs/grep.py; every function here takes
-the `GrepLimits` to run under.
+the `GrepLimits` to run under (the dashboard passes its one shared set).
 
 A missing file raises FileNotFoundError in `grep_log` and `first_line` (callers check existence first);
 `count_matches` skips paths that are not files.
