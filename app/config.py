@@ -44,6 +44,16 @@ class Settings(BaseSettings):
         description="Seconds a launch that is still loading may go without a new log line, its process alive, "
         "before it is reported hung (failure class timeout).",
     )
+    grep_timeout_seconds: float = Field(
+        10.0, gt=0, description="Seconds one log search may run before grep is stopped and its hits so far shown."
+    )
+    grep_memory_mib: int = Field(
+        512, ge=64, description="Address space one grep may use, in MiB; a pattern that needs more is refused."
+    )
+    grep_max_running: int = Field(4, ge=1, description="Greps that may run at once; further searches wait.")
+    grep_wait_seconds: float = Field(
+        2.0, ge=0, description="Seconds a search waits for a turn when the most greps run, before a 503."
+    )
     cookie_secure: bool = Field(True, description="Send the session cookie only over HTTPS (and to localhost).")
     session_days: int = Field(14, ge=1, description="Days a browser login lasts.")
     max_body_bytes: int = Field(

@@ -3,7 +3,10 @@
 LaunchdeckError
 ├── NotFound            a named thing does not exist                      (HTTP 404)
 ├── InvalidInput        a value a user gave is wrong; the message says which (HTTP 422)
-│   └── InvalidPattern  a search pattern grep cannot use, with grep's reason    (HTTP 400)
+│   ├── InvalidPattern  a search pattern grep cannot use, with grep's reason    (HTTP 400)
+│   ├── SearchTooSlow   a search ran out of time; it carries what it found  (HTTP 422)
+│   └── SearchOutOfMemory a search pattern needs more memory than a search may use (HTTP 422)
+├── SearchBusy          as many searches run as may run at once; try again    (HTTP 503)
 ├── DatabaseUnavailable the database cannot be reached or migrated           (HTTP 503)
 └── HostError           something about a GPU host                        (HTTP 502)
     ├── HostUnavailable     not connected now; the message says why and since when (HTTP 503)
@@ -29,6 +32,20 @@ class InvalidInput(LaunchdeckError):
 
 
 class InvalidPattern(InvalidInput):
+    pass
+
+
+class SearchTooSlow(InvalidInput):
+    def __init__(self, message: str, partial: object):
+        super().__init__(message)
+        self.partial = partial  # the searching function's own result, as far as it got
+
+
+class SearchOutOfMemory(InvalidInput):
+    pass
+
+
+class SearchBusy(LaunchdeckError):
     pass
 
 

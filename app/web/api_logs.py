@@ -6,14 +6,17 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header
-from fastapi.responses import FileResponse, Response
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.errors import NotFound
+from app.db.models import Attempt
+from app.errors import NotFound, SearchTooSlow
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
-from app.logs.search import search_log
+from app.logs.search import LogSearch, search_log
 from app.web.deps import ApiUser, AttemptDep, RuntimeDep
+from app.web.disconnect import unless_disconnected
+from app.web.errors import status_of
 from app.web.log_pages import attempts_matching, event_stream, resume_offset
 from app.web.params import Int64
 
@@ -97,6 +100,7 @@ def _json_event(name: str, data: dict[str, Any], end: int | None) -> ServerSentE
 
 @router.get("/attempts/{attempt_id}/grep")
 async def grep(
+    request: Request,
     attempt_id: Int64,
     runtime: RuntimeDep,
     _user: ApiUser,
@@ -107,13 +111,25 @@ async def grep(
     context: Int64 = 0,
     flags: bool = True,
     limit: Int64 = 200,
-) -> dict[str, Any]:
+) -> Response:
     """Matching lines with their line numbers and byte offsets. With no hits: how much was
-    searched, the last lines and the first traceback's line."""
+    searched, the last lines and the first traceback's line. A search stopped by its time limit
+    answers 422 with `timed_out` and the matches found before then."""
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flags}
-    search = await search_log(runtime.logs.get(attempt_id), q, limit=max(1, min(limit, 5000)), **options)
-    runtime.logs.forget(attempt_id)
+    log = runtime.logs.get(attempt_id)
+    try:
+        searching = search_log(log, q, limits=runtime.grep_limits, limit=max(1, min(limit, 5000)), **options)
+        search = await unless_disconnected(request, searching)
+    except SearchTooSlow as exc:
+        assert isinstance(exc.partial, LogSearch)
+        body = {"detail": str(exc), "timed_out": True, **_search_json(exc.partial)}
+        return JSONResponse(body, status_code=status_of(exc))
+    finally:
+        runtime.logs.forget(attempt_id)
+    return JSONResponse(_search_json(search))
 
+
+def _search_json(search: LogSearch) -> dict[str, Any]:
     def line(number: int, offset: int, text: bytes) -> dict[str, Any]:
         return {"line": number, "offset": offset, "text": text.decode(errors="replace")}
 
@@ -137,6 +153,7 @@ async def grep(
 
 @router.get("/grep")
 async def grep_attempts(
+    request: Request,
     runtime: RuntimeDep,
     _user: ApiUser,
     q: str,
@@ -144,10 +161,25 @@ async def grep_attempts(
     host: str = "",
     regex: bool = False,
     ignore_case: bool = False,
-) -> list[dict[str, Any]]:
-    """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts."""
-    found = await attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
-    return [
-        {"attempt": row.id, "preset": row.revision.preset.name, "host": row.host.name, "status": row.status, "hits": n}
-        for row, n in found
-    ]
+) -> Response:
+    """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts. A search
+    stopped by its time limit answers 422 with `timed_out` and, as `matches`, the attempts found
+    before then."""
+    try:
+        matching = attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+        found = await unless_disconnected(request, matching)
+    except SearchTooSlow as exc:
+        assert isinstance(exc.partial, list)
+        partial = [_attempt_hits(row, n) for row, n in exc.partial]
+        return JSONResponse({"detail": str(exc), "timed_out": True, "matches": partial}, status_code=status_of(exc))
+    return JSONResponse([_attempt_hits(row, n) for row, n in found])
+
+
+def _attempt_hits(row: Attempt, hits: int) -> dict[str, Any]:
+    return {
+        "attempt": row.id,
+        "preset": row.revision.preset.name,
+        "host": row.host.name,
+        "status": row.status,
+        "hits": hits,
+    }

@@ -19,6 +19,7 @@ from app.config import Settings
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.record import Pace
+from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
@@ -130,6 +131,12 @@ def create_app(settings: Settings) -> FastAPI:
             logs=logs,
             mirrors=mirrors,
             fanout=Fanout(logs),
+            grep_limits=GrepLimits(
+                seconds=settings.grep_timeout_seconds,
+                memory_bytes=settings.grep_memory_mib << 20,
+                at_once=settings.grep_max_running,
+                wait_seconds=settings.grep_wait_seconds,
+            ),
             htmx_version=versions["htmx.org"],
             htmx_sse_version=versions["htmx-ext-sse"],
         )

@@ -24,6 +24,7 @@ from app.db.models import Attempt
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.history import load_attempt
+from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
@@ -46,6 +47,7 @@ class Runtime:
     logs: LogStore
     mirrors: Mirrors
     fanout: Fanout
+    grep_limits: GrepLimits
     htmx_version: str
     htmx_sse_version: str
 

@@ -18,6 +18,9 @@ from app.errors import (
     InvalidPattern,
     LaunchdeckError,
     NotFound,
+    SearchBusy,
+    SearchOutOfMemory,
+    SearchTooSlow,
 )
 from app.web.deps import LoginRequired
 from app.web.templating import render
@@ -27,7 +30,10 @@ log = logging.getLogger(__name__)
 STATUS_BY_ERROR: list[tuple[type[LaunchdeckError], int]] = [
     (NotFound, 404),
     (InvalidPattern, 400),
+    (SearchTooSlow, 422),
+    (SearchOutOfMemory, 422),
     (InvalidInput, 422),
+    (SearchBusy, 503),
     (HostUnavailable, 503),
     (DatabaseUnavailable, 503),
     (HostError, 502),
@@ -48,9 +54,13 @@ def _answer(request: Request, status: int, message: str, **extra: object) -> Res
     return render(request, "error.html", {"status": status, "message": message}, status_code=status)
 
 
+def status_of(exc: LaunchdeckError) -> int:
+    return next((code for kind, code in STATUS_BY_ERROR if isinstance(exc, kind)), 400)
+
+
 async def _domain_error(request: Request, exc: Exception) -> Response:
-    status = next((code for kind, code in STATUS_BY_ERROR if isinstance(exc, kind)), 400)
-    return _answer(request, status, str(exc))
+    assert isinstance(exc, LaunchdeckError)
+    return _answer(request, status_of(exc), str(exc))
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:

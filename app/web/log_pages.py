@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from html import escape
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
@@ -12,13 +13,15 @@ from fastapi.responses import HTMLResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.db.models import Attempt
-from app.errors import InvalidInput, InvalidPattern
+from app.errors import InvalidInput, SearchBusy, SearchTooSlow
 from app.launch.history import list_attempts, load_attempt
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.render import line_class, render_line
-from app.logs.search import FIRST_ERROR, count_matches, first_line, search_log
+from app.logs.search import FIRST_ERROR, LogSearch, count_matches, first_line, search_log
 from app.logs.store import Line, LogFile
 from app.web.deps import AttemptDep, PageUser, Runtime, RuntimeDep, session_user
+from app.web.disconnect import unless_disconnected
+from app.web.errors import status_of
 from app.web.params import INT64_MAX, Int64
 from app.web.templating import render
 
@@ -155,8 +158,7 @@ async def full_log(
     count = max(1, min(count, MAX_PAGE_LINES))
     notice = ""
     if at == "error":
-        line = await first_line(log.path, FIRST_ERROR, regex=True, flag_aware=False) if log.exists else None
-        notice = "" if line else "no traceback or error line in this log"
+        line, notice = await _first_error(request, runtime, log)
     elif offset is not None:
         line = log.line_at(offset)[0]
     if at == "bottom" or (line is None and at == "error"):
@@ -179,6 +181,18 @@ async def full_log(
     return render(request, "log.html", context)
 
 
+async def _first_error(request: Request, runtime: Runtime, log: LogFile) -> tuple[int | None, str]:
+    """The line of the log's first error, or None and why not."""
+    if not log.exists:
+        return None, "no traceback or error line in this log"
+    try:
+        finding = first_line(log.path, FIRST_ERROR, regex=True, flag_aware=False, limits=runtime.grep_limits)
+        line = await unless_disconnected(request, finding)
+    except (InvalidInput, SearchBusy) as exc:  # its time or memory limit, or too many searches
+        return None, f"the first error was not found: {exc}"
+    return line, "" if line else "no traceback or error line in this log"
+
+
 @router.get("/attempts/{attempt_id}/log/grep", response_class=HTMLResponse)
 async def grep_page(
     request: Request,
@@ -197,12 +211,17 @@ async def grep_page(
     unticked flag-aware box means off; a plain link without it gets the default, on."""
     flag_aware = flags or not submitted
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flag_aware}
-    search, error, status = None, "", 200
+    search: LogSearch | None = None
+    error, status = "", 200
     if q:
         try:
-            search = await search_log(runtime.logs.get(attempt_id), q, **options)
-        except InvalidInput as exc:
-            error, status = str(exc), 400 if isinstance(exc, InvalidPattern) else 422
+            searching = search_log(runtime.logs.get(attempt_id), q, limits=runtime.grep_limits, **options)
+            search = await unless_disconnected(request, searching)
+        except (InvalidInput, SearchBusy) as exc:
+            error, status = str(exc), status_of(exc)
+            if isinstance(exc, SearchTooSlow):
+                assert isinstance(exc.partial, LogSearch)
+                search = exc.partial
         runtime.logs.forget(attempt_id)
     page = {
         "user": user,
@@ -221,17 +240,26 @@ async def attempts_matching(
     runtime: Runtime, q: str, *, preset: str = "", host: str = "", **options: bool
 ) -> list[tuple[Attempt, int]]:
     """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts; the
-    attempts are read first and the session closed before grep runs."""
+    attempts are read first and the session closed before grep runs. When the time limit stops the
+    search, SearchTooSlow carries the attempts found before then."""
     if not q:
         return []
     async with runtime.sessions.read() as db:
         rows = await list_attempts(db, host=host or None, preset=preset or None, limit=SEARCH_ATTEMPTS)
     paths = runtime.logs.paths([row.id for row in rows])
-    counts = await count_matches(list(paths.values()), q, **options)
-    return [(row, counts[paths[row.id]]) for row in rows if counts.get(paths[row.id])]
+
+    def with_hits(counts: dict[Path, int]) -> list[tuple[Attempt, int]]:
+        return [(row, counts[paths[row.id]]) for row in rows if counts.get(paths[row.id])]
+
+    try:
+        counts = await count_matches(list(paths.values()), q, limits=runtime.grep_limits, **options)
+    except SearchTooSlow as exc:
+        assert isinstance(exc.partial, dict)
+        raise SearchTooSlow(str(exc), with_hits(exc.partial)) from None
+    return with_hits(counts)
 
 
-def _hits_html(attempt_id: Int64, search: Any) -> str:
+def _hits_html(attempt_id: int, search: Any) -> str:
     groups = []
     for match in search.result.matches:
         lines = [
@@ -255,7 +283,15 @@ async def search_attempts(
     ignore_case: bool = False,
 ) -> Response:
     """Which attempts of a preset or a host contain a pattern, with hit counts."""
-    rows = await attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+    rows, error, status = [], "", 200
+    try:
+        matching = attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+        rows = await unless_disconnected(request, matching)
+    except (InvalidInput, SearchBusy) as exc:
+        error, status = str(exc), status_of(exc)
+        if isinstance(exc, SearchTooSlow):
+            assert isinstance(exc.partial, list)
+            rows = exc.partial
     context = {
         "user": user,
         "q": q,
@@ -264,6 +300,7 @@ async def search_attempts(
         "regex": regex,
         "ignore_case": ignore_case,
         "rows": rows,
+        "error": error,
         "hosts": [h.name for h in runtime.ssh],
     }
-    return render(request, "search.html", context, block="results")
+    return render(request, "search.html", context, block="results", status_code=status)
