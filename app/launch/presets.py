@@ -255,6 +255,12 @@ async def list_presets(session: AsyncSession, *, archived: bool = False) -> list
     return list((await session.scalars(query)).all())
 
 
+async def preset_names(session: AsyncSession) -> list[str]:
+    """Names of the active presets, for filters: no revisions loaded."""
+    query = select(Preset.name).where(Preset.archived_at.is_(None)).order_by(Preset.name)
+    return list((await session.scalars(query)).all())
+
+
 async def get_preset(session: AsyncSession, name: str) -> Preset:
     query = (
         select(Preset)
