@@ -186,7 +186,8 @@ def _measure(root: Path, url: str, home: Path, env: dict[str, str], backend: str
                 _say(f"    {route:16} p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  "
                      f"{row['requests']:6} requests  {row['errors']} errors {row['error_sample']}")  # fmt: skip
         for attempt_id in live:
-            api.post(f"/api/attempts/{attempt_id}/stop")
+            with contextlib.suppress(httpx.HTTPError):  # the dashboard is stopped anyway, below
+                api.post(f"/api/attempts/{attempt_id}/stop")
         return _result(figures, backend) | _server_errors(root / "dashboard.log")
     except Exception:
         sys.stderr.write((root / "dashboard.log").read_text()[-3000:])
