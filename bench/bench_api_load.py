@@ -185,9 +185,7 @@ def _measure(root: Path, url: str, home: Path, env: dict[str, str], backend: str
             for route, row in figures[model]["routes"].items():
                 _say(f"    {route:16} p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  "
                      f"{row['requests']:6} requests  {row['errors']} errors {row['error_sample']}")  # fmt: skip
-        for attempt_id in live:
-            with contextlib.suppress(httpx.HTTPError):  # the dashboard is stopped anyway, below
-                api.post(f"/api/attempts/{attempt_id}/stop")
+        _stop(port, live)
         return _result(figures, backend) | _server_errors(root / "dashboard.log")
     except Exception:
         sys.stderr.write((root / "dashboard.log").read_text()[-3000:])
@@ -225,6 +223,21 @@ def _result(figures: dict[str, Any], backend: str) -> dict[str, Any]:
         "closed_loop_throughput_rps": figures["closed"]["throughput_rps"],
         "paced_requests_sent_of_due": [figures["paced"]["requests"], figures["paced"]["due"]],
     }
+
+
+def _stop(port: int, live: list[int]) -> None:
+    """Stops the live attempts and waits for them, so the next backend finds their GPUs free.
+    A new client: the load may have left the old one's keep-alive connection closed."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30) as api:
+        for attempt_id in live:
+            api.post(f"/api/attempts/{attempt_id}/stop").raise_for_status()
+        deadline = time.monotonic() + 60
+        for attempt_id in live:
+            while api.get(f"/api/attempts/{attempt_id}").json()["status"] not in ("stopped", "failed", "lost"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"attempt {attempt_id} did not stop")
+                time.sleep(0.5)
 
 
 def _server_errors(log: Path) -> dict[str, Any]:
