@@ -140,7 +140,7 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
         for name, row in stats.items()
     }
     total = sum(row["requests"] for row in routes.values())
-    due = config["clients"] * config["seconds"] * 1000 // config["pace_ms"] if config["model"] == "paced" else None
+    due = int(config["clients"] * config["seconds"] * 1000 // config["pace_ms"]) if config["model"] == "paced" else None
     return {"model": config["model"], "routes": routes, "requests": total, "due": due,
             "throughput_rps": round(total / elapsed, 1)}  # fmt: skip
 
