@@ -2,7 +2,8 @@
 
 Each module named bench/bench_*.py defines `run() -> dict[str, dict]`, mapping a benchmark's
 name to {"value", "unit", "anchor", "anchor_value", "ratio", "goal", "met"}, measured against
-its anchor in the same run.
+its anchor in the same run. `python -m bench api_load logs` runs bench/bench_api_load.py and
+bench/bench_logs.py alone and updates their entries in bench/results.json.
 """
 
 from __future__ import annotations
@@ -16,9 +17,17 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results.json"
 
 
-def main() -> int:
+def main(chosen: list[str]) -> int:
     results: dict[str, dict[str, object]] = {}
     modules = sorted(m.name for m in pkgutil.iter_modules([str(RESULTS.parent)]) if m.name.startswith("bench_"))
+    if chosen:
+        unknown = sorted({f"bench_{name}" for name in chosen} - set(modules))
+        if unknown:
+            print(f"no such benchmark module: {', '.join(unknown)} (there are {', '.join(modules)})")
+            return 2
+        modules = [f"bench_{name}" for name in chosen]
+        if RESULTS.exists():
+            results = json.loads(RESULTS.read_text())
     for name in modules:
         results.update(importlib.import_module(f"bench.{name}").run())
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
@@ -34,4 +43,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -124,7 +124,7 @@ async def open_dashboard(tmp_path: Path, grep_timeout_seconds: float) -> AsyncIt
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         runtime = app.state.runtime
-        async with runtime.sessions() as session:
+        async with runtime.sessions.write() as session:
             host, preset = Host(name="gpu-01"), Preset(name="llama")
             session.add_all([host, preset])
             await session.flush()

@@ -161,6 +161,7 @@ class Signature(Base):
     """One failure cause, grouped across attempts by its fingerprint."""
 
     __tablename__ = "signature"
+    __table_args__ = (Index("ix_signature_class_last_seen", "failure_class", "last_seen"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
@@ -177,6 +178,17 @@ class Attempt(Base):
     """One launch of a preset revision on a host, recorded exactly as it ran."""
 
     __tablename__ = "attempt"
+    # Lists page newest first by id: each filter's index ends in id, so a filtered page is read
+    # in order from the index, without a sort (SQLite appends the rowid itself; PostgreSQL does not).
+    __table_args__ = (
+        Index("ix_attempt_host_id", "host_id", "id"),
+        Index("ix_attempt_revision_id", "preset_revision_id", "id"),
+        Index("ix_attempt_signature_id", "signature_id", "id"),
+        # Where each cause struck, read from the index alone.
+        Index("ix_attempt_signature_places", "signature_id", "host_id", "preset_revision_id"),
+        # Which attempt owns a process group seen on a host's GPUs.
+        Index("ix_attempt_host_pgid", "host_id", "pgid"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     host_id: Mapped[int] = mapped_column(ForeignKey("host.id"))
@@ -209,10 +221,10 @@ class Attempt(Base):
     diagnosis: Mapped[dict[str, Any]] = mapped_column(default=dict)
     gpu_snapshot: Mapped[dict[str, Any]] = mapped_column(default=dict)
     launched_by: Mapped[str] = mapped_column(String(64), default="")
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     started_at: Mapped[datetime | None]
     ready_at: Mapped[datetime | None]
-    ended_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None] = mapped_column(index=True)
 
     host: Mapped[Host] = relationship()
     revision: Mapped[PresetRevision] = relationship()
@@ -241,6 +253,7 @@ class AuditEvent(Base):
     """Who did what: logins, launches, stops. Never holds a secret."""
 
     __tablename__ = "audit_event"
+    __table_args__ = (Index("ix_audit_event_actor_id", "actor", "id"),)
 
     id: Mapped[int] = mapped_column(BigInt, primary_key=True)
     at: Mapped[datetime] = mapped_column(default=utcnow, index=True)

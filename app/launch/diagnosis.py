@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
@@ -151,30 +151,66 @@ class SignatureGroup:
 
 
 async def signature_groups(
-    session: AsyncSession, *, failure_class: str | None = None, limit: int = 200
+    session: AsyncSession, *, failure_class: str | None = None, before: str | None = None, limit: int = 50
 ) -> list[SignatureGroup]:
-    """Causes seen, the most recent first, with the hosts and presets of their attempts."""
-    query = select(Signature).where(Signature.count > 0).order_by(Signature.last_seen.desc()).limit(limit)
+    """Causes seen, the most recent first, with the hosts and presets of their attempts; `before`
+    (a fingerprint) keeps those seen before that cause, for the next page."""
+    query = (
+        select(Signature)
+        .where(Signature.count > 0)
+        .order_by(Signature.last_seen.desc(), Signature.id.desc())
+        .limit(limit)
+    )
     if failure_class:
         query = query.where(Signature.failure_class == failure_class)
+    if before:
+        after = await get_signature(session, before)
+        query = query.where(tuple_(Signature.last_seen, Signature.id) < tuple_(after.last_seen, after.id))
     signatures = list((await session.scalars(query)).all())
-    places = await session.execute(
-        select(Attempt.signature_id, Host.name, Preset.name)
-        .join(Host, Attempt.host_id == Host.id)
-        .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-        .join(Preset, PresetRevision.preset_id == Preset.id)
+    # The distinct places come from an index alone; only those few rows meet the name tables.
+    places = (
+        select(Attempt.signature_id, Attempt.host_id, Attempt.preset_revision_id)
         .where(Attempt.signature_id.in_([signature.id for signature in signatures]))
         .distinct()
+        .subquery()
+    )
+    named = await session.execute(
+        select(places.c.signature_id, Host.name, Preset.name)
+        .join(Host, places.c.host_id == Host.id)
+        .join(PresetRevision, places.c.preset_revision_id == PresetRevision.id)
+        .join(Preset, PresetRevision.preset_id == Preset.id)
     )
     hosts: dict[int | None, set[str]] = {}
     presets: dict[int | None, set[str]] = {}
-    for signature_id, host, preset in places.all():
+    for signature_id, host, preset in named.all():
         hosts.setdefault(signature_id, set()).add(host)
         presets.setdefault(signature_id, set()).add(preset)
     return [
         SignatureGroup(signature, sorted(hosts.get(signature.id, ())), sorted(presets.get(signature.id, ())))
         for signature in signatures
     ]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How an attempt failed, as a list shows it."""
+
+    failure_class: str
+    fingerprint: str
+
+
+async def failures_of(session: AsyncSession, attempt_ids: list[int]) -> dict[int, Failure]:
+    """The class and fingerprint of those attempts that have a failure signature, taken out of
+    their diagnosis by the database, so a list never loads the whole document."""
+    found = Attempt.diagnosis
+    query = select(Attempt.id, found["class"].as_string(), found["fingerprint"].as_string()).where(
+        Attempt.id.in_(attempt_ids), Attempt.signature_id.is_not(None)
+    )
+    return {
+        attempt_id: Failure(failure_class or "", fingerprint)
+        for attempt_id, failure_class, fingerprint in (await session.execute(query)).all()
+        if fingerprint
+    }
 
 
 async def get_signature(session: AsyncSession, fingerprint: str) -> Signature:

@@ -286,6 +286,12 @@ async def list_presets(session: AsyncSession, *, archived: bool = False) -> list
     return list((await session.scalars(query)).all())
 
 
+async def preset_names(session: AsyncSession) -> list[str]:
+    """Names of the active presets, for filters: no revisions loaded."""
+    query = select(Preset.name).where(Preset.archived_at.is_(None)).order_by(Preset.name)
+    return list((await session.scalars(query)).all())
+
+
 async def get_preset(session: AsyncSession, name: str) -> Preset:
     if not NAME.fullmatch(name):  # no such preset can exist; PostgreSQL would refuse a NUL in the query
         raise NotFound(f"no preset named {name!r}")

@@ -6,14 +6,15 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
-from app.db.models import Attempt, AttemptStatus, AuditEvent
-from app.launch import history
+from app import audit
+from app.db.models import Attempt, AttemptStatus
+from app.launch import diagnosis, history
 from app.launch.diagnosis import drift_of
 from app.web.deps import ApiUser, ReadDb, RuntimeDep
+from app.web.paging import link_next
 from app.web.params import Int64
 
 router = APIRouter(prefix="/api", tags=["attempts"])
@@ -111,6 +112,59 @@ class AttemptPublic(BaseModel):
         )
 
 
+class AttemptSummary(BaseModel):
+    """An attempt as lists show it. What only its own page needs (argv, env, preflight, diagnosis,
+    drift, GPU snapshot, stages) is left to GET /api/attempts/{id}, which keeps a page small."""
+
+    id: int
+    status: str
+    stage: str
+    host: str
+    preset: str
+    revision: int
+    gpus: list[int]
+    port: int | None
+    pid: int | None
+    pgid: int | None
+    exit_code: int | None
+    error: str
+    log_size: int
+    failure_class: str | None
+    fingerprint: str | None
+    launched_by: str
+    created_at: datetime
+    started_at: datetime | None
+    ready_at: datetime | None
+    ended_at: datetime | None
+    time_to_ready_s: float | None
+
+    @classmethod
+    def of(cls, attempt: Attempt, failure: diagnosis.Failure | None) -> AttemptSummary:
+        return cls(
+            id=attempt.id,
+            status=attempt.status,
+            stage=attempt.stage,
+            host=attempt.host.name,
+            preset=attempt.revision.preset.name,
+            revision=attempt.revision.number,
+            gpus=attempt.gpus,
+            port=attempt.port,
+            pid=attempt.pid,
+            pgid=attempt.pgid,
+            exit_code=attempt.exit_code,
+            error=attempt.error,
+            log_size=attempt.log_size,
+            failure_class=failure.failure_class if failure else None,
+            fingerprint=failure.fingerprint if failure else None,
+            launched_by=attempt.launched_by,
+            created_at=attempt.created_at,
+            started_at=attempt.started_at,
+            ready_at=attempt.ready_at,
+            ended_at=attempt.ended_at,
+            time_to_ready_s=history.time_to_ready(attempt),
+        )
+
+
 class PreflightIn(BaseModel):
     preset: str
     host: str
@@ -151,7 +205,8 @@ async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiUser) -> Launched
 
 @router.get("/attempts")
 async def list_attempts(
-    runtime: RuntimeDep,
+    request: Request,
+    response: Response,
     db: ReadDb,
     _user: ApiUser,
     host: str | None = None,
@@ -159,12 +214,14 @@ async def list_attempts(
     status: str | None = None,
     before: Int64 | None = None,
     limit: Int64 = 50,
-) -> list[AttemptPublic]:
-    """Newest first; pass the last id you got as `before` for the next page."""
-    rows = await history.list_attempts(
-        db, host=host, preset=preset, status=status, before=before, limit=max(1, min(limit, 500))
-    )
-    return [AttemptPublic.of(row, tracking=runtime.attempts.tracking_note(row.id)) for row in rows]
+) -> list[AttemptSummary]:
+    """Newest first, `limit` (at most 500) at a time; the `Link` header's rel="next" is the next
+    page (the same query with `before` set to the last id sent)."""
+    limit = max(1, min(limit, 500))
+    rows = await history.list_attempts(db, host=host, preset=preset, status=status, before=before, limit=limit + 1)
+    link_next(request, response, rows[limit - 1].id if len(rows) > limit else None)
+    failures = await diagnosis.failures_of(db, [row.id for row in rows[:limit]])
+    return [AttemptSummary.of(row, failures.get(row.id)) for row in rows[:limit]]
 
 
 @router.get("/attempts/{attempt_id}")
@@ -180,6 +237,18 @@ async def stop(attempt_id: Int64, runtime: RuntimeDep, user: ApiUser) -> Launche
 
 
 @router.get("/audit")
-async def audit_events(db: ReadDb, _user: ApiUser, limit: Int64 = 100) -> list[AuditPublic]:
-    query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(max(1, min(limit, 1000)))
-    return [AuditPublic.model_validate(event, from_attributes=True) for event in (await db.scalars(query)).all()]
+async def audit_events(
+    request: Request,
+    response: Response,
+    db: ReadDb,
+    _user: ApiUser,
+    actor: str | None = None,
+    before: Int64 | None = None,
+    limit: Int64 = 100,
+) -> list[AuditPublic]:
+    """Newest first, `limit` (at most 1000) at a time, optionally one actor's; the `Link` header's
+    rel="next" is the next page."""
+    limit = max(1, min(limit, 1000))
+    events = await audit.recent_events(db, actor=actor, before=before, limit=limit + 1)
+    link_next(request, response, events[limit - 1].id if len(events) > limit else None)
+    return [AuditPublic.model_validate(event, from_attributes=True) for event in events[:limit]]

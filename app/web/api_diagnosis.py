@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from app.db.models import Attempt
 from app.launch import compare, diagnosis
 from app.web.deps import ApiUser, ReadDb, RuntimeDep
+from app.web.paging import link_next
 from app.web.params import Int64
 
 router = APIRouter(prefix="/api", tags=["diagnosis"])
@@ -36,20 +38,44 @@ async def compare_attempts(a: Int64, b: Int64, runtime: RuntimeDep, db: ReadDb, 
 
 
 @router.get("/signatures")
-async def signatures(db: ReadDb, _user: ApiUser, failure_class: str | None = None) -> list[SignaturePublic]:
-    """Failure causes, the most recently seen first, with the hosts and presets they struck."""
-    groups = await diagnosis.signature_groups(db, failure_class=failure_class)
+async def signatures(
+    request: Request,
+    response: Response,
+    db: ReadDb,
+    _user: ApiUser,
+    failure_class: str | None = None,
+    before: str | None = None,
+    limit: Int64 = 50,
+) -> list[SignaturePublic]:
+    """Failure causes, the most recently seen first, with the hosts and presets they struck;
+    `limit` (at most 200) at a time, the `Link` header's rel="next" being the next page (`before`
+    is the fingerprint of the last cause sent)."""
+    limit = max(1, min(limit, 200))
+    groups = await diagnosis.signature_groups(db, failure_class=failure_class, before=before, limit=limit + 1)
+    link_next(request, response, groups[limit - 1].signature.fingerprint if len(groups) > limit else None)
     return [
         SignaturePublic.model_validate(group.signature, from_attributes=True).model_copy(
             update={"hosts": group.hosts, "presets": group.presets}
         )
-        for group in groups
+        for group in groups[:limit]
     ]
 
 
 @router.get("/signatures/{fingerprint}/attempts")
-async def signature_attempts(fingerprint: str, db: ReadDb, _user: ApiUser, limit: Int64 = 100) -> list[int]:
-    """Ids of the attempts that failed this way, newest first."""
+async def signature_attempts(
+    request: Request,
+    response: Response,
+    fingerprint: str,
+    db: ReadDb,
+    _user: ApiUser,
+    before: Int64 | None = None,
+    limit: Int64 = 100,
+) -> list[int]:
+    """Ids of the attempts that failed this way, newest first, `limit` (at most 1000) at a time;
+    the `Link` header's rel="next" is the next page."""
     signature = await diagnosis.get_signature(db, fingerprint)
-    query = diagnosis.with_signature(signature.id).limit(max(1, min(limit, 1000)))
-    return [attempt.id for attempt in (await db.scalars(query)).all()]
+    limit = max(1, min(limit, 1000))
+    query = diagnosis.with_signature(signature.id, before=before).with_only_columns(Attempt.id).limit(limit + 1)
+    ids = list((await db.scalars(query)).all())
+    link_next(request, response, ids[limit - 1] if len(ids) > limit else None)
+    return ids[:limit]

@@ -7,12 +7,12 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlalchemy import select
 
-from app.db.models import ACTIVE_STATUSES, AttemptStatus, AuditEvent
+from app import audit
+from app.db.models import ACTIVE_STATUSES, AttemptStatus
 from app.errors import HostError, InvalidInput, LaunchdeckError
 from app.gpu.overview import current_overview
-from app.launch import history, presets
+from app.launch import diagnosis, history, presets
 from app.logs.live import tail
 from app.web.deps import PageUser, ReadDb, Runtime, RuntimeDep
 from app.web.diagnosis_pages import diagnosis_context
@@ -22,6 +22,7 @@ from app.web.templating import render, wants_fragment
 
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 25
+AUDIT_PAGE_SIZE = 100
 
 
 async def launch_choice(request: Request) -> dict[str, Any]:
@@ -122,10 +123,12 @@ async def attempts_page(
     context = {
         "user": user,
         "attempts": rows[:PAGE_SIZE],
+        "failures": await diagnosis.failures_of(db, [row.id for row in rows[:PAGE_SIZE]]),
         "older": rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None,
+        "before": before,
         "filters": {"host": host, "preset": preset, "status": status},
         "hosts": [h.name for h in runtime.ssh],
-        "presets": [p.name for p in await presets.list_presets(db)],
+        "presets": await presets.preset_names(db),
         "statuses": list(AttemptStatus),
     }
     return render(request, "attempts.html", context, block="attempt_list")
@@ -163,10 +166,14 @@ async def stop_attempt(attempt_id: Int64, runtime: RuntimeDep, user: PageUser) -
 
 
 @router.get("/audit", response_class=HTMLResponse)
-async def audit_page(request: Request, db: ReadDb, user: PageUser, before: Int64 | None = None) -> Response:
-    query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(101)
-    if before:
-        query = query.where(AuditEvent.id < before)
-    events = list((await db.scalars(query)).all())
-    context = {"user": user, "events": events[:100], "older": events[99].id if len(events) > 100 else None}
+async def audit_page(
+    request: Request, db: ReadDb, user: PageUser, actor: str = "", before: Int64 | None = None
+) -> Response:
+    events = await audit.recent_events(db, actor=actor or None, before=before, limit=AUDIT_PAGE_SIZE + 1)
+    context = {
+        "user": user,
+        "events": events[:AUDIT_PAGE_SIZE],
+        "older": events[AUDIT_PAGE_SIZE - 1].id if len(events) > AUDIT_PAGE_SIZE else None,
+        "actor": actor,
+    }
     return render(request, "audit.html", context)

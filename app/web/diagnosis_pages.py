@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import load_only
 
 from app.db.models import Attempt
 from app.diagnose.analyze import HINTS, STAGES
@@ -18,6 +19,7 @@ from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 SAME_SIGNATURE_SHOWN = 10
+ERROR_GROUPS_SHOWN = 50
 # The serving metrics charted from the decode-batch lines: (key, label, format).
 METRICS = (
     ("running_requests", "running requests", "{:.0f}"),
@@ -37,6 +39,7 @@ async def diagnosis_context(db: ReadDb, attempt: Attempt) -> dict[str, Any]:
     if attempt.signature_id is not None:
         same = await diagnosis.count_with_signature(db, attempt.signature_id, before=attempt.id)
         query = diagnosis.with_signature(attempt.signature_id, before=attempt.id).limit(SAME_SIGNATURE_SHOWN)
+        query = query.options(load_only(Attempt.id))  # links only: no need for their whole rows
         earlier = list((await db.scalars(query)).all())
     return {
         "diagnosis": found,
@@ -67,10 +70,19 @@ def charts(samples: list[dict[str, float]]) -> list[dict[str, Any]]:
 
 
 @router.get("/errors", response_class=HTMLResponse)
-async def errors_page(request: Request, db: ReadDb, user: PageUser, failure_class: str = "") -> Response:
-    groups = await diagnosis.signature_groups(db, failure_class=failure_class or None)
-    classes = [name for name in HINTS if name != "healthy"]
-    context = {"user": user, "groups": groups, "failure_class": failure_class, "classes": classes}
+async def errors_page(
+    request: Request, db: ReadDb, user: PageUser, failure_class: str = "", before: str = ""
+) -> Response:
+    groups = await diagnosis.signature_groups(
+        db, failure_class=failure_class or None, before=before or None, limit=ERROR_GROUPS_SHOWN + 1
+    )
+    context = {
+        "user": user,
+        "groups": groups[:ERROR_GROUPS_SHOWN],
+        "older": groups[ERROR_GROUPS_SHOWN - 1].signature.fingerprint if len(groups) > ERROR_GROUPS_SHOWN else None,
+        "failure_class": failure_class,
+        "classes": [name for name in HINTS if name != "healthy"],
+    }
     return render(request, "errors.html", context)
 
 
