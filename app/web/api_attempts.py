@@ -40,84 +40,11 @@ class StagePublic(BaseModel):
     seconds: float | None
 
 
-class AttemptPublic(BaseModel):
+class AttemptListed(BaseModel):
+    """What every answer about an attempt says of it, a list's included."""
+
     id: int
     status: AttemptStatus
-    # "tracking interrupted: <reason>" while the dashboard cannot follow the attempt (its own
-    # trouble, not the host's); the status then still says what the host showed last.
-    tracking: str
-    stage: str
-    host: str
-    preset: str
-    revision: Int64
-    gpus: list[Int64]
-    port: Int64 | None
-    argv: list[str]
-    env: dict[str, str]
-    script_sha256: str
-    remote_dir: str
-    pid: Int64 | None
-    pgid: int | None
-    exit_code: int | None
-    error: str
-    log_size: int
-    preflight: dict[str, Any]
-    effective_args: dict[str, Any]
-    diagnosis: dict[str, Any]
-    drift: list[dict[str, Any]]
-    gpu_snapshot: dict[str, Any]
-    override_reason: str
-    launched_by: str
-    created_at: datetime
-    started_at: datetime | None
-    ready_at: datetime | None
-    ended_at: datetime | None
-    time_to_ready_s: float | None
-    stages: list[StagePublic]
-
-    @classmethod
-    def of(cls, attempt: Attempt, *, tracking: str = "") -> AttemptPublic:
-        return cls(
-            id=attempt.id,
-            status=attempt.status,
-            tracking=tracking,
-            stage=attempt.stage,
-            host=attempt.host.name,
-            preset=attempt.revision.preset.name,
-            revision=attempt.revision.number,
-            gpus=attempt.gpus,
-            port=attempt.port,
-            argv=attempt.argv,
-            env=attempt.env,
-            script_sha256=attempt.script_sha256,
-            remote_dir=attempt.remote_dir,
-            pid=attempt.pid,
-            pgid=attempt.pgid,
-            exit_code=attempt.exit_code,
-            error=attempt.error,
-            log_size=attempt.log_size,
-            preflight=attempt.preflight,
-            effective_args=attempt.effective_args,
-            diagnosis=attempt.diagnosis,
-            drift=[asdict(row) | {"changed": row.changed} for row in drift_of(attempt)],
-            gpu_snapshot=attempt.gpu_snapshot,
-            override_reason=attempt.override_reason,
-            launched_by=attempt.launched_by,
-            created_at=attempt.created_at,
-            started_at=attempt.started_at,
-            ready_at=attempt.ready_at,
-            ended_at=attempt.ended_at,
-            time_to_ready_s=history.time_to_ready(attempt),
-            stages=[StagePublic(stage=s, at=at, seconds=sec) for s, at, sec in history.durations(attempt)],
-        )
-
-
-class AttemptSummary(BaseModel):
-    """An attempt as lists show it. What only its own page needs (argv, env, preflight, diagnosis,
-    drift, GPU snapshot, stages) is left to GET /api/attempts/{id}, which keeps a page small."""
-
-    id: int
-    status: str
     stage: str
     host: str
     preset: str
@@ -129,8 +56,6 @@ class AttemptSummary(BaseModel):
     exit_code: int | None
     error: str
     log_size: int
-    failure_class: str | None
-    fingerprint: str | None
     launched_by: str
     created_at: datetime
     started_at: datetime | None
@@ -138,30 +63,79 @@ class AttemptSummary(BaseModel):
     ended_at: datetime | None
     time_to_ready_s: float | None
 
+    @staticmethod
+    def fields_of(attempt: Attempt) -> dict[str, Any]:
+        return {
+            "id": attempt.id,
+            "status": attempt.status,
+            "stage": attempt.stage,
+            "host": attempt.host.name,
+            "preset": attempt.revision.preset.name,
+            "revision": attempt.revision.number,
+            "gpus": attempt.gpus,
+            "port": attempt.port,
+            "pid": attempt.pid,
+            "pgid": attempt.pgid,
+            "exit_code": attempt.exit_code,
+            "error": attempt.error,
+            "log_size": attempt.log_size,
+            "launched_by": attempt.launched_by,
+            "created_at": attempt.created_at,
+            "started_at": attempt.started_at,
+            "ready_at": attempt.ready_at,
+            "ended_at": attempt.ended_at,
+            "time_to_ready_s": history.time_to_ready(attempt),
+        }
+
+
+class AttemptPublic(AttemptListed):
+    # "tracking interrupted: <reason>" while the dashboard cannot follow the attempt (its own
+    # trouble, not the host's); the status then still says what the host showed last.
+    tracking: str
+    argv: list[str]
+    env: dict[str, str]
+    script_sha256: str
+    remote_dir: str
+    preflight: dict[str, Any]
+    effective_args: dict[str, Any]
+    diagnosis: dict[str, Any]
+    drift: list[dict[str, Any]]
+    gpu_snapshot: dict[str, Any]
+    override_reason: str
+    stages: list[StagePublic]
+
+    @classmethod
+    def of(cls, attempt: Attempt, *, tracking: str = "") -> AttemptPublic:
+        return cls(
+            **cls.fields_of(attempt),
+            tracking=tracking,
+            argv=attempt.argv,
+            env=attempt.env,
+            script_sha256=attempt.script_sha256,
+            remote_dir=attempt.remote_dir,
+            preflight=attempt.preflight,
+            effective_args=attempt.effective_args,
+            diagnosis=attempt.diagnosis,
+            drift=[asdict(row) | {"changed": row.changed} for row in drift_of(attempt)],
+            gpu_snapshot=attempt.gpu_snapshot,
+            override_reason=attempt.override_reason,
+            stages=[StagePublic(stage=s, at=at, seconds=sec) for s, at, sec in history.durations(attempt)],
+        )
+
+
+class AttemptSummary(AttemptListed):
+    """An attempt as lists show it. What only its own page needs (argv, env, preflight, diagnosis,
+    drift, GPU snapshot, stages) is left to GET /api/attempts/{id}, which keeps a page small."""
+
+    failure_class: str | None
+    fingerprint: str | None
+
     @classmethod
     def of(cls, attempt: Attempt, failure: diagnosis.Failure | None) -> AttemptSummary:
         return cls(
-            id=attempt.id,
-            status=attempt.status,
-            stage=attempt.stage,
-            host=attempt.host.name,
-            preset=attempt.revision.preset.name,
-            revision=attempt.revision.number,
-            gpus=attempt.gpus,
-            port=attempt.port,
-            pid=attempt.pid,
-            pgid=attempt.pgid,
-            exit_code=attempt.exit_code,
-            error=attempt.error,
-            log_size=attempt.log_size,
+            **cls.fields_of(attempt),
             failure_class=failure.failure_class if failure else None,
             fingerprint=failure.fingerprint if failure else None,
-            launched_by=attempt.launched_by,
-            created_at=attempt.created_at,
-            started_at=attempt.started_at,
-            ready_at=attempt.ready_at,
-            ended_at=attempt.ended_at,
-            time_to_ready_s=history.time_to_ready(attempt),
         )
 
 

@@ -44,7 +44,7 @@ class RevisionPublic(BaseModel):
     model_path: str
     launcher: str
     python: str
-    port: Int64
+    port: int
     args: list[str]
     env: dict[str, str]
     command: list[str]
