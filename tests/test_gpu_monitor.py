@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 from httpx import AsyncClient
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
-from app.db.models import GpuSample
+from app.db.models import Attempt, GpuSample, Host, Preset, PresetRevision
 from app.demo.cluster import SimCluster
 from app.demo.hostlib import simgpu
 from app.demo.inventory import SimHostSpec
@@ -132,6 +132,33 @@ async def test_hosts_page_shows_who_holds_each_gpu_and_flags_stale_processes(
     page = (await app_client.get("/hosts/rtxpro-01")).text
     assert f'data-pid="{pid}" class="process process-untracked"' in page
     assert "started by launchdeck, no attempt on record" in page
+
+    # Two attempts on record had its process group (the host reused the pgid): the newer owns it.
+    async with running_app.state.runtime.sessions.write() as session:
+        host_row = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
+        assert host_row is not None
+        revision = PresetRevision(preset=Preset(name="pgid-reuse"), number=1, model_path="m")
+        session.add(revision)
+        await session.flush()
+        older, newer = (
+            Attempt(host_id=host_row.id, preset_revision_id=revision.id, status=status, pid=pid, pgid=pid)
+            for status in ("stopped", "ready")
+        )
+        session.add(older)
+        await session.flush()
+        session.add(newer)
+        await session.commit()
+    page = (await app_client.get("/hosts/rtxpro-01")).text
+    assert f'data-pid="{pid}" class="process process-attempt"' in page
+    assert f'<a href="/attempts/{newer.id}">attempt {newer.id}</a> (ready)' in page
+    async with running_app.state.runtime.sessions.write() as session:
+        await session.execute(delete(Attempt).where(Attempt.id == newer.id))
+        await session.commit()
+    page = (await app_client.get("/hosts/rtxpro-01")).text
+    assert f'<strong>stale</strong>: left by <a href="/attempts/{older.id}">attempt {older.id}</a> (stopped)' in page
+    async with running_app.state.runtime.sessions.write() as session:
+        await session.execute(delete(Attempt).where(Attempt.id == older.id))
+        await session.commit()
     refused = await app_client.post("/hosts/rtxpro-01/processes/1/stop", data={"csrf_token": csrf})
     assert refused.status_code == 422 and "was not started by launchdeck" in refused.text
     stopped = await app_client.post(f"/hosts/rtxpro-01/processes/{pid}/stop", data={"csrf_token": csrf})

@@ -45,6 +45,11 @@ class HostGpus:
     since: datetime = field(default_factory=utcnow)
     history: dict[int, deque[tuple[float, int, int]]] = field(default_factory=dict)
 
+    def pgids(self) -> set[int]:
+        """The process groups of the GPU processes last seen."""
+        processes = self.snapshot.processes if self.snapshot else []
+        return {process.pgid for process in processes if process.pgid is not None}
+
     def fresh(self, max_age: float) -> bool:
         return self.snapshot is not None and time.time() - self.snapshot.taken_at <= max_age
 

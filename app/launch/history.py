@@ -7,13 +7,28 @@ from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import joinedload, load_only, selectinload
 
 from app.db.models import Attempt, AttemptStatus, Host, Preset, PresetRevision
 from app.errors import InvalidInput, NotFound
 
 # What an attempt's pages show of it besides its own row.
 ATTEMPT_RELATIONS = (selectinload(Attempt.host), selectinload(Attempt.revision).selectinload(PresetRevision.preset))
+
+# What a list shows of each attempt: its own small columns and, joined into the same query, the
+# names of its host and preset. The documents (diagnosis, preflight, script, ...) stay in the
+# database; touching one on a listed attempt raises instead of loading it row by row.
+LISTED = (
+    load_only(
+        *(getattr(Attempt, name) for name in (
+            "id", "host_id", "preset_revision_id", "status", "stage", "gpus", "port", "pid", "pgid",
+            "exit_code", "error", "log_size", "launched_by", "created_at", "started_at", "ready_at", "ended_at",
+        )),
+        raiseload=True,
+    ),
+    joinedload(Attempt.host, innerjoin=True),
+    joinedload(Attempt.revision, innerjoin=True).joinedload(PresetRevision.preset, innerjoin=True),
+)  # fmt: skip
 
 
 async def load_attempt(session: AsyncSession, attempt_id: int) -> Attempt:
@@ -34,7 +49,7 @@ async def list_attempts(
     limit: int = 50,
 ) -> list[Attempt]:
     """Newest first; `before` pages by attempt id."""
-    query = select(Attempt).options(*ATTEMPT_RELATIONS).order_by(Attempt.id.desc()).limit(limit)
+    query = select(Attempt).options(*LISTED).order_by(Attempt.id.desc()).limit(limit)
     if host:
         query = query.join(Host, Attempt.host_id == Host.id).where(Host.name == host)
     if preset:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -26,15 +27,14 @@ STREAM_LIFETIME = 8.0
 MIN_PUSH_INTERVAL = 1.0
 
 
-async def host_views(runtime: Runtime, names: list[str] | None = None) -> list[HostView]:
+async def host_views(runtime: Runtime, only: str | None = None) -> list[HostView]:
+    # Copies, so the owners read below are those of the very readings shown, not of a newer poll.
+    shown = [(host, replace(runtime.gpus.hosts[host.name])) for host in runtime.ssh if only in (None, host.name)]
+    pgids = {host.name: gpus.pgids() for host, gpus in shown}
     async with runtime.sessions.read() as session:
-        owners = await owners_by_host(session, names)
-    views = [
-        host_view(host, runtime.gpus.hosts[host.name], partial(classify, owners=owners.get(host.name, {})))
-        for host in runtime.ssh
-        if names is None or host.name in names
-    ]
-    if names is None and runtime.gpus.local is not None:
+        owners = await owners_by_host(session, pgids)
+    views = [host_view(host, gpus, partial(classify, owners=owners.get(host.name, {}))) for host, gpus in shown]
+    if only is None and runtime.gpus.local is not None:
         views.append(local_view(runtime.gpus.local, partial(classify, owners={})))
     return views
 
@@ -73,7 +73,7 @@ async def host_events(request: Request, runtime: RuntimeDep) -> EventSourceRespo
 @router.get("/hosts/{name}", response_class=HTMLResponse)
 async def host_page(request: Request, name: str, runtime: RuntimeDep, user: PageUser) -> Response:
     runtime.ssh.get(name)  # 404 for an unknown host
-    (view,) = await host_views(runtime, [name])
+    (view,) = await host_views(runtime, name)
     return render(request, "host.html", {"host": view, "user": user})
 
 
