@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -184,8 +185,18 @@ def serve(settings: Settings) -> int:
     print(f"\nlaunchdeck dashboard: {_url(settings)}  (access token: {where})\n", flush=True)
     import uvicorn
 
+    _freeze_startup_objects()
     uvicorn.run(app, host=settings.bind, port=settings.port, log_level="info")
     return 0
+
+
+def _freeze_startup_objects() -> None:
+    """Takes what is imported and built so far out of the garbage collector's sight: its full
+    collections then scan only what requests and background work create. On two busy cores they
+    took 80-130 ms each, every few seconds, and made the slowest requests under load."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 async def demo(settings: Settings) -> int:

@@ -32,8 +32,8 @@ from app.errors import HostError, InvalidInput, NotFound
 from app.launch import remote
 from app.launch.follower import Follower
 from app.launch.history import load_attempt
-from app.launch.owners import attempt_groups, started_by_launchdeck
-from app.launch.preflight import Preflight, run_preflight
+from app.launch.owners import owners_by_host, started_by_launchdeck
+from app.launch.preflight import OwnersOf, Preflight, run_preflight
 from app.launch.presets import MAX_OVERRIDE_REASON, check_text, command_argv, get_preset, latest, revision_of
 from app.launch.record import AttemptRecord, Pace, Tracking, reason_of
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
@@ -170,8 +170,7 @@ class AttemptService:
         connection = self.ssh.get(host)
         async with self.sessions.read() as session:
             revision = latest(await get_preset(session, preset))
-            owners = await attempt_groups(session, connection.name)
-        return await _check_revision(connection, revision, gpus=gpus, port=port, owners=owners)
+        return await _check_revision(connection, revision, gpus=gpus, port=port, owners=self._owners_on(host))
 
     async def stop(self, attempt_id: int, *, actor: str) -> Attempt:
         """SIGTERM to the server's process group, SIGKILL after the grace period.
@@ -202,6 +201,16 @@ class AttemptService:
             audit.record(session, actor=actor, action="stop-process", target=f"{host} pid {pid}", detail={"cwd": cwd})
         await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", pgid], check=False)
         self._in_background(self._kill_after_grace(connection, int(pgid)))
+
+    def _owners_on(self, host: str) -> OwnersOf:
+        """Which of the host's attempts had the given process groups, read in a session of its own."""
+
+        async def owners(pgids: set[int]) -> dict[int, int]:
+            async with self.sessions.read() as session:
+                found = await owners_by_host(session, {host: pgids})
+            return {pgid: attempt_id for pgid, (attempt_id, _) in found.get(host, {}).items()}
+
+        return owners
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -261,11 +270,14 @@ class AttemptService:
         """Preflight, upload, start. False when the attempt ended here."""
         async with self.sessions.read() as session:
             attempt = await load_attempt(session, record.attempt_id)
-            owners = await attempt_groups(session, attempt.host.name)
         connection = self.ssh.get(attempt.host.name)
         directory, script = attempt.remote_dir, attempt.script
         preflight = await _check_revision(
-            connection, attempt.revision, gpus=list(attempt.gpus), port=attempt.port, owners=owners
+            connection,
+            attempt.revision,
+            gpus=list(attempt.gpus),
+            port=attempt.port,
+            owners=self._owners_on(connection.name),
         )
         snapshot = {"at_launch": self.gpu_snapshot(connection.name)}
         await record.update(
@@ -290,7 +302,7 @@ class AttemptService:
 
 
 async def _check_revision(
-    connection: HostConnection, revision: PresetRevision, *, gpus: list[int], port: int | None, owners: dict[int, int]
+    connection: HostConnection, revision: PresetRevision, *, gpus: list[int], port: int | None, owners: OwnersOf
 ) -> Preflight:
     return await run_preflight(
         connection,

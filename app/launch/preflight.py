@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -22,6 +22,9 @@ from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
 from app.launch import remote
 from app.ssh import HostConnection, HostState
 from app.ssh.connection import RunResult
+
+# Which attempts had these process groups (pgid -> attempt id): asked once the host has named them.
+OwnersOf = Callable[[set[int]], Awaitable[dict[int, int]]]
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -77,10 +80,10 @@ async def run_preflight(
     model_path: str,
     args: list[str],
     env: dict[str, str],
-    owners: dict[int, int] | None = None,
+    owners: OwnersOf | None = None,
     step_timeout: float = STEP_TIMEOUT,
 ) -> Preflight:
-    """`owners` maps process groups of earlier attempts on this host to their attempt ids."""
+    """`owners` tells which of the host's earlier attempts had the process groups found on its GPUs."""
     result = Preflight()
     checks = result.checks
     if host.status.state != HostState.ONLINE:
@@ -148,7 +151,7 @@ async def run_preflight(
 
     if not missing and gpus:
         checks.append(_memory_check(found, result.effective_args, tp, [inventory[i] for i in gpus]))
-        checks.append(await _processes_check(steps, gpus, owners or {}))
+        checks.append(await _processes_check(steps, gpus, owners))
     return result
 
 
@@ -219,7 +222,7 @@ def _memory_check(found: dict[str, Any], effective: dict[str, Any], tp: int, gpu
     return Check("memory", True, f"enough free memory: {basis}", detail={"gpus": rows})
 
 
-async def _processes_check(steps: _Steps, gpus: list[int], owners: dict[int, int]) -> Check:
+async def _processes_check(steps: _Steps, gpus: list[int], owners: OwnersOf | None) -> Check:
     fields = "gpu_uuid,pid,process_name,used_memory"
     query = ["nvidia-smi", f"--query-compute-apps={fields}", "--format=csv,noheader,nounits"]
     uuid_query = ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"]
@@ -247,8 +250,9 @@ async def _processes_check(steps: _Steps, gpus: list[int], owners: dict[int, int
         groups = await _process_groups(steps, [process["pid"] for process in found])
     except _TooSlow as exc:
         return Check("processes", False, str(exc))
+    owned = await owners(set(groups.values())) if owners else {}
     for process in found:
-        process["attempt"] = owners.get(groups.get(process["pid"], -1))
+        process["attempt"] = owned.get(groups.get(process["pid"], -1))
     described = "; ".join(
         f"GPU {p['gpu']}: pid {p['pid']} {p['name']} ({p['used_mib']} MiB)"
         + (f", attempt {p['attempt']}" if p["attempt"] else "")
