@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     )
     ssh_config: Path = Field(Path("~/.ssh/config"), description="OpenSSH client config whose aliases hosts may use.")
     ssh_keepalive_interval: float = Field(
-        10.0, gt=0, description="Seconds between SSH keepalives; a host silent for 3 intervals is offline."
+        5.0, gt=0, description="Seconds between SSH keepalives; a host silent for 3 intervals is offline."
     )
     ssh_connect_timeout: float = Field(10.0, gt=0, description="Seconds allowed for one SSH connection attempt.")
     stop_grace_seconds: float = Field(

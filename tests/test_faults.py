@@ -294,7 +294,7 @@ async def test_a_frozen_host_goes_offline_without_disturbing_the_other_and_recov
         f"meanwhile; slowest of {len(watch.samples)} requests {watch.slowest().seconds:.2f} s; "
         f"{sum(sizes.values())} bytes compared"
     )
-    # asyncssh drops a connection after three silent keepalive intervals: 30 s with the default 10 s.
+    # asyncssh drops a connection after three silent keepalive intervals: 15 s with the default 5 s.
     assert offline - stopped <= 3 * KEEPALIVE + 2
     assert other_during > other_before, "the other host's log stopped while one host was frozen"
     assert not [state for _, name, state in watch.states if name == other.name and state != "online"]
