@@ -8,12 +8,10 @@ every mirrored log with the host's file, byte for byte. What each fault cost is 
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,7 +27,7 @@ from app.demo.presets import DEMO_PRESETS
 from app.demo.sshserver import SimHost
 from app.ssh import HostConnection
 from tests.faults import AUTH, KEEPALIVE, TOKEN, Dashboard, HostProcess, Watch, follow_events, watching
-from tests.support import free_port, require
+from tests.support import fill, free_port, small_filesystem
 
 pytestmark = pytest.mark.faults
 
@@ -405,27 +403,8 @@ async def test_a_host_back_from_a_long_outage_is_online_within_seconds_of_its_re
 @pytest.fixture
 def small_data_dir(tmp_path: Path) -> Iterator[Path]:
     """A 30 MB filesystem for the dashboard's data dir."""
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(mount_point)], check=False)
-    require(mounted.returncode == 0, "cannot mount a tmpfs here (the disk-full test needs root)")
-    try:
+    with small_filesystem(tmp_path / "small", "30m") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def fill(directory: Path) -> Path:
-    """Writes a file until the filesystem has no byte left; returns it."""
-    filler = directory / "filler"
-    with filler.open("wb", buffering=0) as f:
-        for size in (1 << 20, 4096, 1):
-            try:
-                while True:
-                    f.write(b"\0" * size)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-    return filler
 
 
 async def login_works(dashboard: Dashboard) -> bool:

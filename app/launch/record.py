@@ -38,6 +38,9 @@ class Pace:
     serving: float = 10.0
     health_timeout: float = 30.0
     hang: float = 600.0  # a loading launch whose log stays silent this long is reported hung
+    # How long a finished attempt waits for its log to be drained before it is marked finished
+    # (the mirror goes on after that, if the host is slow or away, or the data dir full).
+    drain: float = 30.0
     retry: float = 1.0  # the first wait after the dashboard's own error; it doubles up to retry_max
     retry_max: float = 30.0
 
