@@ -46,11 +46,18 @@ class Deck:
     def sentence(self) -> str:
         return f"the data dir is full: 0 MB free on {self.data_dir}"
 
-    def fill(self) -> Path:
-        """Fills the data dir's filesystem. SQLite's WAL keeps its size after a checkpoint and
-        takes new transactions in place, so it is emptied first: the next write needs room."""
-        with contextlib.closing(sqlite3.connect(self.data_dir / "launchdeck.db")) as db:
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    async def fill(self) -> Path:
+        """Fills the data dir's filesystem. SQLite's WAL keeps its size after a checkpoint, and
+        what a failed transaction added to it, and takes new transactions there; so it is emptied
+        first (once no writer of the app's holds it), and the next write needs room. Tests fill
+        again before each write they expect to fail."""
+        with contextlib.closing(sqlite3.connect(self.data_dir / "launchdeck.db", timeout=0)) as db:
+            for _ in range(100):
+                if db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the WAL could not be emptied")
         return fill(self.data_dir.parent)
 
     async def launch(self, gpu: int) -> dict[str, Any]:
@@ -124,13 +131,14 @@ async def deck(tmp_path: Path, small: Path, sim_specs: list[HostSpec], sim_clust
 
 async def test_writes_on_a_full_data_dir_answer_507_with_the_sentence_and_reads_go_on(deck: Deck) -> None:
     attempt = await deck.launch(gpu=0)
-    filler = deck.fill()
-    refused = {
-        "preset create": await deck.api.post("/api/presets", json={"name": "while-full", "model_path": "m"}),
-        "launch": await deck.api.post("/api/attempts", json={"preset": PRESET, "host": deck.host, "gpus": [1]}),
-        "stop": await deck.api.post(f"/api/attempts/{attempt['id']}/stop"),
+    writes = {
+        "preset create": ("/api/presets", {"name": "while-full", "model_path": "m"}),
+        "launch": ("/api/attempts", {"preset": PRESET, "host": deck.host, "gpus": [1]}),
+        "stop": (f"/api/attempts/{attempt['id']}/stop", None),
     }
-    for what, answer in refused.items():
+    for what, (route, body) in writes.items():
+        filler = await deck.fill()
+        answer = await deck.api.post(route, json=body)
         assert (answer.status_code, answer.json()) == (507, {"detail": deck.sentence}), what
     for route in ("/api/attempts", "/api/presets", f"/api/attempts/{attempt['id']}", "/api/audit", "/api/hosts"):
         assert (await deck.api.get(route)).status_code == 200, route
@@ -145,7 +153,7 @@ async def test_writes_on_a_full_data_dir_answer_507_with_the_sentence_and_reads_
 
 async def test_login_works_on_a_full_data_dir_and_every_page_shows_the_banner(deck: Deck) -> None:
     assert "the data dir is full" not in (await deck.browser.get("/login")).text
-    deck.fill()
+    await deck.fill()
     assert await deck.log_in() == 303
     for page in ("/hosts", "/presets", "/attempts", "/audit"):
         html = (await deck.browser.get(page)).text
@@ -154,6 +162,7 @@ async def test_login_works_on_a_full_data_dir_and_every_page_shows_the_banner(de
     form = await deck.browser.get("/presets/new")
     csrf = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
     assert csrf
+    await deck.fill()
     answer = await deck.browser.post(
         "/presets",
         data={"name": "from-a-page", "model_path": "m", "csrf_token": csrf[1]},
@@ -169,7 +178,7 @@ async def test_the_mirror_pauses_on_a_full_data_dir_and_resumes_exactly_at_its_o
     host_log = deck.host_log(attempt)
     mirror_file = deck.data_dir / "logs" / f"{attempt['id']}.log"
     await eventually(lambda: _same(mirror_file, host_log), "the mirror did not catch up")
-    filler = deck.fill()
+    filler = await deck.fill()
     with host_log.open("ab") as log:
         for n in range(20_000):  # about 1 MB, with no room for it on the dashboard
             log.write(b"[2026-01-05 10:00:01] line %d written while the data dir was full\n" % n)
@@ -198,7 +207,7 @@ async def test_a_server_that_exits_while_the_data_dir_is_full_gets_its_status_on
     deck: Deck,
 ) -> None:
     attempt = await deck.launch(gpu=3)
-    filler = deck.fill()
+    filler = await deck.fill()
     host = deck.runtime.ssh.get(attempt["host"])
     await host.run(["env", "kill", f"-{signal.SIGKILL}", "--", f"-{attempt['pgid']}"], check=False)
     interrupted = await deck.attempt_when(

@@ -417,7 +417,6 @@ async def login_works(dashboard: Dashboard) -> bool:
         return answer.status_code == 303
 
 
-@pytest.mark.xfail(strict=True, reason="a full data dir answers a generic 500 and the mirror re-copies the log")
 async def test_a_full_data_dir_refuses_writes_with_a_sentence_keeps_reads_and_resumes_the_mirror_exactly(
     cluster: dict[str, HostProcess], small_data_dir: Path, tmp_path: Path
 ) -> None:
