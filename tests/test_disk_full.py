@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import re
 import signal
 import sqlite3
@@ -18,10 +19,12 @@ from typing import Any
 import pytest
 from httpx import ASGITransport, AsyncClient
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from app.db.models import AuditEvent
 from app.demo.cluster import SimCluster
 from app.demo.presets import seed_demo_presets
+from app.disk import is_disk_full
 from app.launch.record import Pace
 from app.ssh import HostSpec
 from app.web.app import create_app
@@ -229,3 +232,18 @@ def _async(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
         return check()
 
     return run
+
+
+def test_every_shape_of_a_full_disk_is_recognised_and_nothing_else() -> None:
+    full_sqlite = sqlite3.OperationalError("database or disk is full")
+    wrapped = OperationalError("INSERT INTO presets ...", {}, full_sqlite)
+    assert all(
+        is_disk_full(exc)
+        for exc in (OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EDQUOT, "Disk quota exceeded"))
+    )
+    assert is_disk_full(full_sqlite) and is_disk_full(wrapped)
+    chained = RuntimeError("writing the index failed")
+    chained.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    assert is_disk_full(chained)
+    locked = OperationalError("INSERT", {}, sqlite3.OperationalError("database is locked"))
+    assert not any(is_disk_full(exc) for exc in (locked, OSError(errno.EIO, "I/O error"), ValueError("full")))

@@ -113,3 +113,17 @@ def test_an_append_the_disk_has_no_room_for_leaves_the_log_as_it_was_and_is_sent
         assert reopened.checkpoints == log.checkpoints and reopened.total_lines == log.total_lines == len(lines)
         for number in (1, len(lines) // 2, len(lines)):
             assert reopened.offset_of_line(number) == lines[number - 1][0]
+
+
+def test_a_log_whose_index_is_behind_opens_and_reads_on_a_full_disk(tmp_path: Path) -> None:
+    with small_filesystem(tmp_path / "small", "2m") as small:
+        data = random_log(6, 800_000)
+        log = LogFile(small, 1)
+        log.append(data)
+        log.index_path.write_bytes(b"")  # as if the dashboard died between the two writes
+        fill(small)
+        reopened = LogFile(small, 1)
+        assert reopened.checkpoints == log.checkpoints and reopened.total_lines == log.total_lines
+        assert reopened.index_path.read_bytes() == b""  # it could not be written, and nothing half was
+        lines = expected_lines(data)
+        assert reopened.offset_of_line(len(lines)) == lines[-1][0]

@@ -219,7 +219,14 @@ class LogFile:
             f.seek(scanned)
             while block := f.read(1 << 20):
                 self._index(self.size, block)
-                self._flush_index()
+                index_size = self.index_path.stat().st_size if self.index_path.exists() else 0
+                try:
+                    self._flush_index()
+                except OSError:  # no room: the log stays readable, its index catches up on disk later
+                    if self.index_path.exists():
+                        os.truncate(self.index_path, index_size)
+                    self.checkpoints.extend(self._new_checkpoints)
+                    self._new_checkpoints = array("Q")
 
     def _save_meta(self, meta: Meta) -> None:
         """Writes `meta` in place of the old metadata file; the caller changes `self.meta` once
