@@ -94,7 +94,7 @@ def create_app(settings: Settings) -> FastAPI:
     hosts_file = settings.resolved_hosts_file()
     specs = load_hosts_file(hosts_file) if hosts_file else []
 
-    data_dir = DataDir(settings.data_dir, reserve_mb=settings.disk_reserve_mb)
+    data_dir = DataDir(settings.data_dir.absolute(), reserve_mb=settings.disk_reserve_mb)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
