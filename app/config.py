@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     grep_wait_seconds: float = Field(
         2.0, ge=0, description="Seconds a search waits for a turn when the most greps run, before a 503."
     )
+    disk_reserve_mb: int = Field(
+        64,
+        ge=0,
+        description="Free MB under which every page warns that the data dir is (nearly) full.",
+    )
     cookie_secure: bool = Field(True, description="Send the session cookie only over HTTPS (and to localhost).")
     session_days: int = Field(14, ge=1, description="Days a browser login lasts.")
     max_body_bytes: int = Field(

@@ -8,6 +8,7 @@ LaunchdeckError
 │   └── SearchOutOfMemory a search pattern needs more memory than a search may use (HTTP 422)
 ├── SearchBusy          as many searches run as may run at once; try again    (HTTP 503)
 ├── DatabaseUnavailable the database cannot be reached or migrated           (HTTP 503)
+├── DiskFull            the data dir's filesystem has no room for a write   (HTTP 507)
 └── HostError           something about a GPU host                        (HTTP 502)
     ├── HostUnavailable     not connected now; the message says why and since when (HTTP 503)
     │   └── HostKeyRejected its host key is unknown or does not match known_hosts
@@ -51,6 +52,11 @@ class SearchBusy(LaunchdeckError):
 
 class DatabaseUnavailable(LaunchdeckError):
     pass
+
+
+class DiskFull(LaunchdeckError):
+    """ENOSPC or EDQUOT (or SQLite's "database or disk is full") under the data dir; the message
+    says how much room is left where (see app/disk.py)."""
 
 
 class HostError(LaunchdeckError):

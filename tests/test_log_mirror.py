@@ -118,3 +118,29 @@ async def test_a_restarted_mirror_resumes_and_notices_a_replaced_file(
         await mirrors.close()
     assert [s["reason"] for s in mirror.log.meta.segments] == ["replaced"]
     assert (tmp_path / "logs" / "1.log").read_bytes() == b"first life\n" * 1000 + local.read_bytes()
+
+
+async def test_verification_reads_the_mirror_from_disk_so_a_corrupted_byte_is_no_match(
+    host: HostConnection, sim_cluster: SimCluster, tmp_path: Path
+) -> None:
+    path = f"mirror-tests/{uuid.uuid4().hex}.log"
+    pid = await start_writer(host, path, rate=2000, count=4000)
+    mirrors = Mirrors(LogStore(tmp_path / "logs"))
+    mirror = mirrors.start(1, MirrorSource(host, "python3", path, pid, None))
+    try:
+        while mirror.log.size < 10_000:
+            await asyncio.sleep(0.02)
+        with (tmp_path / "logs" / "1.log").open("r+b") as mirrored:  # one bit flips on the dashboard's disk
+            mirrored.seek(100)
+            byte = mirrored.read(1)[0]
+            mirrored.seek(100)
+            mirrored.write(bytes([byte ^ 1]))
+        await asyncio.wait_for(mirror.done.wait(), 30)
+    finally:
+        await mirrors.close()
+    expected = host_file(sim_cluster, host, path).read_bytes()
+    verification = mirror.log.meta.verification
+    assert verification is not None and verification["host_size"] == len(expected) == mirror.log.size
+    assert verification["host_sha256"] == hashlib.sha256(expected).hexdigest()
+    assert verification["mirror_sha256"] == hashlib.sha256((tmp_path / "logs" / "1.log").read_bytes()).hexdigest()
+    assert verification["match"] is False

@@ -1,14 +1,18 @@
 """The mirror file and its sparse line index: every way of reaching a line agrees with a plain
-split of the bytes, however the bytes arrived, and after a crash that left the index behind."""
+split of the bytes, however the bytes arrived, after a crash that left the index behind, and
+after an append that a full disk refused half-way."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from pathlib import Path
 
 import pytest
 
+from app.errors import DiskFull
 from app.logs.store import INDEX_SPACING, LogFile
+from tests.support import fill, small_filesystem
 
 
 def random_log(seed: int, size: int) -> bytes:
@@ -82,3 +86,44 @@ def test_a_log_that_does_not_exist_reads_as_empty(tmp_path: Path) -> None:
     log = LogFile(tmp_path, 3)
     assert (log.size, log.total_lines, log.read(0, 10), log.lines(1, 10).lines) == (0, 0, b"", [])
     assert log.line_at(0) == (1, 0) and log.last_lines(5).lines == []
+
+
+def test_an_append_the_disk_has_no_room_for_leaves_the_log_as_it_was_and_is_sent_again(tmp_path: Path) -> None:
+    with small_filesystem(tmp_path / "small", "2m") as small:
+        first, more = random_log(7, 300_000), random_log(9, 400_000)
+        log = LogFile(small, 1)
+        log.append(first)
+        before = (log.path.read_bytes(), log.index_path.read_bytes(), log.meta_path.exists())
+        filler = fill(small, leave=64 * 1024)  # room for part of the next append: the disk takes some of it
+        with pytest.raises(DiskFull, match=f"^the data dir is full: 0 MB free on {small}$"):
+            log.append(more)
+        assert (log.path.read_bytes(), log.index_path.read_bytes(), log.meta_path.exists()) == before
+        assert (log.size, log.host_offset, log.total_lines) == (len(first), len(first), len(expected_lines(first)))
+        fill(small)
+        with pytest.raises(DiskFull):
+            log.mark_restart("replaced")
+        assert log.meta.segments == [] and sorted(p.name for p in small.iterdir()) == ["1.idx", "1.log", "filler"]
+
+        filler.unlink()  # room again: the same bytes are sent again, and land once
+        log.append(more)
+        assert log.path.read_bytes() == first + more
+        assert log.segment_sha256() == hashlib.sha256(first + more).hexdigest()
+        lines = expected_lines(first + more)
+        reopened = LogFile(small, 1)
+        assert reopened.checkpoints == log.checkpoints and reopened.total_lines == log.total_lines == len(lines)
+        for number in (1, len(lines) // 2, len(lines)):
+            assert reopened.offset_of_line(number) == lines[number - 1][0]
+
+
+def test_a_log_whose_index_is_behind_opens_and_reads_on_a_full_disk(tmp_path: Path) -> None:
+    with small_filesystem(tmp_path / "small", "2m") as small:
+        data = random_log(6, 800_000)
+        log = LogFile(small, 1)
+        log.append(data)
+        log.index_path.write_bytes(b"")  # as if the dashboard died between the two writes
+        fill(small)
+        reopened = LogFile(small, 1)
+        assert reopened.checkpoints == log.checkpoints and reopened.total_lines == log.total_lines
+        assert reopened.index_path.read_bytes() == b""  # it could not be written, and nothing half was
+        lines = expected_lines(data)
+        assert reopened.offset_of_line(len(lines)) == lines[-1][0]

@@ -9,10 +9,15 @@ the lock up front makes it wait its turn instead. Since the lock is held until c
 transaction is one short unit of work that awaits nothing but the database: load what is needed,
 close, do the slow work (SSH, grep, a subprocess), then open another to write the result.
 PostgreSQL needs none of this (readers never block writers), and the same two factories serve it.
+
+A SQLite write that fails because the data dir's filesystem is full ("database or disk is full")
+is raised as `DiskFull` with its sentence, from the engine itself, so every unit of work (a
+request's, a follower's) gets the same error without knowing where it came from.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from app.errors import DatabaseUnavailable
+from app.disk import is_disk_full
+from app.errors import DatabaseUnavailable, DiskFull
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -52,16 +58,23 @@ def sync_url(url: str) -> URL:
     return _with_driver(url, sqlite="sqlite")
 
 
-def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+def create_engine(url: str, *, on_full: Callable[[], DiskFull] | None = None, **kwargs: Any) -> AsyncEngine:
     """An async engine; on SQLite with WAL, a busy timeout, and transactions that begin
-    immediate unless the connection is a read session's (see `Sessions`)."""
+    immediate unless the connection is a read session's (see `Sessions`); a full disk raises
+    what `on_full` gives."""
     engine = create_async_engine(async_url(url), **kwargs)
     if engine.dialect.name == "sqlite":
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, on_full)
     return engine
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
+def _configure_sqlite(engine: AsyncEngine, on_full: Callable[[], DiskFull] | None) -> None:
+    if on_full is not None:
+
+        @event.listens_for(engine.sync_engine, "handle_error")
+        def disk_full(context: Any) -> DiskFull | None:
+            return on_full() if is_disk_full(context.original_exception) else None
+
     @event.listens_for(engine.sync_engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None

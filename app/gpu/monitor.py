@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import GpuSample, Host
-from app.errors import HostError
+from app.errors import DiskFull, HostError
 from app.gpu.probe import NVML_PROBE, SMI_PROBE, ProbeUnavailable, Snapshot, parse_nvml_line, parse_smi_block
 from app.ssh import HostConnection, SSHManager
 
@@ -176,7 +176,7 @@ class GpuMonitor:
                     last_sample = time.monotonic()
                     try:
                         await self._store(host.name, snapshot)
-                    except SQLAlchemyError as exc:  # one missing sample in the history; the grid goes on
+                    except (SQLAlchemyError, DiskFull) as exc:  # one sample missing from the history; the grid goes on
                         log.warning("%s: GPU sample not stored: %s", host.name, exc)
 
     async def _read(self, process: object, nvml: bool) -> Snapshot:

@@ -28,9 +28,6 @@ from app.ssh import HostConnection, SSHManager
 
 # Keys of /get_server_info that report the server's state rather than its arguments.
 SERVER_INFO_STATE = frozenset({"status", "version", "internal_states", "max_total_num_tokens"})
-# How long a finished attempt waits for its log to be drained before it is marked finished (the
-# mirror goes on after that, if the host is slow or away).
-DRAIN_WAIT = 30.0
 
 
 class Dashboard(Protocol):
@@ -99,7 +96,7 @@ class Follower:
                 if probe.exit_code is not None or not probe.alive:
                     if mirror is not None:
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(mirror.done.wait(), DRAIN_WAIT)
+                            await asyncio.wait_for(mirror.done.wait(), self.dashboard.pace.drain)
                     still = mirror is None or mirror.log.size == size
                     await self._record_log_progress(mirror, hung=hung and still, final=True)
                     await self._finish_process(probe)

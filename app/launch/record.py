@@ -3,8 +3,9 @@
 Every write is its own short transaction. What a follower learned from the host (a stage, an exit
 status, a health check) must reach the row, so a write that fails for the dashboard's own reasons
 (the database busy or away) is retried with backoff until it lands, and meanwhile the attempt
-shows "tracking interrupted: <reason>" beside, never instead of, what its host said. The status
-itself only ever changes to what the host showed.
+shows "tracking interrupted: <reason>" beside, never instead of, what its host said (for a full
+data dir, the reason is DiskFull's sentence, and the write lands once there is room again). The
+status itself only ever changes to what the host showed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus
+from app.errors import DiskFull
 from app.launch.diagnosis import assign_signature
 from app.logs.mirror import Mirrors
 
@@ -36,6 +38,9 @@ class Pace:
     serving: float = 10.0
     health_timeout: float = 30.0
     hang: float = 600.0  # a loading launch whose log stays silent this long is reported hung
+    # How long a finished attempt waits for its log to be drained before it is marked finished
+    # (the mirror goes on after that, if the host is slow or away, or the data dir full).
+    drain: float = 30.0
     retry: float = 1.0  # the first wait after the dashboard's own error; it doubles up to retry_max
     retry_max: float = 30.0
 
@@ -141,7 +146,7 @@ class AttemptRecord:
                     attempt = await session.get(Attempt, self.attempt_id)
                     assert attempt is not None, f"attempt {self.attempt_id} is gone"
                     await change(attempt, session)
-            except (SQLAlchemyError, OSError) as exc:
+            except (SQLAlchemyError, OSError, DiskFull) as exc:
                 reason = reason_of(exc)
                 log.warning("attempt %d: cannot record (%s); retrying in %.1f s", self.attempt_id, reason, delay)
                 self.tracking.interrupted(self.attempt_id, reason)

@@ -6,6 +6,11 @@ exactly where the host's file was truncated or replaced, and when the server has
 log is drained, with the host file's sha256 to compare against. After a disconnect or a
 dashboard restart it starts again at the mirrored offset, first checking that the bytes just
 before it are still the ones mirrored.
+
+When the data dir is full the mirror pauses: the append that failed left the local file as it
+was (see store.py), so the next read starts at exactly the same offset and sends the same bytes.
+It tries again every DISK_FULL_RETRY seconds (room comes back when someone frees it, not faster
+for asking) and says "log mirror paused: the data dir is full: ..." on the attempt meanwhile.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 
 import asyncssh
 
-from app.errors import HostError
+from app.errors import DiskFull, HostError
 from app.logs.store import LogFile, LogStore
 from app.ssh import HostConnection
 
@@ -27,6 +32,7 @@ log = logging.getLogger(__name__)
 FRAME = struct.Struct(">cI")
 RETRY_MIN = 0.1
 RETRY_MAX = 10.0
+DISK_FULL_RETRY = 1.0
 
 # argv: log path, offset, pid, process start time, overlap length, overlap sha256.
 # Frames: D data | R restart (the file was truncated or replaced; reading again from 0)
@@ -124,6 +130,7 @@ class LogMirror:
         self.source = source
         self.done = asyncio.Event()
         self.error: str | None = None  # why the last read ended, while it is being retried
+        self.paused = False  # the last read ended because the data dir is full
         self.connects = 0  # reads started: 1 + the number of times it resumed
         self._progressed = False
 
@@ -133,14 +140,25 @@ class LogMirror:
             try:
                 await self.source.connection.wait_online(3600)
                 await self._read()
+            except DiskFull as exc:
+                self.error, self.paused = str(exc), True
+                log.warning("attempt %d: log mirror paused: %s", self.log.attempt_id, exc)
+                await asyncio.sleep(DISK_FULL_RETRY)
             except (HostError, OSError, asyncssh.Error, asyncio.IncompleteReadError) as exc:
-                self.error = str(exc) or type(exc).__name__
+                self.error, self.paused = str(exc) or type(exc).__name__, False
                 log.info("attempt %d: log mirror interrupted (%s); resuming", self.log.attempt_id, self.error)
                 # A reader that got somewhere resumes at once; one that keeps failing backs off.
                 retry = RETRY_MIN if self._progressed else min(retry * 2, RETRY_MAX)
                 await asyncio.sleep(retry)
         self.error = None
         self.done.set()
+
+    @property
+    def note(self) -> str:
+        """What the attempt shows about its mirror while the mirror is behind; "" while it keeps up."""
+        if not self.error:
+            return ""
+        return f"log mirror paused: {self.error}" if self.paused else f"log mirror reconnecting: {self.error}"
 
     async def _read(self) -> None:
         source = self.source
@@ -164,9 +182,7 @@ class LogMirror:
                     self.log.mark_restart(payload.decode())
                 elif kind == b"E":
                     end = json.loads(payload)
-                    mirror_sha256 = self.log.segment_sha256() or await asyncio.to_thread(
-                        self.log.sha256, self.log.meta.segment_start
-                    )
+                    mirror_sha256 = await asyncio.to_thread(self.log.segment_sha256)
                     self.log.finish(host_size=end["size"], host_sha256=end["sha256"], mirror_sha256=mirror_sha256)
                     return
 

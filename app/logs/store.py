@@ -6,6 +6,15 @@ INDEX_SPACING bytes, each at the start of a line; it trails the log and is rebui
 checkpoint whenever it is behind, so a crash between the two writes loses nothing. `<id>.json`
 records where the host's file was truncated or replaced (the mirror keeps the old bytes and
 carries on after a marker) and, once the log is complete, how its sha256 compared with the host's.
+
+Each append is all or nothing. A full disk (ENOSPC, EDQUOT) can take part of a write: the file
+then holds bytes the mirror never counted, the bytes its next read checks against the host
+(`overlap_sha256`) are wrong, and the host's file looks replaced and is sent again. So a write
+that fails cuts the log and the index back to where they were, forgets what it indexed, and
+raises `DiskFull`; the caller sends the same bytes again later. The metadata is written to a
+temporary file and renamed over the old one, and changes in memory only once that worked.
+The sha256 that verification compares is always read back from the file, never kept while
+appending, so a mirror that differs from the host's file on disk cannot be reported as a match.
 """
 
 from __future__ import annotations
@@ -16,11 +25,12 @@ import json
 import os
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app.clock import utcnow
+from app.disk import DataDir, is_disk_full
 
 INDEX_SPACING = 64 * 1024
 READ_BLOCK = 64 * 1024
@@ -74,8 +84,9 @@ class Meta:
 class LogFile:
     """One attempt's mirror. Appends come from its single reader; any number of readers page it."""
 
-    def __init__(self, directory: Path, attempt_id: int):
+    def __init__(self, directory: Path, attempt_id: int, data_dir: DataDir | None = None):
         self.attempt_id = attempt_id
+        self.data_dir = data_dir or DataDir(directory)  # named when the disk is full
         self.path = directory / f"{attempt_id}.log"
         self.index_path = directory / f"{attempt_id}.idx"
         self.meta_path = directory / f"{attempt_id}.json"
@@ -94,9 +105,6 @@ class LogFile:
         self._new_checkpoints = array("Q")
         self._ends_with_newline = self.checkpoints[-1] > 0
         self.watchers: set[Watcher] = set()
-        # The sha256 of the current segment, kept while appending: known only for a segment this
-        # object saw from its start (after a restart of the dashboard, it is read from the file).
-        self._digest: Any = None
         self._catch_up_index()
 
     @property
@@ -120,49 +128,60 @@ class LogFile:
     # Writing (the mirror)
 
     def append(self, data: bytes) -> None:
+        """Adds `data` to the log and its index, entirely or (raising) not at all."""
         if not data:
             return
-        start = self.size
-        if start == self.meta.segment_start:
-            self._digest = hashlib.sha256()
-        if self._digest is not None:
-            self._digest.update(data)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "ab", buffering=0) as f:
-            f.write(data)
-        self._index(start, data)
-        self._flush_index()
+        start, state = self.size, (self.newlines, self._next_checkpoint, self._ends_with_newline)
+        index_size = self.index_path.stat().st_size if self.index_path.exists() else 0
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "ab") as f:  # buffered: a short write is retried, or raises
+                f.write(data)
+            self._index(start, data)
+            self._flush_index()
+        except OSError as exc:
+            for path, size in ((self.path, start), (self.index_path, index_size)):
+                if path.exists():
+                    os.truncate(path, size)
+            # What was indexed reaches self.checkpoints only once the index file has it.
+            self.size, (self.newlines, self._next_checkpoint, self._ends_with_newline) = start, state
+            self._new_checkpoints = array("Q")
+            self._raise_if_full(exc)
+            raise
         for watcher in list(self.watchers):
             watcher(start, data)
 
     def mark_restart(self, reason: str) -> None:
         """The host's file was truncated or replaced: what follows starts at its offset 0."""
-        self.meta.segments.append({"at": self.size, "reason": reason, "time": utcnow().isoformat()})
-        self._save_meta()
+        segment = {"at": self.size, "reason": reason, "time": utcnow().isoformat()}
+        self._save_meta(replace(self.meta, segments=[*self.meta.segments, segment]))
+        self.meta.segments.append(segment)  # in place: live viewers hold this very list
 
     def finish(self, *, host_size: int, host_sha256: str | None, mirror_sha256: str | None) -> None:
-        """Records the end of the log and whether the mirror matches the host's file byte for byte;
-        watchers get an empty append."""
-        self.meta.complete = True
-        self.meta.verification = {
+        """Records the end of the log and whether the mirror matches the host's file byte for byte
+        (`mirror_sha256` is `segment_sha256()`, read from the file); watchers get an empty append."""
+        verification = {
             "host_size": host_size,
             "host_sha256": host_sha256,
             "mirror_sha256": mirror_sha256,
             "match": host_sha256 is not None and host_sha256 == mirror_sha256 and host_size == self.host_offset,
             "at": utcnow().isoformat(),
         }
-        self._save_meta()
+        self._save_meta(replace(self.meta, complete=True, verification=verification))
+        self.meta.complete, self.meta.verification = True, verification
         for watcher in list(self.watchers):
             watcher(self.size, b"")
 
-    def segment_sha256(self) -> str | None:
-        """The sha256 of what was mirrored from the host's current file, if kept while appending."""
-        if self.host_offset == 0:
-            return hashlib.sha256().hexdigest()
-        return self._digest.hexdigest() if self._digest is not None else None
+    def segment_sha256(self) -> str:
+        """The sha256 of the bytes on disk from the host's current file (the current segment):
+        what verification compares with the host's file. Reads the file; run it in a thread."""
+        return self.sha256(self.meta.segment_start)
 
     def sha256(self, start: int = 0) -> str:
+        """The sha256 of the log file from `start` to its end as it is on disk."""
         digest = hashlib.sha256()
+        if not self.path.exists():
+            return digest.hexdigest()
         with open(self.path, "rb") as f:
             f.seek(start)
             while block := f.read(1 << 20):
@@ -200,13 +219,31 @@ class LogFile:
             f.seek(scanned)
             while block := f.read(1 << 20):
                 self._index(self.size, block)
-                self._flush_index()
+                index_size = self.index_path.stat().st_size if self.index_path.exists() else 0
+                try:
+                    self._flush_index()
+                except OSError:  # no room: the log stays readable, its index catches up on disk later
+                    if self.index_path.exists():
+                        os.truncate(self.index_path, index_size)
+                    self.checkpoints.extend(self._new_checkpoints)
+                    self._new_checkpoints = array("Q")
 
-    def _save_meta(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def _save_meta(self, meta: Meta) -> None:
+        """Writes `meta` in place of the old metadata file; the caller changes `self.meta` once
+        that worked, so on failure both stay as they were."""
         partial = self.meta_path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(self.meta.__dict__))
-        os.replace(partial, self.meta_path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(meta.__dict__))
+            os.replace(partial, self.meta_path)
+        except OSError as exc:
+            partial.unlink(missing_ok=True)
+            self._raise_if_full(exc)
+            raise
+
+    def _raise_if_full(self, exc: OSError) -> None:
+        if is_disk_full(exc):
+            raise self.data_dir.full() from exc
 
     # Reading
 
@@ -300,14 +337,15 @@ class LogFile:
 class LogStore:
     """Every attempt's mirrored log under `<data_dir>/logs`; the open ones are kept in memory."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, data_dir: DataDir | None = None):
         self.directory = directory
+        self.data_dir = data_dir or DataDir(directory)
         self._open: dict[int, LogFile] = {}
 
     def get(self, attempt_id: int) -> LogFile:
         log = self._open.get(attempt_id)
         if log is None:
-            log = self._open[attempt_id] = LogFile(self.directory, attempt_id)
+            log = self._open[attempt_id] = LogFile(self.directory, attempt_id, self.data_dir)
         return log
 
     def is_complete(self, attempt_id: int) -> bool:

@@ -92,6 +92,9 @@ class AttemptPublic(AttemptListed):
     # "tracking interrupted: <reason>" while the dashboard cannot follow the attempt (its own
     # trouble, not the host's); the status then still says what the host showed last.
     tracking: str
+    # "log mirror paused: the data dir is full: ..." or "log mirror reconnecting: <reason>" while
+    # the mirror is behind the host's log; "" while it keeps up.
+    log_mirror: str
     argv: list[str]
     env: dict[str, str]
     script_sha256: str
@@ -105,10 +108,11 @@ class AttemptPublic(AttemptListed):
     stages: list[StagePublic]
 
     @classmethod
-    def of(cls, attempt: Attempt, *, tracking: str = "") -> AttemptPublic:
+    def of(cls, attempt: Attempt, *, tracking: str = "", log_mirror: str = "") -> AttemptPublic:
         return cls(
             **cls.fields_of(attempt),
             tracking=tracking,
+            log_mirror=log_mirror,
             argv=attempt.argv,
             env=attempt.env,
             script_sha256=attempt.script_sha256,
@@ -201,7 +205,8 @@ async def list_attempts(
 @router.get("/attempts/{attempt_id}")
 async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> AttemptPublic:
     attempt = await history.load_attempt(db, attempt_id)
-    return AttemptPublic.of(attempt, tracking=runtime.attempts.tracking_note(attempt_id))
+    tracking, log_mirror = runtime.attempts.tracking_note(attempt_id), runtime.mirror_note(attempt_id)
+    return AttemptPublic.of(attempt, tracking=tracking, log_mirror=log_mirror)
 
 
 @router.post("/attempts/{attempt_id}/stop", status_code=status.HTTP_202_ACCEPTED)

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import credentials, db
 from app.config import Settings
+from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.record import Pace
@@ -93,9 +94,11 @@ def create_app(settings: Settings) -> FastAPI:
     hosts_file = settings.resolved_hosts_file()
     specs = load_hosts_file(hosts_file) if hosts_file else []
 
+    data_dir = DataDir(settings.data_dir.absolute(), reserve_mb=settings.disk_reserve_mb)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = db.create_engine(url)
+        engine = db.create_engine(url, on_full=data_dir.full)
         sessions = db.Sessions.of(engine)
         async with sessions.write() as session:
             await register_hosts(session, specs)
@@ -109,7 +112,7 @@ def create_app(settings: Settings) -> FastAPI:
         ssh.start()
         gpus = GpuMonitor(sessions, ssh)
         gpus.start()
-        logs = LogStore(settings.data_dir / "logs")
+        logs = LogStore(settings.data_dir / "logs", data_dir)
         mirrors = Mirrors(logs)
         attempts = AttemptService(
             sessions,
@@ -123,6 +126,7 @@ def create_app(settings: Settings) -> FastAPI:
         versions = frontend_versions()
         app.state.runtime = Runtime(
             settings=settings,
+            data_dir=data_dir,
             token=access_token(settings),
             sessions=sessions,
             ssh=ssh,

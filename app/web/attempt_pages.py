@@ -144,6 +144,7 @@ async def attempt_page(
         "attempt": attempt,
         "active": attempt.status in ACTIVE_STATUSES,
         "tracking": runtime.attempts.tracking_note(attempt_id),
+        "mirror_note": runtime.mirror_note(attempt_id),
         "stages": history.durations(attempt),
         "time_to_ready": history.time_to_ready(attempt),
         "command": shlex.join(attempt.argv),

@@ -21,6 +21,7 @@ from app.config import Settings
 from app.credentials import fingerprint
 from app.db import Sessions
 from app.db.models import Attempt
+from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.history import load_attempt
@@ -39,6 +40,7 @@ class Runtime:
     """Everything the lifespan opened; one per app."""
 
     settings: Settings
+    data_dir: DataDir
     token: str
     sessions: Sessions
     ssh: SSHManager
@@ -50,6 +52,12 @@ class Runtime:
     grep_limits: GrepLimits
     htmx_version: str
     htmx_sse_version: str
+
+    def mirror_note(self, attempt_id: int) -> str:
+        """What the attempt's log mirror says while it is behind (paused for a full data dir,
+        reconnecting); "" while it keeps up or has finished."""
+        mirror = self.mirrors.get(attempt_id)
+        return mirror.note if mirror else ""
 
     def token_matches(self, candidate: str) -> bool:
         return bool(candidate) and hmac.compare_digest(candidate.encode(), self.token.encode())

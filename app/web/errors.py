@@ -10,8 +10,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
+from app.disk import is_disk_full
 from app.errors import (
     DatabaseUnavailable,
+    DiskFull,
     HostError,
     HostUnavailable,
     InvalidInput,
@@ -22,7 +24,7 @@ from app.errors import (
     SearchOutOfMemory,
     SearchTooSlow,
 )
-from app.web.deps import LoginRequired
+from app.web.deps import LoginRequired, get_runtime
 from app.web.templating import render
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,7 @@ STATUS_BY_ERROR: list[tuple[type[LaunchdeckError], int]] = [
     (SearchBusy, 503),
     (HostUnavailable, 503),
     (DatabaseUnavailable, 503),
+    (DiskFull, 507),
     (HostError, 502),
 ]
 
@@ -91,5 +94,9 @@ async def _login_required(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    if is_disk_full(exc):  # a write no domain function turned into DiskFull (the database's are)
+        full = get_runtime(request).data_dir.full()
+        log.warning("%s %s: %s (%s)", request.method, request.url.path, full, exc)
+        return _answer(request, status_of(full), str(full))
     log.exception("unhandled error in %s %s", request.method, request.url.path)
     return _answer(request, 500, "internal error; the server log has the details")

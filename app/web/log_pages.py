@@ -106,10 +106,9 @@ async def live_events(runtime: Runtime, attempt_id: int, offset: int) -> AsyncIt
 def log_context(runtime: Runtime, attempt_id: Int64) -> dict[str, Any]:
     """What every log view shows about the mirror itself."""
     log = runtime.logs.get(attempt_id)
-    mirror = runtime.mirrors.get(attempt_id)
     return {
         "log": log,
-        "mirror_error": mirror.error if mirror else None,
+        "mirror_note": runtime.mirror_note(attempt_id),
         "restarts": log.meta.segments,
         "verification": log.meta.verification,
     }

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
 from app.credentials import fingerprint
+from app.errors import DiskFull
 from app.web.deps import PageUser, RuntimeDep, WriteDb, check_csrf, session_user
 from app.web.templating import render
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(include_in_schema=False)
 
@@ -48,10 +53,8 @@ async def login(
     check_csrf(request, csrf_token)
     remote = request.client.host if request.client else ""
     accepted = runtime.token_matches(token.strip())
-    audit.record(
-        db, actor=USER if accepted else "anonymous", action="login" if accepted else "login-failed", remote_addr=remote
-    )
-    await db.commit()
+    action = "login" if accepted else "login-failed"
+    await _record_session_event(db, actor=USER if accepted else "anonymous", action=action, remote_addr=remote)
     if not accepted:
         context = {"next": _local_path(next), "error": "That token is not valid."}
         return render(request, "login.html", context, status_code=401)
@@ -62,7 +65,19 @@ async def login(
 
 @router.post("/logout")
 async def logout(request: Request, user: PageUser, db: WriteDb) -> Response:
-    audit.record(db, actor=user, action="logout", remote_addr=request.client.host if request.client else "")
-    await db.commit()
+    await _record_session_event(
+        db, actor=user, action="logout", remote_addr=request.client.host if request.client else ""
+    )
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
+
+
+async def _record_session_event(db: AsyncSession, *, actor: str, action: str, remote_addr: str) -> None:
+    """Audits a login or logout. A full data dir must not lock people out (the banner tells them
+    why nothing else can be saved), so then the event goes to the server log instead."""
+    audit.record(db, actor=actor, action=action, remote_addr=remote_addr)
+    try:
+        await db.commit()
+    except DiskFull as exc:
+        await db.rollback()
+        log.warning("audit: %s by %s from %s not recorded: %s", action, actor, remote_addr or "?", exc)

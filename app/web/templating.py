@@ -36,6 +36,7 @@ def _full_context(request: Request, context: dict[str, Any]) -> dict[str, Any]:
         "csrf_token": csrf_token(request),
         "htmx_version": runtime.htmx_version,
         "htmx_sse_version": runtime.htmx_sse_version,
+        "disk_warning": runtime.data_dir.warning(),  # every page says so while the data dir is full
         **context,
     }
 
