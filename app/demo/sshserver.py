@@ -2,7 +2,8 @@
 
 Commands run under /bin/sh in the host's home directory, with the simulated nvidia-smi,
 pynvml and sglang first on PATH and PYTHONPATH, and the host's GPU state file named in the
-environment. Closing a channel hangs up its command, as sshd does.
+environment. A bare host (python=False) has only this machine's programs on its PATH, no Python.
+Closing a channel hangs up its command, as sshd does.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ while True:
 # $1: the Python reader's text; $2...: its argv (above). Runs it with a Python 3 from the host's
 # PATH or, where there is none, reads the log itself with the same frames. The shell reader keeps
 # the file open on fd 3, as the Python one does, and reads it again through /proc/$$/fd/3, so a
-# file replaced under its name is read to where it was and then noticed by its inode. A chunk goes
+# file replaced under its name is read to its end and then noticed by its inode. A chunk goes
 # through a temporary file: a frame's length is known before its bytes are sent, even when the
 # file is truncated while it is read.
 START_READER = r"""
