@@ -509,7 +509,7 @@ async def _mirror(root: Path, spec: HostSpec, logs: Path) -> tuple[float, float,
         await connection.wait_online(30)
         mirrors = Mirrors(LogStore(logs))
         began = time.perf_counter()
-        mirror = mirrors.start(ATTEMPT_ID, MirrorSource(connection, "python3", "bench/big.log", ended.pid, None))
+        mirror = mirrors.start(ATTEMPT_ID, MirrorSource(connection, "bench/big.log", ended.pid, None))
         last = [began]
         mirror.log.watchers.add(lambda _, data: last.__setitem__(0, time.perf_counter()) if data else None)
         await asyncio.wait_for(mirror.done.wait(), 600)

@@ -287,6 +287,40 @@ def test_healthy_log_with_adjustments_and_scary_words_is_healthy() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        ".launchdeck/attempts/7-1a2b3c4d/launch.sh: 7: /opt/missing/python3.12: not found",  # dash
+        "launch.sh: line 7: /opt/missing/python3.12: No such file or directory",  # bash, a path
+        "launch.sh: line 7: python3.12: command not found",  # bash, a name
+        "/entrypoint.sh: line 3: exec: sglang: not found",
+        "launch.sh: line 7: /opt/venv/bin/python: /usr/bin/python3.9: bad interpreter: No such file or directory",
+        "launch.sh: 7: /opt/venv/bin/python: Permission denied",
+        "launch.sh: line 7: /opt/venv/bin/python: cannot execute binary file: Exec format error",
+    ],
+)
+def test_a_command_the_shell_could_not_run_is_the_root_error(line: str) -> None:
+    log = f"{line}\n" if "launchdeck" in line else f"[entrypoint] starting the server\n{line}\n"
+    result = diagnose(log)
+    assert (result.failure_class, result.root_error) == ("import-error", line)
+    assert "check the preset's python" in result.hint
+
+
+def test_not_found_in_the_servers_own_words_is_not_a_command_that_could_not_run() -> None:
+    result = diagnose(
+        "[2026-01-05 10:00:01] Model not found in the cache: downloading\n"
+        "[2026-01-05 10:00:02] tokenizer.json: not found, using the slow tokenizer\n"
+        "[2026-01-05 10:00:03 TP0] Load weight begin. avail mem=78.50 GB\n"
+    )
+    assert (result.failure_class, result.root_error) == ("healthy", None)
+
+
+def test_one_missing_interpreter_is_one_signature_whatever_the_attempt_and_path() -> None:
+    first = diagnose(".launchdeck/attempts/7-1a2b3c4d/launch.sh: 7: /opt/missing/python3.12: not found\n")
+    second = diagnose(".launchdeck/attempts/12-9f8e7d6c/launch.sh: 9: /home/me/venv/bin/python: not found\n")
+    assert first.fingerprint == second.fingerprint is not None
+
+
 def fed_in_pieces(data: bytes, cuts: list[int]) -> Diagnosis:
     analyzer = Analyzer()
     last = 0

@@ -13,9 +13,10 @@ from typing import Any
 from fastapi import FastAPI
 from httpx import AsyncClient
 
+from app.launch.history import load_attempt
 from app.launch.record import Pace
 from tests.conftest import TOKEN
-from tests.test_launch import FINAL, launch, wait_for
+from tests.test_launch import FINAL, launch, remote_log, wait_for
 from tests.test_logs_api import serve
 from tests.test_pages import log_in
 
@@ -143,3 +144,50 @@ async def test_a_silent_launch_is_reported_hung_while_its_process_lives(api: Asy
     await api.post(f"/api/attempts/{attempt_id}/stop")
     stopped = await wait_for(api, attempt_id, FINAL)
     assert stopped["status"] == "stopped"
+
+
+async def test_a_preset_whose_python_is_missing_fails_with_its_whole_log_and_root_error(
+    api: AsyncClient, running_app: FastAPI
+) -> None:
+    runtime = running_app.state.runtime
+    preset = {
+        "name": "wrong-python",
+        "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+        "python": "/opt/missing/python3.12",
+    }
+    assert (await api.post("/api/presets", json=preset)).status_code == 201
+    attempt_id = await launch(api, "wrong-python", "b200-01", [6], override_reason="the interpreter is being fixed")
+    attempt = await wait_for(api, attempt_id, FINAL)
+    assert (attempt["status"], attempt["exit_code"]) == ("failed", 127)
+    on_host = await remote_log(running_app, attempt)
+    assert on_host.endswith(": /opt/missing/python3.12: not found\n")  # the shell's word (dash)
+    assert (await api.get(f"/api/attempts/{attempt_id}/log")).text == on_host
+    found = attempt["diagnosis"]
+    assert (found["class"], found["root_error"], found["root_line"]) == ("import-error", on_host.strip(), 1)
+    assert "check the preset's python" in found["hint"]
+    assert runtime.mirrors.get(attempt_id) is None  # drained and done: nothing is retried
+    await log_in(api)
+    page = (await api.get(f"/attempts/{attempt_id}")).text
+    card = page[page.index('id="root-error"') :]
+    assert "/opt/missing/python3.12: not found" in card[: card.index("</div>")]
+    assert "complete, sha256 matches the host's file" in page
+
+    # The same attempt's mirror started again (as a restarted dashboard does for an incomplete
+    # log) where the host's log cannot be read: it gives up, and the attempt page says why.
+    runtime.logs.forget(attempt_id)
+    for name in (f"{attempt_id}.log", f"{attempt_id}.json", f"{attempt_id}.idx"):
+        (runtime.logs.directory / name).unlink(missing_ok=True)
+    host = runtime.ssh.get("b200-01")
+    log_path = f"{attempt['remote_dir']}/server.log"
+    await host.run(["sh", "-c", 'rm "$1" && mkdir "$1"', "sh", log_path])
+    runtime.mirrors.retry_max, runtime.mirrors.give_up_after = 0.05, 3
+    async with runtime.sessions.read() as session:
+        mirror = runtime.attempts.mirror(await load_attempt(session, attempt_id))
+    await asyncio.wait_for(mirror.done.wait(), 20)
+    assert runtime.mirrors.get(attempt_id) is None
+    page = (await api.get(f"/attempts/{attempt_id}")).text
+    stopped = page[page.index('id="mirror-stopped"') :]
+    assert stopped.startswith(
+        'id="mirror-stopped">mirroring stopped: gave up after 3 tries without progress after the attempt ended: '
+        f"b200-01: IsADirectoryError: [Errno 21] Is a directory: &#39;{log_path}&#39;</span>"
+    )

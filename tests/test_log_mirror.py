@@ -44,7 +44,7 @@ async def test_mirror_is_byte_exact_through_twenty_connection_drops(
     path = f"mirror-tests/{uuid.uuid4().hex}.log"
     pid = await start_writer(host, path, rate=4000, count=24_000)
     mirrors = Mirrors(LogStore(tmp_path / "logs"))
-    mirror = mirrors.start(1, MirrorSource(host, "python3", path, pid, None))
+    mirror = mirrors.start(1, MirrorSource(host, path, pid, None))
     drops = 0
     try:
         while drops < 20:
@@ -76,7 +76,7 @@ async def test_truncation_on_the_host_is_marked_and_mirroring_goes_on(
     path = f"mirror-tests/{uuid.uuid4().hex}.log"
     pid = await start_writer(host, path, rate=2000, count=6000)
     mirrors = Mirrors(LogStore(tmp_path / "logs"))
-    mirror = mirrors.start(1, MirrorSource(host, "python3", path, pid, None))
+    mirror = mirrors.start(1, MirrorSource(host, path, pid, None))
     try:
         while mirror.log.size < 200_000:
             await asyncio.sleep(0.05)
@@ -100,7 +100,7 @@ async def test_a_restarted_mirror_resumes_and_notices_a_replaced_file(
     local.parent.mkdir(parents=True, exist_ok=True)
     local.write_bytes(b"first life\n" * 1000)
     sleeper = await host.run(["sh", "-c", START_DETACHED, "sh", "sleep", "30"])
-    source = MirrorSource(host, "python3", path, int(sleeper.stdout.split()[0]), None)
+    source = MirrorSource(host, path, int(sleeper.stdout.split()[0]), None)
     mirrors = Mirrors(LogStore(tmp_path / "logs"))
     mirror = mirrors.start(1, source)
     while mirror.log.size < 11_000:
@@ -126,7 +126,7 @@ async def test_verification_reads_the_mirror_from_disk_so_a_corrupted_byte_is_no
     path = f"mirror-tests/{uuid.uuid4().hex}.log"
     pid = await start_writer(host, path, rate=2000, count=4000)
     mirrors = Mirrors(LogStore(tmp_path / "logs"))
-    mirror = mirrors.start(1, MirrorSource(host, "python3", path, pid, None))
+    mirror = mirrors.start(1, MirrorSource(host, path, pid, None))
     try:
         while mirror.log.size < 10_000:
             await asyncio.sleep(0.02)

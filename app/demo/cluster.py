@@ -38,7 +38,9 @@ class SimCluster:
         self.root = root
         self.specs = list(specs)
         self.hosts = {
-            spec.name: SimHost(spec.name, root / "hosts" / spec.name, time_scale=time_scale, nvml=spec.nvml)
+            spec.name: SimHost(
+                spec.name, root / "hosts" / spec.name, time_scale=time_scale, nvml=spec.nvml, python=spec.python
+            )
             for spec in self.specs
         }
         self._started: list[SimHost] = []

@@ -27,6 +27,7 @@ class SimHostSpec:
     gpu_model: str
     gpu_count: int
     nvml: bool = True  # False: nvidia-ml-py is not installed on the host, only nvidia-smi
+    python: bool = True  # False: no Python on the host's PATH
 
     @property
     def labels(self) -> list[str]:

@@ -2,7 +2,8 @@
 
 Commands run under /bin/sh in the host's home directory, with the simulated nvidia-smi,
 pynvml and sglang first on PATH and PYTHONPATH, and the host's GPU state file named in the
-environment. Closing a channel hangs up its command, as sshd does.
+environment. A bare host (python=False) has only this machine's programs on its PATH, no Python.
+Closing a channel hangs up its command, as sshd does.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class SimHost:
     root: Path
     time_scale: float = 1.0  # how fast the simulated servers run: 1.0 is about real time
     nvml: bool = True  # False: the host's Python has no pynvml, as where nvidia-ml-py is not installed
+    python: bool = True  # False: no Python on the PATH at all, only the system's programs (a bare host)
     port: int = 0
     _server: asyncssh.SSHAcceptor | None = None
     _connections: set[asyncssh.SSHServerConnection] = field(default_factory=set)
@@ -74,7 +76,11 @@ class SimHost:
             "LOGNAME": os.environ.get("USER", "root"),
             "SHELL": "/bin/sh",
             "LANG": "C.UTF-8",
-            "PATH": os.pathsep.join([str(self.bin_dir), str(HOSTBIN), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "PATH": os.pathsep.join(
+                [str(self.bin_dir), str(HOSTBIN), "/usr/local/bin", "/usr/bin", "/bin"]
+                if self.python
+                else [str(self.bin_dir)]
+            ),
             "PYTHONPATH": str(HOSTLIB if self.nvml else self.lib_without_nvml),
             "PYTHONDONTWRITEBYTECODE": "1",
             simgpu.STATE_ENV: str(self.gpu_state_path),
@@ -96,11 +102,23 @@ class SimHost:
                 link = self.lib_without_nvml / module
                 if not link.is_symlink():
                     link.symlink_to(HOSTLIB / module)
+        if not self.python:
+            self._link_system_programs()
+            return
         for name in ("python3", "python"):
             link = self.bin_dir / name
             if not link.is_symlink() or os.readlink(link) != sys.executable:
                 link.unlink(missing_ok=True)
                 link.symlink_to(sys.executable)
+
+    def _link_system_programs(self) -> None:
+        """A bare host's PATH: this machine's programs (sh, coreutils, procps...) except any Python."""
+        for directory in ("/bin", "/usr/bin"):
+            for entry in os.scandir(directory):
+                link = self.bin_dir / entry.name
+                if entry.name.startswith("python") or link.is_symlink() or not os.access(entry.path, os.X_OK):
+                    continue
+                link.symlink_to(entry.path)
 
     def public_host_key(self) -> str:
         return asyncssh.read_private_key(self.host_key_path).export_public_key().decode().strip()

@@ -35,7 +35,15 @@ FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
 PACKAGE_NAMES = ("sglang/", "sgl_kernel/")
 # The package in a frame's path: the last such folder, for a source checkout at /x/sglang/python/sglang/srt.
 PACKAGE = re.compile(rf"\b(?:{'|'.join(PACKAGE_NAMES)})(?!.*\b(?:{'|'.join(PACKAGE_NAMES)}))")
+# The shell could not run the server's command at all (an interpreter path that does not exist,
+# a file that is not executable): dash's and ash's "<script>: 12: <command>: not found", bash's
+# "<script>: line 12: <command>: No such file or directory" or "command not found", and the like.
+CANNOT_RUN = re.compile(
+    r"^[^:]+: (?:line )?\d+: (?:exec: )?\S[^:]*(?:: \S[^:]*: bad interpreter)?: (?:(?:command )?not found|"
+    r"No such file or directory|Permission denied|Exec format error|cannot execute(?: binary file)?(?:: .*)?)$"
+)
 FATAL_LINES = (  # fatal messages that are not Python exceptions
+    CANNOT_RUN,
     re.compile(r"CUDA error \(.*\): .+|^CUDA Error: .+"),
     re.compile(r"\[torch_memory_saver\.cpp\] cudaError error: .+"),
     re.compile(r"ERROR: +\[Errno \d+\] error while attempting to bind on address .+"),
@@ -197,6 +205,11 @@ HINTS = {
     "other": "See the root error.",
     "healthy": "",
 }
+# An import-error of its own kind: what the server needs is not installed where the preset says.
+CANNOT_RUN_HINT = (
+    "The shell could not run the server's command: check the preset's python (the path of an interpreter with "
+    "sglang installed on this host, e.g. what `command -v python3` prints there) and that it is executable."
+)
 
 
 SPEC_V2 = re.compile(r"SGLANG_ENABLE_SPEC_V2=(?:1|true)\b|_v2\.py:", re.I)  # the setting, or its worker's frames
@@ -586,7 +599,10 @@ def _message(line: Line) -> str:
 
 
 def hint_for(failure_class: str, message: str) -> str:
-    """What to do about a failure of this class; the mamba override gets its own explanation."""
+    """What to do about a failure of this class; the mamba override and a command the shell could
+    not run get their own explanation."""
+    if failure_class == "import-error" and CANNOT_RUN.match(message):
+        return CANNOT_RUN_HINT
     mamba = "--mamba-scheduler-strategy no_buffer" in message
     return HINTS[failure_class] + (MAMBA_OVERRIDE_HINT if mamba else "")
 
@@ -594,6 +610,8 @@ def hint_for(failure_class: str, message: str) -> str:
 def classify(message: str, context: str = "") -> str:
     if ARGPARSE_ERROR.match(message):
         return "arg-conflict"
+    if CANNOT_RUN.match(message):
+        return "import-error"  # the server's program is not there to run: as a library that does not load
     bare_assertion = message.rstrip(": ").endswith("AssertionError")
     if bare_assertion and (source := ASSERT_SOURCE.search(context)) and PARALLEL_SIZE.search(source[0]):
         return "arg-conflict"  # a bare assertion that the model's shape divides by a parallel size

@@ -27,7 +27,7 @@ from sqlalchemy.orm import selectinload
 from app import audit
 from app.clock import utcnow
 from app.db import Sessions
-from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus, Host, PresetRevision
+from app.db.models import ACTIVE_STATUSES, FINISHED_STATUSES, Attempt, AttemptStatus, Host, PresetRevision
 from app.errors import HostError, InvalidInput, NotFound
 from app.launch import remote
 from app.launch.follower import Follower
@@ -93,12 +93,14 @@ class AttemptService:
         assert attempt.pid is not None
         source = MirrorSource(
             connection=self.ssh.get(attempt.host.name),
-            python=attempt.revision.python,
             path=f"{attempt.remote_dir}/{remote.LOG_NAME}",
             pid=attempt.pid,
             start_time=attempt.pid_start_time,
         )
-        return self.mirrors.start(attempt.id, source)
+        mirror = self.mirrors.start(attempt.id, source)
+        if attempt.status in FINISHED_STATUSES:
+            mirror.end_of_attempt()
+        return mirror
 
     def tracking_note(self, attempt_id: int) -> str:
         """ "tracking interrupted: <reason>" while the dashboard cannot follow the attempt, else ""."""

@@ -120,7 +120,9 @@ class AttemptRecord:
         """The attempt ended on its host; a log that never got a line is closed as empty."""
         assert status in FINISHED_STATUSES
         await self.status(status, ended_at=utcnow(), **changes)
-        if self.mirrors.get(self.attempt_id) is None:
+        if (mirror := self.mirrors.get(self.attempt_id)) is not None:
+            mirror.end_of_attempt()  # it drains what is left, and gives up if it cannot
+        else:
             log_file = self.mirrors.store.get(self.attempt_id)
             if not log_file.exists and not log_file.meta.complete:  # it ended before its server wrote a line
                 log_file.finish(host_size=0, host_sha256=None, mirror_sha256=None)

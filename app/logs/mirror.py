@@ -1,11 +1,24 @@
 """Mirroring: one reader per attempt on the host streams the log into the local LogFile.
 
-The reader is a small Python program run over the host's existing SSH connection (the preset's
-own interpreter, which every SGLang host has). It frames what it sends, so the mirror learns
-exactly where the host's file was truncated or replaced, and when the server has exited and the
-log is drained, with the host file's sha256 to compare against. After a disconnect or a
+The reader runs over the host's existing SSH connection and frames what it sends, so the mirror
+learns exactly where the host's file was truncated or replaced, and when the server has exited
+and the log is drained, with the host file's sha256 to compare against. After a disconnect or a
 dashboard restart it starts again at the mirrored offset, first checking that the bytes just
 before it are still the ones mirrored.
+
+What runs the reader must not depend on the launch it watches: a preset whose `python` is wrong
+makes a launch fail, and that launch's log (with the shell's "not found" in it) is the one most
+worth having. So a constant /bin/sh script picks the reader: a Python 3 found on the host's PATH
+(`python3`, then `python`) runs the Python reader, which is cheap while a log streams; a host
+without one gets a POSIX shell reader that does the same with sh and coreutils (stat, tail,
+head, wc, sha256sum, mktemp) and speaks the same frames, so this side has one code path. The
+shell reader polls more slowly (0.1 s when idle) and hashes the host's file at the end instead of
+as it streams; both send the same bytes and the same end frame.
+
+A mirror whose reader keeps failing is retried with backoff for as long as its attempt runs. Once
+the attempt has ended, a reader that fails GIVE_UP_AFTER times in a row without progress (the
+host gone for good, the log unreadable) is given up: the log records why, and the mirror ends.
+A restart of the dashboard tries again.
 
 When the data dir is full the mirror pauses: the append that failed left the local file as it
 was (see store.py), so the next read starts at exactly the same offset and sends the same bytes.
@@ -23,7 +36,7 @@ from dataclasses import dataclass
 
 import asyncssh
 
-from app.errors import DiskFull, HostError
+from app.errors import DiskFull, HostError, HostUnavailable
 from app.logs.store import LogFile, LogStore
 from app.ssh import HostConnection
 
@@ -33,6 +46,8 @@ FRAME = struct.Struct(">cI")
 RETRY_MIN = 0.1
 RETRY_MAX = 10.0
 DISK_FULL_RETRY = 1.0
+# Failed reads in a row, none of which got anywhere, after which an ended attempt's mirror stops.
+GIVE_UP_AFTER = 10
 
 # argv: log path, offset, pid, process start time, overlap length, overlap sha256.
 # Frames: D data | R restart (the file was truncated or replaced; reading again from 0)
@@ -113,42 +128,151 @@ while True:
 """
 
 
+# $1: the Python reader's text; $2...: its argv (above). Runs it with a Python 3 from the host's
+# PATH or, where there is none, reads the log itself with the same frames. The shell reader keeps
+# the file open on fd 3, as the Python one does, and reads it again through /proc/$$/fd/3, so a
+# file replaced under its name is read to its end and then noticed by its inode. A chunk goes
+# through a temporary file: a frame's length is known before its bytes are sent, even when the
+# file is truncated while it is read.
+START_READER = r"""
+reader=$1; shift
+for python in python3 python; do
+  if command -v "$python" >/dev/null 2>&1 && "$python" -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null
+  then exec "$python" -c "$reader" "$@"
+  fi
+done
+path=$1 offset=$2 pid=$3 start=$4 overlap=$5 overlap_sha=$6
+tmp=$(mktemp) || exit 1
+trap 'rm -f "$tmp"' EXIT
+trap 'exit 143' HUP INT TERM
+header() {  # $1: the kind, $2: the payload's length, as 4 bytes big-endian in octal escapes
+  set -- "$1" $(($2 >> 24 & 255)) $(($2 >> 16 & 255)) $(($2 >> 8 & 255)) $(($2 & 255))
+  printf "$(printf '%s\\%03o\\%03o\\%03o\\%03o' "$@")"
+}
+send() { header "$1" ${#2}; printf '%s' "$2"; }
+running() {
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  set -- ${stat##*) }
+  [ $# -ge 20 ] && [ "$1" != Z ] || return 1
+  shift 19
+  [ -z "$start" ] || [ "$1" = "$start" ]
+}
+sha256_of() { set -- $(head -c "$1" "/proc/$$/fd/3" | sha256sum); echo "$1"; }
+opened=0 ended=0
+while :; do
+  if [ $opened = 0 ]; then
+    if [ ! -e "$path" ]; then
+      if ! running; then send E '{"size": 0, "sha256": null}'; exit 0; fi
+      sleep 0.05 2>/dev/null || sleep 1
+      continue
+    fi
+    [ -f "$path" ] || { echo "$path: not a regular file" >&2; exit 1; }
+    command exec 3< "$path" || exit 1
+    opened=1
+    opened_as=$(stat -L -c '%i %s' "/proc/$$/fd/3") || exit 1
+    set -- $opened_as
+    inode=$1
+    if [ "$offset" -gt "$2" ]; then
+      send R truncated
+      offset=0
+    elif [ "$overlap" -gt 0 ]; then
+      set -- $(tail -c +$((offset - overlap + 1)) "/proc/$$/fd/3" | head -c "$overlap" | sha256sum)
+      if [ "$1" != "$overlap_sha" ]; then send R replaced; offset=0; fi
+    fi
+    overlap=0
+  fi
+  size=$(stat -L -c %s "/proc/$$/fd/3") || exit 1
+  if [ "$size" -gt "$offset" ]; then
+    tail -c +$((offset + 1)) "/proc/$$/fd/3" | head -c 1048576 > "$tmp" || exit 1
+    n=$(($(wc -c < "$tmp")))
+    if [ $n -gt 0 ]; then
+      header D $n
+      cat "$tmp" || exit 1
+      offset=$((offset + n))
+      continue
+    fi
+  fi
+  if [ $ended = 1 ]; then
+    send E "{\"size\": $offset, \"sha256\": \"$(sha256_of "$offset")\"}"
+    exit 0
+  fi
+  now=$(stat -L -c '%i %s' "$path" 2>/dev/null)
+  if [ -n "$now" ] && [ "${now% *}" != "$inode" ]; then
+    exec 3<&-
+    opened=0
+    send R replaced
+    offset=0
+  elif [ -n "$now" ] && [ "${now#* }" -lt "$offset" ]; then
+    send R truncated
+    offset=0
+  elif ! running; then
+    ended=1  # one more read to the end of the file, then the end frame
+  else
+    sleep 0.1 2>/dev/null || sleep 1
+  fi
+done
+"""
+
+
 @dataclass(frozen=True)
 class MirrorSource:
     """Where an attempt's log is on its host, and the process whose end ends the log."""
 
     connection: HostConnection
-    python: str
     path: str
     pid: int
     start_time: int | None
 
 
 class LogMirror:
-    def __init__(self, log_file: LogFile, source: MirrorSource):
+    def __init__(
+        self,
+        log_file: LogFile,
+        source: MirrorSource,
+        *,
+        retry_max: float = RETRY_MAX,
+        give_up_after: int = GIVE_UP_AFTER,
+    ):
         self.log = log_file
         self.source = source
-        self.done = asyncio.Event()
+        self.retry_max = retry_max
+        self.give_up_after = give_up_after
+        self.done = asyncio.Event()  # set when the log is complete, or the mirror gave up
         self.error: str | None = None  # why the last read ended, while it is being retried
         self.paused = False  # the last read ended because the data dir is full
         self.connects = 0  # reads started: 1 + the number of times it resumed
+        self.attempt_ended = False  # then failing reads are counted, and the mirror gives up
         self._progressed = False
 
+    def end_of_attempt(self) -> None:
+        """The attempt has ended on its host: a reader that keeps failing is given up from now on."""
+        self.attempt_ended = True
+
     async def run(self) -> None:
-        retry = RETRY_MIN
+        retry, failures = RETRY_MIN, 0
         while not self.log.meta.complete:
+            self._progressed = False
             try:
-                await self.source.connection.wait_online(3600)
+                # While the attempt runs the host is waited for; after its end, a host that stays
+                # away is one more failed try.
+                await self.source.connection.wait_online(self.retry_max if self.attempt_ended else 3600)
                 await self._read()
             except DiskFull as exc:
                 self.error, self.paused = str(exc), True
                 log.warning("attempt %d: log mirror paused: %s", self.log.attempt_id, exc)
                 await asyncio.sleep(DISK_FULL_RETRY)
             except (HostError, OSError, asyncssh.Error, asyncio.IncompleteReadError) as exc:
+                if isinstance(exc, TimeoutError):
+                    last_error = self.source.connection.status.last_error
+                    exc = HostUnavailable(self.source.connection.name, f"offline ({last_error or 'no answer'})")
                 self.error, self.paused = str(exc) or type(exc).__name__, False
+                failures = 0 if self._progressed else failures + 1
+                if self.attempt_ended and failures >= self.give_up_after:
+                    self._give_up(failures)
+                    return
                 log.info("attempt %d: log mirror interrupted (%s); resuming", self.log.attempt_id, self.error)
                 # A reader that got somewhere resumes at once; one that keeps failing backs off.
-                retry = RETRY_MIN if self._progressed else min(retry * 2, RETRY_MAX)
+                retry = RETRY_MIN if self._progressed else min(retry * 2, self.retry_max)
                 await asyncio.sleep(retry)
         self.error = None
         self.done.set()
@@ -160,12 +284,17 @@ class LogMirror:
             return ""
         return f"log mirror paused: {self.error}" if self.paused else f"log mirror reconnecting: {self.error}"
 
+    def _give_up(self, failures: int) -> None:
+        reason = f"gave up after {failures} tries without progress after the attempt ended: {self.error}"
+        log.warning("attempt %d: log mirror %s", self.log.attempt_id, reason)
+        self.log.mirror_stopped(reason)
+        self.done.set()
+
     async def _read(self) -> None:
         source = self.source
         overlap, overlap_sha = self.log.overlap_sha256()
-        argv = [source.python, "-c", READER, source.path, str(self.log.host_offset), str(source.pid)]
+        argv = ["sh", "-c", START_READER, "sh", READER, source.path, str(self.log.host_offset), str(source.pid)]
         argv += [str(source.start_time or ""), str(overlap), overlap_sha]
-        self._progressed = False
         async with source.connection.stream(argv) as process:
             self.connects += 1
             stdout = process.stdout
@@ -188,26 +317,32 @@ class LogMirror:
 
 
 async def _reason(process: asyncssh.SSHClientProcess[bytes]) -> str:
-    """What the reader said on stderr before it stopped, if anything."""
+    """The last line the reader wrote on stderr before it stopped (a traceback's exception), if any."""
     try:
         stderr = await asyncio.wait_for(process.stderr.read(4096), 1.0)
     except (TimeoutError, OSError, asyncssh.Error):
         stderr = b""
-    return stderr.decode(errors="replace").strip() or "the log reader stopped"
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    return lines[-1].strip() if lines else "the log reader stopped"
 
 
 class Mirrors:
     """Owned by the app's lifespan: exactly one running mirror per attempt."""
 
-    def __init__(self, store: LogStore):
+    def __init__(self, store: LogStore, *, retry_max: float = RETRY_MAX, give_up_after: int = GIVE_UP_AFTER):
         self.store = store
+        self.retry_max = retry_max  # for the mirrors started from now on; the tests shorten these
+        self.give_up_after = give_up_after
         self._running: dict[int, tuple[LogMirror, asyncio.Task[None]]] = {}
 
     def start(self, attempt_id: int, source: MirrorSource) -> LogMirror:
         """The attempt's mirror, started unless it runs already."""
         if attempt_id in self._running:
             return self._running[attempt_id][0]
-        mirror = LogMirror(self.store.get(attempt_id), source)
+        log_file = self.store.get(attempt_id)
+        if log_file.meta.stopped:  # given up by an earlier run of the dashboard: tried again
+            log_file.mirror_stopped(None)
+        mirror = LogMirror(log_file, source, retry_max=self.retry_max, give_up_after=self.give_up_after)
         task = asyncio.create_task(mirror.run(), name=f"log-mirror-{attempt_id}")
         self._running[attempt_id] = (mirror, task)
         task.add_done_callback(lambda _: self._ended(attempt_id))

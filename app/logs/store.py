@@ -75,6 +75,7 @@ class Meta:
     segments: list[dict[str, Any]] = field(default_factory=list)  # where the host file restarted
     complete: bool = False
     verification: dict[str, Any] | None = None
+    stopped: dict[str, Any] | None = None  # {"reason", "at"}: the mirror gave up before the end
 
     @property
     def segment_start(self) -> int:
@@ -171,6 +172,12 @@ class LogFile:
         self.meta.complete, self.meta.verification = True, verification
         for watcher in list(self.watchers):
             watcher(self.size, b"")
+
+    def mirror_stopped(self, reason: str | None) -> None:
+        """Records that the mirror gave up before the log's end, and why (None: it runs again)."""
+        stopped = {"reason": reason, "at": utcnow().isoformat()} if reason else None
+        self._save_meta(replace(self.meta, stopped=stopped))
+        self.meta.stopped = stopped
 
     def segment_sha256(self) -> str:
         """The sha256 of the bytes on disk from the host's current file (the current segment):
@@ -358,9 +365,9 @@ class LogStore:
 
     def forget(self, attempt_id: int) -> None:
         """Drops a complete log nobody watches from memory; it opens again from disk when asked
-        for. An incomplete one stays: its mirror appends to this very object."""
+        for. An incomplete one stays while its mirror may append to this very object."""
         log = self._open.get(attempt_id)
-        if log is not None and log.meta.complete and not log.watchers:
+        if log is not None and (log.meta.complete or log.meta.stopped) and not log.watchers:
             del self._open[attempt_id]
 
     def paths(self, attempt_ids: list[int]) -> dict[int, Path]:
