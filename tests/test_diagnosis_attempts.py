@@ -156,6 +156,13 @@ async def test_a_preset_whose_python_is_missing_fails_with_its_whole_log_and_roo
         "python": "/opt/missing/python3.12",
     }
     assert (await api.post("/api/presets", json=preset)).status_code == 201
+    preflight = (
+        await api.post("/api/preflight", json={"preset": "wrong-python", "host": "b200-01", "gpus": [6]})
+    ).json()
+    refused = [(check["name"], check["message"]) for check in preflight["checks"] if not check["ok"]]
+    assert refused[0][0] == "python" and refused[0][1].startswith("the preset's python cannot be run on the host: ")
+    assert "/opt/missing/python3.12" in refused[0][1] and refused[0][1].endswith(": No such file or directory")
+    assert "port" not in dict(refused)  # not "the port is not free": nothing was learnt about it
     attempt_id = await launch(api, "wrong-python", "b200-01", [6], override_reason="the interpreter is being fixed")
     attempt = await wait_for(api, attempt_id, FINAL)
     assert (attempt["status"], attempt["exit_code"]) == ("failed", 127)

@@ -130,6 +130,9 @@ async def run_preflight(
 
     if isinstance(port_answer, _TooSlow):
         checks.append(Check("port", False, str(port_answer)))
+    elif isinstance(port_answer, RunResult) and port_answer.exit_status in CANNOT_RUN:
+        said = port_answer.stderr.decode(errors="replace").strip().splitlines() or ["no such program"]
+        checks.append(Check("python", False, f"the preset's python cannot be run on the host: {said[-1][-200:]}"))
     elif isinstance(port_answer, RunResult) and port_answer.exit_status == 0:
         checks.append(Check("port", True, f"{port} is free"))
     elif isinstance(port_answer, RunResult):
@@ -153,6 +156,10 @@ async def run_preflight(
         checks.append(_memory_check(found, result.effective_args, tp, [inventory[i] for i in gpus]))
         checks.append(await _processes_check(steps, gpus, owners))
     return result
+
+
+# `timeout`'s exit statuses for a program it could not find (127) or not run (126).
+CANNOT_RUN = (126, 127)
 
 
 class _TooSlow(Exception):
