@@ -58,10 +58,23 @@ def sync_url(url: str) -> URL:
     return _with_driver(url, sqlite="sqlite")
 
 
+# Connections kept open. SQLAlchemy's default keeps 5 and opens (then closes) up to 10 more when
+# busy; under 50 clients every burst opened new ones, each a thread, a file or a socket, and on
+# SQLite a schema read, and the requests that waited for them were the slowest of a run.
+POOL_SIZE = 20
+
+
+def _in_memory(url: str) -> bool:
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
 def create_engine(url: str, *, on_full: Callable[[], DiskFull] | None = None, **kwargs: Any) -> AsyncEngine:
     """An async engine; on SQLite with WAL, a busy timeout, and transactions that begin
     immediate unless the connection is a read session's (see `Sessions`); a full disk raises
     what `on_full` gives."""
+    if not _in_memory(url):
+        kwargs = {"pool_size": POOL_SIZE, "max_overflow": POOL_SIZE} | kwargs
     engine = create_async_engine(async_url(url), **kwargs)
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine, on_full)
@@ -126,8 +139,8 @@ def alembic_config(url: str) -> Config:
 def upgrade(url: str) -> None:
     """Migrates the database at `url` to the latest schema (creating a SQLite file's folder)."""
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    if parsed.get_backend_name() == "sqlite" and not _in_memory(url):
+        Path(str(parsed.database)).parent.mkdir(parents=True, exist_ok=True)
     try:
         command.upgrade(alembic_config(url), "head")
     except SQLAlchemyError as exc:
