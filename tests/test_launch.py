@@ -99,6 +99,24 @@ async def test_two_launches_on_one_host_run_side_by_side(api: AsyncClient) -> No
     assert (await wait_for(api, second, FINAL))["status"] == "ready"
 
 
+async def test_hosts_are_separate_machines_the_same_port_serves_on_each(api: AsyncClient) -> None:
+    """The preset's default port on both hosts at once, as on two real machines; a third launch
+    on one of them finds that port taken by its own server."""
+    port = free_port()
+    on_b200 = await launch(api, "llama31-8b", "b200-01", [1], port=port)
+    on_rtx = await launch(api, "llama31-8b", "rtxpro-01", [0], port=port)
+    assert (await wait_for(api, on_b200, FINAL))["status"] == "ready"
+    assert (await wait_for(api, on_rtx, FINAL))["status"] == "ready"
+    again = (
+        await api.post("/api/preflight", json={"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [3], "port": port})
+    ).json()
+    (check,) = [c for c in again["checks"] if c["name"] == "port"]
+    assert not check["ok"] and check["message"].startswith(f"{port} is not free on the host")
+    for attempt_id in (on_b200, on_rtx):
+        assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+        assert (await wait_for(api, attempt_id, {"stopped", "failed", "lost"}))["status"] == "stopped"
+
+
 async def test_values_reach_the_server_literally_and_run_nothing(api: AsyncClient, running_app: FastAPI) -> None:
     marker = f"/tmp/launchdeck-pwned-{uuid.uuid4().hex}"
     nasty = f"x; touch {marker}-a $(touch {marker}-b) `touch {marker}-c` 'single' \"double\"\nsecond line"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Callable
 
 from app.demo.cluster import SimCluster
 from app.demo.hostlib import simgpu
 from app.gpu.nvidia_smi import parse_query_gpu, read_gpu_memory
+from app.launch import remote
 from app.ssh import HostConnection, HostSpec
+from tests.support import require
 
 Connect = Callable[..., HostConnection]
 
@@ -92,3 +95,48 @@ async def test_hosts_hold_models_with_real_configs_and_sizes(connect: Connect, s
     assert config["text_config"]["layer_types"].count("full_attention") == 16
     assert index["metadata"]["total_size"] == 55_562_855_904
     assert len(set(index["weight_map"].values())) == 15 and len(index["weight_map"]) == 1199
+
+
+# Listens on the port given on the host's loopback until it is stopped.
+LISTEN = """
+import socket, sys, time
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+print("listening", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_each_host_has_a_loopback_of_its_own_as_separate_machines_do(
+    connect: Connect, sim_specs: list[HostSpec], sim_cluster: SimCluster
+) -> None:
+    """A server on one host's port leaves that port free on the other, and this machine's too."""
+    isolated = all(host.network is not None for host in sim_cluster.hosts.values())
+    require(isolated, "this machine cannot make network namespaces (the simulated hosts share its loopback)")
+    first, second = connect(sim_specs[0]), connect(sim_specs[1])
+    await first.wait_online(10)
+    await second.wait_online(10)
+    port = 30000
+    async with first.stream(["python3", "-c", LISTEN, str(port)]) as server:
+        assert await server.stdout.readline() == b"listening\n"
+        taken = await first.run(["python3", "-c", remote.PORT_FREE, str(port)], check=False)
+        free = await second.run(["python3", "-c", remote.PORT_FREE, str(port)], check=False)
+        assert (taken.exit_status, free.exit_status) == (1, 0), (taken.stdout, free.stdout)
+        assert b"Address already in use" in taken.stdout
+        with socket.socket() as here:  # nor is it taken on the machine the hosts run on
+            here.bind(("127.0.0.1", port))
+        listener = await first.forward_local_port(port)  # and a forward to it reaches that host's server
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", listener.get_port())
+            writer.close()
+        finally:
+            listener.close()
+        with_second = await second.forward_local_port(port)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", with_second.get_port())
+            assert await reader.read() == b""  # nothing listens there on the second host
+            writer.close()
+        finally:
+            with_second.close()

@@ -6,7 +6,6 @@ import asyncio
 import json
 import re
 import shlex
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -286,11 +285,20 @@ async def test_model_path_that_does_not_exist_fails_as_the_hub_loader_does(rtx: 
     assert_catalogued(log)
 
 
+# Holds a port on the host's loopback, and prints it, until it is stopped.
+HOLD_A_PORT = """
+import socket, time
+holder = socket.socket()
+holder.bind(("127.0.0.1", 0))
+holder.listen()
+print(holder.getsockname()[1], flush=True)
+time.sleep(120)
+"""
+
+
 async def test_port_in_use_fails_after_loading_when_uvicorn_binds(rtx: Launcher) -> None:
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
+    async with rtx.host.stream(["python3", "-c", HOLD_A_PORT]) as holder:
+        port = int(await holder.stdout.readline())
         code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--port", str(port)])
     assert code == 3
     assert log.splitlines()[-1].endswith(

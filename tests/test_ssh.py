@@ -172,25 +172,31 @@ async def test_thirty_concurrent_streams_to_one_openssh_host(connect: Connect, o
     assert sorted(lines) == sorted(f"stream-{n}\n".encode() for n in range(30))
 
 
+# Answers one connection on the host's own loopback with "pong:" and the line it got.
+PONG = """
+import socket
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+print(server.getsockname()[1], flush=True)
+peer, _ = server.accept()
+peer.sendall(b"pong:" + peer.makefile("rb").readline())
+peer.close()
+"""
+
+
 async def test_local_port_forward_reaches_a_server_on_the_host(connect: Connect, target: HostSpec) -> None:
     host = await online(connect, target)
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"pong:" + await reader.readline())
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(answer, "127.0.0.1", 0)
-    remote_port = server.sockets[0].getsockname()[1]
-    listener = await host.forward_local_port(remote_port)
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", listener.get_port())
-        writer.write(b"ping\n")
-        assert await reader.read() == b"pong:ping\n"
-        writer.close()
-    finally:
-        listener.close()
-        server.close()
+    async with host.stream(["python3", "-c", PONG]) as server:
+        remote_port = int(await server.stdout.readline())
+        listener = await host.forward_local_port(remote_port)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", listener.get_port())
+            writer.write(b"ping\n")
+            assert await reader.read() == b"pong:ping\n"
+            writer.close()
+        finally:
+            listener.close()
 
 
 async def test_reconnects_after_the_server_drops_the_connection(

@@ -3,7 +3,8 @@
 Commands run under /bin/sh in the host's home directory, with the simulated nvidia-smi,
 pynvml and sglang first on PATH and PYTHONPATH, and the host's GPU state file named in the
 environment. A bare host (python=False) has only this machine's programs on its PATH, no Python.
-Closing a channel hangs up its command, as sshd does.
+Closing a channel hangs up its command, as sshd does. Each host's commands, and the connections
+its clients forward, use a network of the host's own where the machine allows it (see netns.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ import os
 import posixpath
 import signal
 import sys
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import asyncssh
+from asyncssh.forward import SSHForwarder
 
 from app.demo.hostlib import simgpu
+from app.demo.netns import NetworkNamespace
 from app.ssh.hostkeys import generate_key_file
 
 log = logging.getLogger(__name__)
@@ -39,7 +44,9 @@ class SimHost:
     time_scale: float = 1.0  # how fast the simulated servers run: 1.0 is about real time
     nvml: bool = True  # False: the host's Python has no pynvml, as where nvidia-ml-py is not installed
     python: bool = True  # False: no Python on the PATH at all, only the system's programs (a bare host)
+    isolated: bool = True  # a loopback of its own for its servers, where the machine allows it
     port: int = 0
+    network: NetworkNamespace | None = None
     _server: asyncssh.SSHAcceptor | None = None
     _connections: set[asyncssh.SSHServerConnection] = field(default_factory=set)
     _process_groups: set[int] = field(default_factory=set)
@@ -124,6 +131,13 @@ class SimHost:
         return asyncssh.read_private_key(self.host_key_path).export_public_key().decode().strip()
 
     async def start(self, *, port: int = 0) -> None:
+        if self.isolated and self.network is None:
+            try:
+                self.network = await asyncio.to_thread(
+                    NetworkNamespace.held_by, self.root / "network.pid", self.environment()
+                )
+            except OSError as exc:
+                log.warning("simulated host %s shares this machine's loopback: %s", self.name, exc)
         self._server = await asyncssh.create_server(
             lambda: _Server(self),
             "127.0.0.1",
@@ -149,6 +163,9 @@ class SimHost:
             await asyncio.wait(self._sessions, timeout=HANGUP_GRACE)
         if self._server:
             await self._server.wait_closed()
+        if self.network is not None:
+            self.network.close()
+            self.network = None
 
     def kill_detached(self) -> None:
         """Kills what sessions left running on their own (servers started with setsid), found by the
@@ -174,6 +191,8 @@ class SimHost:
 
     async def _run_process(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         argv = ["/bin/sh", "-c", process.command] if process.command is not None else ["/bin/sh"]
+        if self.network is not None:
+            argv = self.network.command(argv)
         child = await asyncio.create_subprocess_exec(
             *argv,
             cwd=self.home,
@@ -205,9 +224,24 @@ class _Server(asyncssh.SSHServer):
     def connection_lost(self, exc: Exception | None) -> None:
         self._host._connections.discard(self._conn)
 
-    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
+    def connection_requested(
+        self, dest_host: str, dest_port: int, orig_host: str, orig_port: int
+    ) -> bool | Awaitable[asyncssh.SSHTCPSession[bytes]]:
         """Local port forwards, to the host's own loopback only."""
-        return dest_host in ("127.0.0.1", "localhost", "::1")
+        if dest_host not in ("127.0.0.1", "localhost", "::1"):
+            return False
+        network = self._host.network
+        return True if network is None else _forward_inside(network, dest_port)
+
+
+async def _forward_inside(network: NetworkNamespace, port: int) -> asyncssh.SSHTCPSession[bytes]:
+    """A forwarded connection to the port on the host's own loopback, as sshd on it would open."""
+    try:
+        sock = await asyncio.to_thread(network.connect, port)
+    except OSError as exc:
+        raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, str(exc)) from None
+    _, peer = await asyncio.get_running_loop().create_connection(SSHForwarder, sock=sock)
+    return cast(asyncssh.SSHTCPSession[bytes], SSHForwarder(peer))  # as asyncssh's own forwarding does
 
 
 def _home_sftp_server(home: Path) -> type[asyncssh.SFTPServer]:
