@@ -3,10 +3,10 @@ paged through the line index, and grep across attempts."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from html import escape
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, cast
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import HTMLResponse, Response
@@ -24,6 +24,8 @@ from app.web.disconnect import unless_disconnected
 from app.web.errors import status_of
 from app.web.params import INT64_MAX, Int64
 from app.web.templating import render
+
+T = TypeVar("T")
 
 router = APIRouter(include_in_schema=False)
 
@@ -213,14 +215,8 @@ async def grep_page(
     search: LogSearch | None = None
     error, status = "", 200
     if q:
-        try:
-            searching = search_log(runtime.logs.get(attempt_id), q, limits=runtime.grep_limits, **options)
-            search = await unless_disconnected(request, searching)
-        except (InvalidInput, SearchBusy) as exc:
-            error, status = str(exc), status_of(exc)
-            if isinstance(exc, SearchTooSlow):
-                assert isinstance(exc.partial, LogSearch)
-                search = exc.partial
+        searching = search_log(runtime.logs.get(attempt_id), q, limits=runtime.grep_limits, **options)
+        search, error, status = await _bounded_search(request, searching)
         runtime.logs.forget(attempt_id)
     page = {
         "user": user,
@@ -258,6 +254,16 @@ async def attempts_matching(
     return with_hits(counts)
 
 
+async def _bounded_search(request: Request, search: Coroutine[Any, Any, T]) -> tuple[T | None, str, int]:
+    """A search run until its client leaves: (its result, "", 200), or for a refused or stopped
+    one (what it found before the time limit, if anything; the sentence; its HTTP status)."""
+    try:
+        return await unless_disconnected(request, search), "", 200
+    except (InvalidInput, SearchBusy) as exc:
+        partial = cast(T, exc.partial) if isinstance(exc, SearchTooSlow) else None  # what `search` returns
+        return partial, str(exc), status_of(exc)
+
+
 def _hits_html(attempt_id: int, search: Any) -> str:
     groups = []
     for match in search.result.matches:
@@ -282,15 +288,8 @@ async def search_attempts(
     ignore_case: bool = False,
 ) -> Response:
     """Which attempts of a preset or a host contain a pattern, with hit counts."""
-    rows, error, status = [], "", 200
-    try:
-        matching = attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
-        rows = await unless_disconnected(request, matching)
-    except (InvalidInput, SearchBusy) as exc:
-        error, status = str(exc), status_of(exc)
-        if isinstance(exc, SearchTooSlow):
-            assert isinstance(exc.partial, list)
-            rows = exc.partial
+    matching = attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+    rows, error, status = await _bounded_search(request, matching)
     context = {
         "user": user,
         "q": q,
@@ -298,7 +297,7 @@ async def search_attempts(
         "host": host,
         "regex": regex,
         "ignore_case": ignore_case,
-        "rows": rows,
+        "rows": rows or [],
         "error": error,
         "hosts": [h.name for h in runtime.ssh],
     }
