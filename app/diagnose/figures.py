@@ -69,11 +69,59 @@ def _call_repr(body: str) -> dict[str, Any]:
 
 
 def _dict_repr(source: str) -> dict[str, Any]:
+    """The newest releases' dump, a dict repr (nested dicts for grouped settings such as
+    `cuda_graph_config`). One cut short keeps its whole top-level entries before the cut: a nested
+    value is kept whole or not at all, never half a list."""
+    source, entry_ends = _scan_dict(source)
+    for end in [None, *reversed(entry_ends)][:200]:  # the whole, then one entry less each time
+        found = _literal_dict(source if end is None else source[:end] + "}")
+        if found is not None:
+            return found
+    return {}
+
+
+def _scan_dict(source: str) -> tuple[str, list[int]]:
+    """The dict's text with reprs that are not Python syntax quoted (outside strings only), and
+    where each of its top-level entries ends."""
+    out: list[str] = []
+    entry_ends: list[int] = []
+    length = depth = index = 0
+    quote = ""
+    while index < len(source):
+        char, step = source[index], 1
+        if quote:
+            if char == "\\":
+                char, step = source[index : index + 2], 2
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char == "<" and (angle := ANGLE_REPR.match(source, index)) is not None:
+            char, step = repr(angle.group(0)), angle.end() - index
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 1:
+            entry_ends.append(length)
+        out.append(char)
+        length += len(char)
+        index += step
+    return "".join(out), entry_ends
+
+
+def _literal_dict(source: str) -> dict[str, Any] | None:
     try:
-        value = ast.literal_eval(source)
-    except (SyntaxError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        tree = ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):  # not Python, a NUL byte, or nested beyond reading
+        return None
+    if not isinstance(tree, ast.Dict):
+        return None
+    return {
+        str(_value(key, source)): _value(value, source)
+        for key, value in zip(tree.keys, tree.values, strict=True)
+        if key is not None
+    }
 
 
 def _value(node: ast.expr, source: str) -> Any:
