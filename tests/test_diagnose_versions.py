@@ -291,3 +291,21 @@ flashinfer.
     assert drift(argv, None, result.adjustments)[0] == Drift(
         "linear_attn_decode_backend", None, "flashinfer", "warning", result.adjustments[0]
     )
+
+
+def test_general_hints_spell_flags_as_the_release_that_wrote_the_log() -> None:
+    capture = """\
+[2026-11-22 11:00:04 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/srv/sgl/lib/python3.12/site-packages/sglang/srt/model_executor/runner_backend/full_cuda_graph_backend.py", \
+line 233, in capture_one
+    out = forward()
+Exception: Capture cuda graph failed: operation failed due to a previous error during capture
+"""
+    newest = diagnose(f"[2026-11-22 11:00:01] server_args={NEWEST_ARGS!r}\n{capture}")
+    assert newest.failure_class == "cuda-graph"
+    assert "--cuda-graph-backend-decode=disabled" in newest.hint and "--cuda-graph-max-bs-decode" in newest.hint
+    assert "--disable-cuda-graph" not in newest.hint
+    oldest = diagnose(f"[2026-11-22 11:00:01] server_args=ServerArgs(model_path='m', cuda_graph_max_bs=32)\n{capture}")
+    assert "--disable-cuda-graph to confirm" in oldest.hint and "-decode" not in oldest.hint
+    untold = diagnose(capture)
+    assert "--cuda-graph-max-bs (--cuda-graph-max-bs-decode in the newest releases)" in untold.hint

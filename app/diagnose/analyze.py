@@ -16,7 +16,7 @@ from typing import Any
 
 from app.diagnose.drift import field_name
 from app.diagnose.figures import Figures
-from app.diagnose.hints import explain
+from app.diagnose.hints import explain, in_release_spelling
 from app.diagnose.lines import Line, logical_lines
 
 # An exception line: a name that says it is one, or any class name qualified by its module
@@ -518,6 +518,8 @@ class Analyzer:
             message, result.failure_class, server_args=figures.server_args, context=result.evidence
         ):
             result.failure_class, hint = explained.failure_class, explained.hint
+        else:
+            hint = in_release_spelling(hint, figures.server_args)
         result.root_error = line.raw.strip()
         result.frames = list(frames)
         result.root_line = line.number

@@ -46,6 +46,15 @@ NO_BUFFER_REFUSES = re.compile(r"\bno_buffer (?:do|does) not support (.+?)[.]|\b
 OUT_OF_MEMORY = ("oom",)
 
 
+# Flags the general hints name that the newest releases spell otherwise: (0.5.10's, the newest's).
+RESPELLED = (
+    ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"),
+    ("--disable-cuda-graph", "--cuda-graph-backend-decode=disabled"),
+)
+# Fields only a dump of one side has: the newest groups the CUDA-graph settings, 0.5.10 does not.
+NEWEST_FIELDS, OLDEST_FIELDS = ("cuda_graph_config", "cuda_graph_max_bs_decode"), ("cuda_graph_max_bs",)
+
+
 @dataclass(frozen=True)
 class Explanation:
     failure_class: str
@@ -81,6 +90,17 @@ class Evidence:
 def strategy_flag(value: str) -> str:
     """The flag that sets the mamba strategy to `value`, in each release's spelling."""
     return f"{OLD_STRATEGY_FLAG} {value} on 0.5.10 to 0.5.13, {NEW_STRATEGY_FLAG} {value} from 0.5.14"
+
+
+def in_release_spelling(hint: str, server_args: dict[str, Any] | None) -> str:
+    """A general hint's flags as the release that wrote the log spells them (its dump tells which),
+    or both spellings when the log does not tell."""
+    args = server_args or {}
+    newest, oldest = any(f in args for f in NEWEST_FIELDS), any(f in args for f in OLDEST_FIELDS)
+    for old, new in RESPELLED:
+        spelled = new if newest else old if oldest else f"{old} ({new} in the newest releases)"
+        hint = re.sub(re.escape(old) + r"(?![\w-])", spelled, hint)
+    return hint
 
 
 def explain(
