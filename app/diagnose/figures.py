@@ -16,6 +16,9 @@ SERVER_ARGS = re.compile(r"server_args=(ServerArgs\(|\{)")
 FIELD_START = re.compile(r", (?=\w+(?:=|$))")
 # Reprs that are not Python syntax, such as an enum's <LoadFormat.AUTO: 'auto'>: kept as text.
 ANGLE_REPR = re.compile(r"<[A-Za-z_][\w.]*(?::[^<>]*)?>")
+# The newest dump is some 20 kB; a longer line is read as one cut there, so a line of any size
+# costs a bounded parse.
+MAX_DUMP = 1 << 18
 GB = r"(\d+(?:\.\d+)?) GB"
 MEMORY = (  # (figure, pattern): the first value seen counts (every TP rank prints its own)
     ("avail_before_weights_gb", re.compile(r"Load weight begin\. avail mem=" + GB)),
@@ -48,7 +51,7 @@ def parse_server_args(line: str) -> dict[str, Any] | None:
         return None
     body = line[match.end() :].rstrip()
     if match.group(1) == "{":
-        return _dict_repr("{" + body)
+        return _dict_repr("{" + body[:MAX_DUMP])
     return _call_repr(body)
 
 
