@@ -309,3 +309,10 @@ Exception: Capture cuda graph failed: operation failed due to a previous error d
     assert "--disable-cuda-graph to confirm" in oldest.hint and "-decode" not in oldest.hint
     untold = diagnose(capture)
     assert "--cuda-graph-max-bs (--cuda-graph-max-bs-decode in the newest releases)" in untold.hint
+
+
+def test_a_preflight_prediction_in_the_newest_dict_is_compared_setting_by_setting() -> None:
+    predicted = {**NEWEST_ARGS, "cuda_graph_config": {"prefill": {"backend": "breakable"}}}
+    found = drift(NEWEST_ARGV, NEWEST_ARGS, predicted=predicted)
+    row = next(item for item in found if item.name == "cuda_graph_backend_prefill")
+    assert (row.requested, row.predicted, row.effective, row.unforeseen) == ("breakable", "breakable", "disabled", True)

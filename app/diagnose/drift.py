@@ -146,6 +146,7 @@ def drift(
             if field in requested:
                 found[field] = _drift(field, requested, effective, source)
     if predicted:
+        predicted = effective_fields(predicted)  # a preflight of the newest release resolves the same dict
         found = {
             field: replace(item, predicted=coerce(predicted[field], item.effective)) if field in predicted else item
             for field, item in found.items()
