@@ -34,6 +34,10 @@ FLAG_CHANGES = {
         "split into --cuda-graph-bs-decode and --cuda-graph-bs-prefill (0.5.10 has it, 0.5.23 does not)",
         "--cuda-graph-bs-decode",
     ),
+    "--disable-cuda-graph": (
+        "deprecated for --cuda-graph-backend-{decode,prefill}=disabled (0.5.23 still takes it, with a warning)",
+        "--cuda-graph-backend-decode=disabled",
+    ),
 }
 FLAG = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # argparse's refusals, after "<prog>: error: ".
@@ -43,14 +47,6 @@ INVALID_CHOICE = re.compile(r": error: argument (--[\w-]+)(?:/-\w+)?: invalid ch
 NO_BUFFER_WITH_SPECULATIVE = re.compile(r"not compatible with radix cache when using --mamba-[\w-]+ no_buffer", re.I)
 EXTRA_BUFFER_WITHOUT_RADIX = re.compile(r"extra_buffer is not compatible with --disable-radix-cache", re.I)
 NO_BUFFER_REFUSES = re.compile(r"\bno_buffer (?:do|does) not support (.+?)[.]|\bno_buffer only supports (.+?)[.]", re.I)
-OUT_OF_MEMORY = ("oom",)
-
-
-# Flags the general hints name that the newest releases spell otherwise: (0.5.10's, the newest's).
-RESPELLED = (
-    ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"),
-    ("--disable-cuda-graph", "--cuda-graph-backend-decode=disabled"),
-)
 # Fields only a dump of one side has: the newest groups the CUDA-graph settings, 0.5.10 does not.
 NEWEST_FIELDS, OLDEST_FIELDS = ("cuda_graph_config", "cuda_graph_max_bs_decode"), ("cuda_graph_max_bs",)
 
@@ -97,7 +93,7 @@ def in_release_spelling(hint: str, server_args: dict[str, Any] | None) -> str:
     or both spellings when the log does not tell."""
     args = server_args or {}
     newest, oldest = any(f in args for f in NEWEST_FIELDS), any(f in args for f in OLDEST_FIELDS)
-    for old, new in RESPELLED:
+    for old, (_, new) in FLAG_CHANGES.items():
         spelled = new if newest else old if oldest else f"{old} ({new} in the newest releases)"
         hint = re.sub(re.escape(old) + r"(?![\w-])", spelled, hint)
     return hint
@@ -211,7 +207,7 @@ def _flag_not_known(evidence: Evidence) -> Explanation | None:
 
 def _extra_buffer_out_of_memory(evidence: Evidence) -> Explanation | None:
     """Out of memory on a hybrid (mamba) model with extra_buffer, which doubles the mamba state cache."""
-    if evidence.failure_class not in OUT_OF_MEMORY or evidence.strategy_used() != "extra_buffer":
+    if evidence.failure_class != "oom" or evidence.strategy_used() != "extra_buffer":
         return None
     hybrid = evidence.server_args.get("uses_mamba_radix_cache") is True or "mamba" in evidence.context.lower()
     if not hybrid:
