@@ -316,3 +316,11 @@ def test_a_preflight_prediction_in_the_newest_dict_is_compared_setting_by_settin
     found = drift(NEWEST_ARGV, NEWEST_ARGS, predicted=predicted)
     row = next(item for item in found if item.name == "cuda_graph_backend_prefill")
     assert (row.requested, row.predicted, row.effective, row.unforeseen) == ("breakable", "breakable", "disabled", True)
+
+
+def test_the_no_buffer_refusal_under_a_config_file_points_at_the_file() -> None:
+    hint = stored(diagnose(OLD_NO_BUFFER_LOG), [*OLD_ARGV, "--config", "/srv/presets/mtp.yaml"])["hint"]
+    assert hint.startswith(
+        "The attempt's argv has no --mamba-scheduler-strategy, and its --config file /srv/presets/mtp.yaml leaves "
+        "the strategy to auto or asks for no_buffer"
+    )

@@ -126,7 +126,14 @@ def _no_buffer_with_speculative(evidence: Evidence) -> Explanation | None:
         )
         return Explanation("arg-conflict", f"{cause} {fix}")
     asked = evidence.strategy_asked()
-    if asked is None:
+    config = evidence.requested().get("config")
+    if asked is None and config:
+        cause = (
+            f"The attempt's argv has no {OLD_STRATEGY_FLAG}, and its --config file {config} leaves the strategy "
+            "to auto or asks for no_buffer: SGLang 0.5.10 to 0.5.13 turn auto into no_buffer and never override "
+            "an explicit extra_buffer."
+        )
+    elif asked is None:
         cause = (
             f"The attempt's argv has no {OLD_STRATEGY_FLAG}: the strategy was never requested, so SGLang's default "
             "auto became no_buffer (0.5.10 to 0.5.13 do that to auto, and never to an explicit extra_buffer)."
