@@ -147,3 +147,7 @@ async def test_attempt_page_shows_drift_from_the_newest_releases_dict_dump(
     assert cells["max_running_requests"][1:4] == ["(default)", "", "<b>48</b>"]
     assert "cuda_graph_max_bs_decode" not in cells and "mamba_radix_cache_strategy" not in cells  # as asked
     assert "can double the mamba state cache" in page[page.index('id="hint"') :]
+    compared = html.unescape((await app_client.get("/compare", params={"a": attempt.id, "b": attempt.id})).text)
+    side = compared[compared.index('id="drift"') :]
+    assert re.search(r'data-arg="cuda_graph_backend_prefill"><td><code>--cuda-graph-backend-prefill</code></td>'
+                     r"<td>breakable</td><td><b>disabled</b></td>", side)  # fmt: skip
