@@ -577,8 +577,8 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
         try:
             await log_in(page)
             await page.goto(f"/attempts/{override}")
-            await expect(page.locator("#failure-class")).to_have_text("arg-override")
-            await expect(page.locator("#hint")).to_contain_text("switches the mamba scheduler strategy to no_buffer")
+            await expect(page.locator("#failure-class")).to_have_text("arg-conflict")
+            await expect(page.locator("#hint")).to_contain_text("the flag did not reach this server")
             changed = page.locator("#drift tr[data-arg='mamba_scheduler_strategy']")
             await expect(changed).to_have_class(re.compile(r"\bchanged\b"))
             await expect(changed).to_contain_text("extra_buffer")

@@ -270,11 +270,13 @@ def test_capture_failure_is_rooted_in_the_inner_oom() -> None:
     assert result.root_error is not None and result.root_error.startswith("torch.OutOfMemoryError: CUDA out of memory.")
 
 
-def test_mamba_override_is_explained() -> None:
+def test_the_no_buffer_refusal_says_the_strategy_reached_sglang_as_auto() -> None:
     result = diagnose(MAMBA_LOG)
     assert result.failure_class == "arg-conflict" and result.stage == "starting"
     assert result.root_error is not None and result.root_error.startswith("ValueError: Speculative decoding for")
-    assert "switches the mamba scheduler strategy to no_buffer" in result.hint
+    assert "reached SGLang as auto" in result.hint and "never override an explicit extra_buffer" in result.hint
+    assert "check the argv the attempt recorded" in result.hint
+    assert "--mamba-scheduler-strategy extra_buffer (--mamba-radix-cache-strategy from 0.5.14)" in result.hint
 
 
 def test_healthy_log_with_adjustments_and_scary_words_is_healthy() -> None:

@@ -8,9 +8,14 @@ import re
 
 from fastapi import FastAPI
 from httpx import AsyncClient
+from sqlalchemy import select
 
+from app.db.models import Attempt, Host, Preset, PresetRevision
+from app.diagnose.analyze import diagnose
+from app.launch.diagnosis import stored
 from app.launch.record import Pace
 from tests.support import free_port
+from tests.test_diagnose_versions import MODEL, NEWEST_ARGV, NEWEST_OOM_LOG
 from tests.test_pages import csrf_from, log_in
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -110,3 +115,39 @@ async def test_launch_form_keeps_the_choice_and_says_what_is_wrong(app_client: A
     assert response.status_code == 422
     assert "no preset named &#39;missing&#39;" in response.text
     assert csrf_from(response.text) == csrf
+
+
+async def test_attempt_page_shows_drift_from_the_newest_releases_dict_dump(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    log = NEWEST_OOM_LOG
+    async with running_app.state.runtime.sessions.write() as session:
+        revision = PresetRevision(preset=Preset(name="newest-mtp"), number=1, model_path=MODEL)
+        host = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
+        assert host is not None
+        session.add(revision)
+        await session.flush()
+        attempt = Attempt(
+            host_id=host.id,
+            preset_revision_id=revision.id,
+            argv=NEWEST_ARGV,
+            status="failed",
+            diagnosis=stored(diagnose(log), NEWEST_ARGV),
+        )
+        session.add(attempt)
+        await session.commit()
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    drift_table = page[page.index('id="drift"') : page.index("</table>", page.index('id="drift"'))]
+    rows = dict(re.findall(r'data-arg="(\w+)">\s*((?:<td>.*?</td>\s*)+)', drift_table, re.S))
+    cells = {name: re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for name, row in rows.items()}
+    assert cells["cuda_graph_backend_prefill"][:4] == ["<code>--cuda-graph-backend-prefill</code>", "breakable", "",
+                                                       "<b>disabled</b>"]  # fmt: skip
+    assert cells["mem_fraction_static"][1:4] == ["0.85", "", "<b>0.7712349018554687</b>"]
+    assert cells["max_running_requests"][1:4] == ["(default)", "", "<b>48</b>"]
+    assert "cuda_graph_max_bs_decode" not in cells and "mamba_radix_cache_strategy" not in cells  # as asked
+    assert "can double the mamba state cache" in page[page.index('id="hint"') :]
+    compared = html.unescape((await app_client.get("/compare", params={"a": attempt.id, "b": attempt.id})).text)
+    side = compared[compared.index('id="drift"') :]
+    assert re.search(r'data-arg="cuda_graph_backend_prefill"><td><code>--cuda-graph-backend-prefill</code></td>'
+                     r"<td>breakable</td><td><b>disabled</b></td>", side)  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 
 from app.diagnose.drift import field_name
 from app.diagnose.figures import Figures
+from app.diagnose.hints import explain, in_release_spelling
 from app.diagnose.lines import Line, logical_lines
 
 # An exception line: a name that says it is one, or any class name qualified by its module
@@ -72,8 +73,12 @@ HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance
 ADJUSTMENT = re.compile(
     r"is (?:adjusted|reset|set) to |(?:is|are) disabled (?:because|when|since)|^Disabl(?:e|ing) |^Automatically |"
     r"is turned on|turn off --|Use the profiled value instead|is not supported.*disabl|will be automatically selected|"
-    r"not set\. Use .* by default|^Inferred .* from |"
-    r"^(?:Setting|Overriding|Forcing) \S.* to \S|^Set \S.*(?: to |: \w+=)",
+    r"not (?:set|specified)\. Use .* by default|^Inferred .* from |"
+    r"^(?:Setting|Overriding|Forcing) \S.* to \S|^Set \S.*(?: to |: \w+=)|"
+    # the newest releases' wordings: "defaulting --linear-attn-decode-backend to flashinfer", "falling back
+    # --linear-attn-verify-backend to triton", "switching to direct io backend", "aligning 24 -> 32"
+    r"\bdefaulting --[\w-]+ to |\bfalling back --[\w-]+ to |, switching to \w|\baligning .+ -> \S|"
+    r"^Enabl(?:e|ing) \S.* because ",
     re.I,
 )
 ENVIRONMENT = re.compile(r"\bSGLANG_\w+=[\w.-]+")
@@ -238,12 +243,6 @@ KNOWN_CONFLICTS: tuple[tuple[str, Callable[[dict[str, Any], str], bool]], ...] =
         ),
     ),
 )
-MAMBA_OVERRIDE_HINT = (
-    " SGLang's model-specific adjustment for hybrid (mamba) models switches the mamba scheduler strategy to "
-    "no_buffer when the extra buffer cannot be used, even if extra_buffer was requested; with speculative decoding "
-    "that needs the radix cache off (--disable-radix-cache) or the extra buffer kept (SGLANG_ENABLE_SPEC_V2=1 with "
-    "--mamba-scheduler-strategy extra_buffer)."
-)
 QUOTED_NAME = re.compile(r"[\w.<>-]+")
 
 
@@ -286,6 +285,9 @@ class Diagnosis:
     error_type: str = ""  # the root error's exception type, and its message normalised
     error_message: str = ""
     figures: Figures = field(default_factory=Figures)
+    # What the log says around the root error (its traceback, lines that tell the model's kind),
+    # for hints that also weigh the argv the attempt ran.
+    evidence: str = ""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -324,6 +326,7 @@ class Analyzer:
         self._capture_done = False  # a line that only comes once CUDA graph capture is over
         self._adjustments: list[Line] = []
         self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
+        self._hybrid_lines: list[str] = []  # the first line that shows a mamba state cache, if any
         self._figures = Figures()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -410,6 +413,8 @@ class Analyzer:
         if not self._capture_done and CAPTURE_DONE.search(text):
             self._capture_done = True
         self._figures.see(text)
+        if not self._hybrid_lines and "Mamba Cache is allocated" in text:
+            self._hybrid_lines.append(text)
         if "SGLANG_" in text and len(self._environment) < 50:
             self._environment.update(ENVIRONMENT.findall(text))
         adjusted = ADJUSTMENT.search(text) and not EXCEPTION.match(text) and not PRECURSOR.search(text)
@@ -508,6 +513,13 @@ class Analyzer:
         if result.failure_class in ("other", "cuda-graph") and (conflict := self._known_conflict(frames)):
             result.failure_class = "arg-conflict"
             hint = f"SGLang accepts {conflict} at start-up but fails with it later: change one of them."
+        result.evidence = "\n".join([context, *self._hybrid_lines])
+        if explained := explain(
+            message, result.failure_class, server_args=figures.server_args, context=result.evidence
+        ):
+            result.failure_class, hint = explained.failure_class, explained.hint
+        else:
+            hint = in_release_spelling(hint, figures.server_args)
         result.root_error = line.raw.strip()
         result.frames = list(frames)
         result.root_line = line.number
@@ -599,12 +611,11 @@ def _message(line: Line) -> str:
 
 
 def hint_for(failure_class: str, message: str) -> str:
-    """What to do about a failure of this class; the mamba override and a command the shell could
-    not run get their own explanation."""
+    """What to do about a failure of this class; a command the shell could not run gets its own
+    explanation."""
     if failure_class == "import-error" and CANNOT_RUN.match(message):
         return CANNOT_RUN_HINT
-    mamba = "--mamba-scheduler-strategy no_buffer" in message
-    return HINTS[failure_class] + (MAMBA_OVERRIDE_HINT if mamba else "")
+    return HINTS[failure_class]
 
 
 def classify(message: str, context: str = "") -> str:

@@ -21,14 +21,22 @@ ADJUSTED: tuple[tuple[re.Pattern[str], str | int, Any], ...] = (
     (re.compile(r"Overlap schedul\w* is disabled|Disabling overlap schedul"), "disable_overlap_schedule", True),
     (re.compile(r"Custom allreduce is disabled"), "disable_custom_all_reduce", True),
     (re.compile(r"Automatically turn off --chunked-prefill-size and disable radix cache"), "disable_radix_cache", True),
-    (re.compile(r"Attention backend not set\. Use (\w+) backend"), "attention_backend", 1),
+    (re.compile(r"Attention backend not (?:set|specified)\. Use (\w+) backend"), "attention_backend", 1),
     # "speculative_num_draft_tokens is adjusted to 2", "Max running requests is reset to 48": the
     # field, or the sentence's words naming it, before the verb.
     (re.compile(r"(?:^|[.:] )([A-Za-z][\w ]*?) (?:is|was) (?:adjusted|reset|set) to (" + VALUE + ")"), 1, 2),
     (re.compile(r"--([a-z][a-z0-9-]+) (?:is|was) (?:adjusted|reset|set) to (" + VALUE + ")"), 1, 2),
+    # The newest releases: "defaulting --linear-attn-decode-backend to flashinfer", "falling back --x to triton".
+    (re.compile(r"(?:defaulting|falling back) --([a-z][a-z0-9-]+) to (" + VALUE + ")"), 1, 2),
 )
 # An error that names the value SGLang ended up with: "... when using --mamba-scheduler-strategy no_buffer."
 IN_ERROR = re.compile(r"when using --([a-z][a-z0-9-]+) (" + VALUE + ")")
+# Settings the newest dump groups in a nested dict, named here by the flags that set them:
+# cuda_graph_config={'decode': {'max_bs': 8, ...}} is what --cuda-graph-max-bs-decode asked for.
+NESTED = {"cuda_graph_config": "cuda_graph_{setting}_{part}"}
+# Fields a later release renamed, read under the new name when a dump lacks the old one
+# (--mamba-scheduler-strategy became --mamba-radix-cache-strategy in 0.5.14).
+RENAMED = {"mamba_scheduler_strategy": "mamba_radix_cache_strategy"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,23 @@ def requested_args(argv: Sequence[str]) -> dict[str, Any]:
     return requested
 
 
+def effective_fields(server_args: dict[str, Any] | None) -> dict[str, Any]:
+    """A dump as one value per flag: the resolved values of nested settings take the place of the
+    top-level fields that only echo what was given (None where the flag was left out)."""
+    fields = dict(server_args or {})
+    for group, name in NESTED.items():
+        parts = fields.get(group)
+        if not isinstance(parts, dict):
+            continue
+        for part, settings in parts.items():
+            if isinstance(settings, dict):
+                fields.update({name.format(setting=key, part=part): value for key, value in settings.items()})
+    for old, new in RENAMED.items():
+        if old not in fields and new in fields:
+            fields[old] = fields[new]
+    return fields
+
+
 def coerce(value: Any, like: Any) -> Any:
     """A value from the command line in the type of the effective one, so 0.80 equals 0.8."""
     if isinstance(value, list):
@@ -117,10 +142,11 @@ def drift(
         field = field_name(match.group(1))
         found[field] = _drift(field, requested, match.group(2), "error", root_error)
     for source, effective_args in (("server_args", server_args), ("server_info", server_info)):
-        for field, effective in (effective_args or {}).items():
+        for field, effective in effective_fields(effective_args).items():
             if field in requested:
                 found[field] = _drift(field, requested, effective, source)
     if predicted:
+        predicted = effective_fields(predicted)  # a preflight of the newest release resolves the same dict
         found = {
             field: replace(item, predicted=coerce(predicted[field], item.effective)) if field in predicted else item
             for field, item in found.items()

@@ -16,6 +16,9 @@ SERVER_ARGS = re.compile(r"server_args=(ServerArgs\(|\{)")
 FIELD_START = re.compile(r", (?=\w+(?:=|$))")
 # Reprs that are not Python syntax, such as an enum's <LoadFormat.AUTO: 'auto'>: kept as text.
 ANGLE_REPR = re.compile(r"<[A-Za-z_][\w.]*(?::[^<>]*)?>")
+# The newest dump is some 20 kB; a longer line is read as one cut there, so a line of any size
+# costs a bounded parse.
+MAX_DUMP = 1 << 18
 GB = r"(\d+(?:\.\d+)?) GB"
 MEMORY = (  # (figure, pattern): the first value seen counts (every TP rank prints its own)
     ("avail_before_weights_gb", re.compile(r"Load weight begin\. avail mem=" + GB)),
@@ -48,7 +51,7 @@ def parse_server_args(line: str) -> dict[str, Any] | None:
         return None
     body = line[match.end() :].rstrip()
     if match.group(1) == "{":
-        return _dict_repr("{" + body)
+        return _dict_repr("{" + body[:MAX_DUMP])
     return _call_repr(body)
 
 
@@ -69,11 +72,59 @@ def _call_repr(body: str) -> dict[str, Any]:
 
 
 def _dict_repr(source: str) -> dict[str, Any]:
+    """The newest releases' dump, a dict repr (nested dicts for grouped settings such as
+    `cuda_graph_config`). One cut short keeps its whole top-level entries before the cut: a nested
+    value is kept whole or not at all, never half a list."""
+    source, entry_ends = _scan_dict(source)
+    for end in [None, *reversed(entry_ends)][:200]:  # the whole, then one entry less each time
+        found = _literal_dict(source if end is None else source[:end] + "}")
+        if found is not None:
+            return found
+    return {}
+
+
+def _scan_dict(source: str) -> tuple[str, list[int]]:
+    """The dict's text with reprs that are not Python syntax quoted (outside strings only), and
+    where each of its top-level entries ends."""
+    out: list[str] = []
+    entry_ends: list[int] = []
+    length = depth = index = 0
+    quote = ""
+    while index < len(source):
+        char, step = source[index], 1
+        if quote:
+            if char == "\\":
+                char, step = source[index : index + 2], 2
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char == "<" and (angle := ANGLE_REPR.match(source, index)) is not None:
+            char, step = repr(angle.group(0)), angle.end() - index
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 1:
+            entry_ends.append(length)
+        out.append(char)
+        length += len(char)
+        index += step
+    return "".join(out), entry_ends
+
+
+def _literal_dict(source: str) -> dict[str, Any] | None:
     try:
-        value = ast.literal_eval(source)
-    except (SyntaxError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        tree = ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):  # not Python, a NUL byte, or nested beyond reading
+        return None
+    if not isinstance(tree, ast.Dict):
+        return None
+    return {
+        str(_value(key, source)): _value(value, source)
+        for key, value in zip(tree.keys, tree.values, strict=True)
+        if key is not None
+    }
 
 
 def _value(node: ast.expr, source: str) -> Any:

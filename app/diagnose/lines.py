@@ -25,12 +25,16 @@ WRAPPERS = (
 )
 # What follows a record: Ray's note on a line it printed once for several workers, Markdown's bold.
 SUFFIXES = re.compile(r" ?\[repeated \d+x across cluster\]$|\*\*$")
-SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: [A-Z_]+\d+)*)\] ")
+# The tags after the time: ranks (" DP0 TP1", " ATTN_CP0 MOE_DP1 TP3 EP3") and, in the newest
+# releases, a role named in lower case with its index (" encode_server", " encode_dp_worker[0]").
+SGLANG_PREFIX = re.compile(
+    r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: (?:[A-Z_]+\d+|[a-z][a-z_]*(?:\[\d+\])?))*)\] "
+)
 # The level and source location that some SGLang builds log after that prefix.
 LEVEL_AND_SOURCE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+\.py:\d+: ")
 # Where a record starts in the middle of a physical line (after a progress bar redrawn with \r).
 # Or right after a progress bar's statistics ("[00:04<?, ?it/s]").
-GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[ \]])|(?<=it/s\]|s/it\])(?=\S)")
+GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?[ \]])|(?<=it/s\]|s/it\])(?=\S)")
 
 
 @dataclass(frozen=True)

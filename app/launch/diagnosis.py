@@ -15,6 +15,7 @@ from app.clock import utcnow
 from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
 from app.diagnose.analyze import Analyzer, Diagnosis, hint_for
 from app.diagnose.drift import Drift, drift
+from app.diagnose.hints import explain
 from app.errors import NotFound
 
 # The timeline's name for a log stage where it differs: the ready line alone is not "ready",
@@ -48,11 +49,16 @@ class LiveDiagnosis:
 
 
 def stored(result: Diagnosis, argv: list[str]) -> dict[str, Any]:
-    """The diagnosis as kept on the attempt's row (JSON), with the class the requested arguments
-    reveal: an error about a value SGLang chose itself, where another was asked for, is an
-    override, not a conflict."""
+    """The diagnosis as kept on the attempt's row (JSON), with what the argv it ran reveals: a hint
+    that can say whether a flag was in it, and an error about a value SGLang chose itself, where
+    another was asked for, is an override, not a conflict."""
     failure_class, hint = result.failure_class, result.hint
-    if failure_class in ("arg-conflict", "other") and any(
+    explained = result.root_error and explain(
+        result.root_error, failure_class, server_args=result.figures.server_args, argv=argv, context=result.evidence
+    )
+    if explained:
+        failure_class, hint = explained.failure_class, explained.hint
+    elif failure_class in ("arg-conflict", "other") and any(
         item.source == "error" and item.requested is not None and item.changed
         for item in drift(argv, None, (), result.root_error)
     ):

@@ -1,0 +1,239 @@
+"""Hints that name a failure's real cause and its real fix where the error alone misleads, per
+SGLang version: the mamba cache strategies, flags a release renamed or removed, and the memory
+the mamba extra buffer takes.
+
+Each rule is a kind of failure, not one log: it reads the root error, the effective arguments
+(the `server_args=` dump) and, where the caller knows it, the argv the attempt ran, which is
+what tells "the flag never reached SGLang" from "SGLang chose otherwise".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.diagnose.drift import requested_args
+
+# The mamba strategy's flag, by release: renamed in 0.5.14, the old name an alias until 0.5.20.
+OLD_STRATEGY_FLAG, NEW_STRATEGY_FLAG = "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"
+STRATEGY_FIELDS = ("mamba_scheduler_strategy", "mamba_radix_cache_strategy")
+# Flags that releases after 0.5.10 renamed or removed, with what replaces them: the few whose
+# history is known here, until the flag-history table answers for every flag.
+FLAG_CHANGES = {
+    OLD_STRATEGY_FLAG: (
+        f"renamed {NEW_STRATEGY_FLAG} in 0.5.14 (the old name stayed an alias until it was removed in 0.5.20)",
+        NEW_STRATEGY_FLAG,
+    ),
+    "--cuda-graph-max-bs": (
+        "split into --cuda-graph-max-bs-decode and --cuda-graph-max-bs-prefill (0.5.10 has it, 0.5.23 does not)",
+        "--cuda-graph-max-bs-decode",
+    ),
+    "--cuda-graph-bs": (
+        "split into --cuda-graph-bs-decode and --cuda-graph-bs-prefill (0.5.10 has it, 0.5.23 does not)",
+        "--cuda-graph-bs-decode",
+    ),
+    "--disable-cuda-graph": (
+        "deprecated for --cuda-graph-backend-{decode,prefill}=disabled (0.5.23 still takes it, with a warning)",
+        "--cuda-graph-backend-decode=disabled",
+    ),
+}
+FLAG = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+# argparse's refusals, after "<prog>: error: ".
+UNRECOGNIZED = re.compile(r": error: unrecognized arguments: (.+)$")
+AMBIGUOUS = re.compile(r": error: ambiguous option: (--\S+?)(?:=\S*)? could match (.+)$")
+INVALID_CHOICE = re.compile(r": error: argument (--[\w-]+)(?:/-\w+)?: invalid choice: '([^']*)'")
+NO_BUFFER_WITH_SPECULATIVE = re.compile(r"not compatible with radix cache when using --mamba-[\w-]+ no_buffer", re.I)
+EXTRA_BUFFER_WITHOUT_RADIX = re.compile(r"extra_buffer is not compatible with --disable-radix-cache", re.I)
+NO_BUFFER_REFUSES = re.compile(r"\bno_buffer (?:do|does) not support (.+?)[.]|\bno_buffer only supports (.+?)[.]", re.I)
+# Fields only a dump of one side has: the newest groups the CUDA-graph settings, 0.5.10 does not.
+NEWEST_FIELDS, OLDEST_FIELDS = ("cuda_graph_config", "cuda_graph_max_bs_decode"), ("cuda_graph_max_bs",)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    failure_class: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the caller knows beside the root error."""
+
+    message: str  # the root error
+    failure_class: str  # as the error's wording placed it
+    server_args: dict[str, Any]  # the dump, empty when the log has none
+    argv: Sequence[str] | None  # the argv the attempt ran, None when unknown (a log file alone)
+    context: str  # the traceback and lines around the root error, and other log lines that matter
+
+    def requested(self) -> dict[str, Any]:
+        return requested_args(self.argv or ())
+
+    def strategy_asked(self) -> tuple[str, Any] | None:
+        """The mamba strategy flag in the argv and its value; None when the argv has neither name."""
+        requested = self.requested()
+        return next(((f"--{f.replace('_', '-')}", requested[f]) for f in STRATEGY_FIELDS if f in requested), None)
+
+    def strategy_used(self) -> Any:
+        """The mamba strategy SGLang ran: the dump's, else the one asked for."""
+        for source in (self.server_args, self.requested()):
+            if found := next((source[f] for f in STRATEGY_FIELDS if source.get(f)), None):
+                return found
+        return None
+
+
+def strategy_flag(value: str) -> str:
+    """The flag that sets the mamba strategy to `value`, in each release's spelling."""
+    return f"{OLD_STRATEGY_FLAG} {value} on 0.5.10 to 0.5.13, {NEW_STRATEGY_FLAG} {value} from 0.5.14"
+
+
+def in_release_spelling(hint: str, server_args: dict[str, Any] | None) -> str:
+    """A general hint's flags as the release that wrote the log spells them (its dump tells which),
+    or both spellings when the log does not tell."""
+    args = server_args or {}
+    newest, oldest = any(f in args for f in NEWEST_FIELDS), any(f in args for f in OLDEST_FIELDS)
+    for old, (_, new) in FLAG_CHANGES.items():
+        spelled = new if newest else old if oldest else f"{old} ({new} in the newest releases)"
+        hint = re.sub(re.escape(old) + r"(?![\w-])", spelled, hint)
+    return hint
+
+
+def explain(
+    message: str,
+    failure_class: str,
+    *,
+    server_args: dict[str, Any] | None = None,
+    argv: Sequence[str] | None = None,
+    context: str = "",
+) -> Explanation | None:
+    """The class and hint for a failure one of the rules knows, or None."""
+    evidence = Evidence(message, failure_class, server_args or {}, argv, context)
+    return next((found for rule in RULES if (found := rule(evidence)) is not None), None)
+
+
+def _no_buffer_with_speculative(evidence: Evidence) -> Explanation | None:
+    """0.5.10 to 0.5.13 refuse speculative decoding with the radix cache under no_buffer. They switch
+    the strategy to no_buffer only from `auto`, never from an explicit extra_buffer."""
+    if not NO_BUFFER_WITH_SPECULATIVE.search(evidence.message):
+        return None
+    fix = f"Fix: pass {OLD_STRATEGY_FLAG} extra_buffer ({NEW_STRATEGY_FLAG} from 0.5.14), or --disable-radix-cache."
+    if evidence.argv is None:
+        cause = (
+            "The mamba strategy reached SGLang as auto (the default) or no_buffer: SGLang 0.5.10 to 0.5.13 turn auto "
+            "into no_buffer and never override an explicit extra_buffer. If the launch script asked for "
+            "extra_buffer, the flag never reached the server: check the argv the attempt recorded."
+        )
+        return Explanation("arg-conflict", f"{cause} {fix}")
+    asked = evidence.strategy_asked()
+    config = evidence.requested().get("config")
+    if asked is None and config:
+        cause = (
+            f"The attempt's argv has no {OLD_STRATEGY_FLAG}, and its --config file {config} leaves the strategy "
+            "to auto or asks for no_buffer: SGLang 0.5.10 to 0.5.13 turn auto into no_buffer and never override "
+            "an explicit extra_buffer."
+        )
+    elif asked is None:
+        cause = (
+            f"The attempt's argv has no {OLD_STRATEGY_FLAG}: the strategy was never requested, so SGLang's default "
+            "auto became no_buffer (0.5.10 to 0.5.13 do that to auto, and never to an explicit extra_buffer)."
+        )
+    elif asked[1] == "extra_buffer":
+        cause = (
+            f"The attempt's argv has {asked[0]} extra_buffer, yet SGLang ran no_buffer: 0.5.10 to 0.5.13 never "
+            "override an explicit extra_buffer, so the flag did not reach this server (a wrapper or config file in "
+            "between, or another sglang than the preset's python)."
+        )
+    else:
+        became = ", which 0.5.10 to 0.5.13 turn into no_buffer" if asked[1] == "auto" else ""
+        cause = f"The attempt's argv asks for {asked[0]} {asked[1]}{became}."
+    return Explanation("arg-conflict", f"{cause} {fix}")
+
+
+def _extra_buffer_without_radix(evidence: Evidence) -> Explanation | None:
+    if not EXTRA_BUFFER_WITHOUT_RADIX.search(evidence.message):
+        return None
+    return Explanation(
+        "arg-conflict",
+        "The mamba extra_buffer strategy keeps extra state for the radix cache, so SGLang refuses it with "
+        "--disable-radix-cache. Fix: keep the radix cache (drop --disable-radix-cache) with extra_buffer, or use "
+        f"no_buffer with the radix cache off ({strategy_flag('no_buffer')}).",
+    )
+
+
+def _no_buffer_refuses(evidence: Evidence) -> Explanation | None:
+    """The newest releases assert what no_buffer cannot run with, instead of switching it off."""
+    found = NO_BUFFER_REFUSES.search(evidence.message)
+    if found is None:
+        return None
+    refused = found[1] or found[2]
+    if "overlap" in refused:
+        fix = (
+            f"use extra_buffer (the default for hybrid models there: leave {NEW_STRATEGY_FLAG} out or set it to "
+            "extra_buffer), or add --disable-overlap-schedule"
+        )
+    else:
+        fix = f"use extra_buffer ({NEW_STRATEGY_FLAG} extra_buffer), or change the setting it names"
+    return Explanation(
+        "arg-conflict",
+        f"SGLang's mamba no_buffer strategy does not run with {refused}; the newest releases refuse it rather than "
+        f"turn that setting off. Fix: {fix}.",
+    )
+
+
+def _flag_not_known(evidence: Evidence) -> Explanation | None:
+    """argparse refused a flag or a value: a misspelling, or a name the host's release changed."""
+    message = evidence.message
+    if found := UNRECOGNIZED.search(message):
+        flags = FLAG.findall(found[1])
+        if not flags:
+            return None
+        said = (
+            f"The host's SGLang does not know {', '.join(flags)}: a misspelling, or a flag its version renamed or "
+            "removed."
+        )
+    elif found := AMBIGUOUS.search(message):
+        flags = [found[1]]
+        said = (
+            f"The host's SGLang has no {found[1]} of its own: argparse read it as the start of {found[2]}, so its "
+            "version renamed or split that flag."
+        )
+    elif found := INVALID_CHOICE.search(message):
+        return Explanation(
+            "arg-conflict",
+            f"The host's SGLang does not offer {found[2]!r} for {found[1]}: the choices argparse lists are its "
+            "version's (a later release may have dropped or renamed a value).",
+        )
+    else:
+        return None
+    known = [
+        f"{flag} was {FLAG_CHANGES[flag][0]}: use {FLAG_CHANGES[flag][1]}." for flag in flags if flag in FLAG_CHANGES
+    ]
+    return Explanation("arg-conflict", " ".join([said, *known]))
+
+
+def _extra_buffer_out_of_memory(evidence: Evidence) -> Explanation | None:
+    """Out of memory on a hybrid (mamba) model with extra_buffer, which doubles the mamba state cache."""
+    if evidence.failure_class != "oom" or evidence.strategy_used() != "extra_buffer":
+        return None
+    hybrid = evidence.server_args.get("uses_mamba_radix_cache") is True or "mamba" in evidence.context.lower()
+    if not hybrid:
+        return None
+    return Explanation(
+        "oom",
+        "GPU memory ran out with the mamba strategy extra_buffer on a hybrid model: extra_buffer keeps ping-pong "
+        "copies of each running request's mamba state for the radix cache (one more, two with the overlap "
+        "scheduler), which can double the mamba state cache. Fix: set --max-mamba-cache-size below the size the "
+        "Mamba Cache line reports, or lower --mamba-full-memory-ratio (0.9 by default), lower "
+        "--mem-fraction-static, or use no_buffer with --disable-radix-cache "
+        f"({strategy_flag('no_buffer')}).",
+    )
+
+
+RULES: tuple[Callable[[Evidence], Explanation | None], ...] = (
+    _no_buffer_with_speculative,
+    _extra_buffer_without_radix,
+    _no_buffer_refuses,
+    _flag_not_known,
+    _extra_buffer_out_of_memory,
+)
