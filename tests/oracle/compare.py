@@ -111,8 +111,9 @@ def case_disagreements(real: Outcome, simulated: Outcome) -> Iterable[Disagreeme
     for field in ("exit", "exception"):
         if real[field] != simulated[field]:
             yield Disagreement(case, field, real[field], simulated[field])
-    if comparable_lines(real["warnings"]) != comparable_lines(simulated["warnings"]):
-        yield Disagreement(case, "warnings", real["warnings"], simulated["warnings"])
+    real_lines, simulated_lines = comparable_lines(real["warnings"]), comparable_lines(simulated["warnings"])
+    if real_lines != simulated_lines:
+        yield Disagreement(case, "warnings", real_lines, simulated_lines)
     if real["values"] is None or simulated["values"] is None:
         return
     for name, value in simulated["values"].items():

@@ -85,10 +85,13 @@ def oracle_environment(spec: OracleSpec = OracleSpec(), root: Path | None = None
     environment = OracleEnvironment(root, spec)
     if is_complete(environment):
         return environment
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(root.with_name(root.name + ".lock")):
-        if not is_complete(environment):  # another process may have built it meanwhile
-            build(environment)
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive(root.with_name(root.name + ".lock")):
+            if not is_complete(environment):  # another process may have built it meanwhile
+                build(environment)
+    except OSError as exc:
+        raise OracleUnavailable(f"cannot build in {root}: {exc}") from exc
     return environment
 
 
