@@ -1,11 +1,13 @@
 """Runs the oracle table through real SGLang and through the simulator, and lists where they differ.
 
 `python -m tests.oracle.compare [VERSION ...]` prints the report for each version (all by
-default), building the real environment first if needed.
+default), building the real environment first if needed; `--hostlib DIR` checks the simulated
+package in another checkout.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
@@ -88,12 +90,8 @@ def real_outcomes_by_version(
         return {version: future.result() for version, future in futures.items()}
 
 
-def simulated_outcomes(version: str, cases: list[OracleCase]) -> list[Outcome]:
-    return resolve(
-        [sys.executable, str(RESOLVER)],
-        {"PYTHONPATH": str(SIMULATED_PACKAGE), VERSION_ENV: version},
-        cases,
-    )
+def simulated_outcomes(version: str, cases: list[OracleCase], hostlib: Path = SIMULATED_PACKAGE) -> list[Outcome]:
+    return resolve([sys.executable, str(RESOLVER)], {"PYTHONPATH": str(hostlib), VERSION_ENV: version}, cases)
 
 
 def disagreements(real: list[Outcome], simulated: list[Outcome]) -> list[Disagreement]:
@@ -157,16 +155,26 @@ def render(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
 
 
-def compare(version: str, real: list[Outcome], cases: list[OracleCase]) -> str | None:
+def compare(
+    version: str, real: list[Outcome], cases: list[OracleCase], hostlib: Path = SIMULATED_PACKAGE
+) -> str | None:
     """The report of every disagreement for `version`, or None when there is none."""
-    found = disagreements(real, simulated_outcomes(version, cases))
+    found = disagreements(real, simulated_outcomes(version, cases, hostlib))
     return report(version, len(cases), found) if found else None
 
 
-if __name__ == "__main__":
-    versions = sys.argv[1:] or list(ORACLE_VERSIONS)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("versions", nargs="*", default=list(ORACLE_VERSIONS), metavar="VERSION")
+    parser.add_argument("--hostlib", type=Path, default=SIMULATED_PACKAGE, help="the simulated package's directory")
+    options = parser.parse_args()
     table = oracle_cases()
-    real_by_version = real_outcomes_by_version(oracle_environment(), versions, table)
-    for version in versions:
-        print(compare(version, real_by_version[version], table) or f"sglang {version}: all {len(table)} cases agree")
+    real_by_version = real_outcomes_by_version(oracle_environment(), options.versions, table)
+    for version in options.versions:
+        disagreement_report = compare(version, real_by_version[version], table, options.hostlib.resolve())
+        print(disagreement_report or f"sglang {version}: all {len(table)} cases agree")
         print()
+
+
+if __name__ == "__main__":
+    main()
