@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.oracle.cases import OracleCase, oracle_cases
-from tests.oracle.compare import Outcome, compare, real_outcomes_by_version
+from tests.oracle.compare import Outcome, compare, disagreements, real_outcomes_by_version
 from tests.oracle.environment import ORACLE_VERSIONS, OracleEnvironment
 
 
@@ -27,3 +27,34 @@ def test_simulator_resolves_arguments_as_real_sglang(
     disagreement_report = compare(version, real_outcomes[version], table)
     if disagreement_report is not None:
         pytest.fail(disagreement_report, pytrace=False)
+
+
+def outcome(values: dict[str, object] | None = None, warnings: list[str] | None = None) -> Outcome:
+    return {
+        "name": "case",
+        "version": "0.5.23",
+        "values": values,
+        "warnings": warnings or [],
+        "exception": None,
+        "exit": None,
+    }
+
+
+def test_a_launch_field_the_simulator_leaves_out_is_a_disagreement() -> None:
+    real = outcome({"mem_fraction_static": 0.798, "enable_lora": False})
+    found = disagreements([real], [outcome({})])
+    assert [(d.field, d.real, d.simulator) for d in found] == [("values.mem_fraction_static", 0.798, "(not reported)")]
+
+
+def test_the_seed_and_the_backends_a_cpu_picks_are_not_compared() -> None:
+    real = outcome(
+        {"random_seed": 1, "attention_backend": "triton", "max_running_requests": 48},
+        ["[TIMESTAMP] Attention backend not specified. Use triton backend by default."],
+    )
+    simulated = outcome(
+        {"random_seed": 2, "attention_backend": "fa3", "max_running_requests": 48.0},
+        ["[TIMESTAMP] Attention backend not specified. Use fa3 backend by default."],
+    )
+    assert [(d.field, d.real, d.simulator) for d in disagreements([real], [simulated])] == [
+        ("values.max_running_requests", 48, 48.0)
+    ]

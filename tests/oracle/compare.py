@@ -37,6 +37,17 @@ HARDWARE_DEPENDENT_FIELDS = frozenset({"attention_backend", "sampling_backend"})
 # The line that announces that choice is compared with the backend left out.
 HARDWARE_DEPENDENT_LINE = re.compile(r"(Attention backend not specified\. Use )\S+( backend by default\.)")
 
+# The effective values a launch's outcome turns on: where the real release has them, the
+# simulator must report them too, so that leaving one out cannot pass for agreeing on it.
+REQUIRED_FIELDS = frozenset(
+    {
+        "mem_fraction_static", "max_running_requests", "chunked_prefill_size", "tp_size",
+        "disable_radix_cache", "disable_overlap_schedule", "mamba_scheduler_strategy",
+        "mamba_radix_cache_strategy", "speculative_algorithm", "speculative_num_steps",
+        "speculative_eagle_topk", "speculative_num_draft_tokens", "cuda_graph_max_bs", "cuda_graph_config",
+    }
+)  # fmt: skip
+
 Outcome = dict[str, Any]
 
 
@@ -114,6 +125,8 @@ def case_disagreements(real: Outcome, simulated: Outcome) -> Iterable[Disagreeme
         yield Disagreement(case, "warnings", real_lines, simulated_lines)
     if real["values"] is None or simulated["values"] is None:
         return
+    for name in sorted(REQUIRED_FIELDS & real["values"].keys() - simulated["values"].keys()):
+        yield Disagreement(case, f"values.{name}", real["values"][name], "(not reported)")
     for name, value in simulated["values"].items():
         if name in NONDETERMINISTIC_FIELDS or name in HARDWARE_DEPENDENT_FIELDS:
             continue
