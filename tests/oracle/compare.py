@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.oracle.cases import OracleCase, oracle_cases
+from tests.oracle.cases import MODEL_FILES, OracleCase, oracle_cases
 from tests.oracle.environment import ORACLE_VERSIONS, OracleEnvironment, oracle_environment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,8 +61,11 @@ class Disagreement:
 
 def resolve(command: list[str], env: dict[str, str], cases: list[OracleCase]) -> list[Outcome]:
     payload = json.dumps([case.to_json() for case in cases])
+    # Only what locates things is inherited: an SGLANG_* or CUDA_* switch of the caller's shell
+    # would change the outcomes behind the cases' back.
+    inherited = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
     result = subprocess.run(
-        command, input=payload, capture_output=True, text=True, env={**os.environ, **env}, cwd=REPO, check=False
+        command, input=payload, capture_output=True, text=True, env={**inherited, **env}, cwd=REPO, check=False
     )
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-5000:]}")
@@ -71,12 +74,14 @@ def resolve(command: list[str], env: dict[str, str], cases: list[OracleCase]) ->
 
 
 def real_outcomes(environment: OracleEnvironment, version: str, cases: list[OracleCase]) -> list[Outcome]:
-    """Real SGLang's outcomes, kept beside the environment: they change only with the cases,
-    the resolver or the environment, and computing them costs half a minute per version."""
+    """Real SGLang's outcomes, kept beside the environment: they change only with the cases, the
+    model files, the resolver or the environment, and computing them costs half a minute per version."""
     key = hashlib.sha256()
     key.update(environment.spec.digest.encode())
     key.update(RESOLVER.read_bytes())
     key.update(json.dumps([case.to_json() for case in cases]).encode())
+    for model_file in sorted(MODEL_FILES.rglob("*.json")):
+        key.update(model_file.read_bytes())
     saved = environment.root / "outcomes" / f"{version}-{key.hexdigest()[:16]}.json"
     if saved.exists():
         outcomes: list[Outcome] = json.loads(saved.read_text())
