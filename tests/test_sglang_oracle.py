@@ -3,11 +3,14 @@ release of the same version does: effective values, warnings, exceptions and arg
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tests.oracle.cases import OracleCase, oracle_cases
 from tests.oracle.compare import Outcome, compare, disagreements, real_outcomes_by_version
-from tests.oracle.environment import ORACLE_VERSIONS, OracleEnvironment
+from tests.oracle.environment import ORACLE_VERSIONS, STAMP, OracleEnvironment, OracleSpec, is_complete
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +61,15 @@ def test_the_seed_and_the_backends_a_cpu_picks_are_not_compared() -> None:
     assert [(d.field, d.real, d.simulator) for d in disagreements([real], [simulated])] == [
         ("values.max_running_requests", 48, 48.0)
     ]
+
+
+def test_a_cache_built_from_another_spec_or_left_half_built_is_not_reused(tmp_path: Path) -> None:
+    spec = OracleSpec()
+    environment = OracleEnvironment(tmp_path, spec)
+    environment.interpreter.parent.mkdir(parents=True)
+    environment.interpreter.touch()
+    assert not is_complete(environment)  # no stamp: the build stopped before its end
+    (tmp_path / STAMP).write_text(json.dumps({"spec": OracleSpec(torch="torch==2.12.0").digest}))
+    assert not is_complete(environment)
+    (tmp_path / STAMP).write_text(json.dumps({"spec": spec.digest}))
+    assert is_complete(environment)
