@@ -20,6 +20,7 @@ from app.gpu.nvidia_smi import read_gpu_memory
 from app.launch.record import Pace
 from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
 from app.web.app import create_app
+from tests.oracle.environment import OracleEnvironment, OracleUnavailable, oracle_environment
 from tests.support import STRICT, OpenSSHServer, require
 
 POSTGRES_ADMIN_URL = os.environ.get("LAUNCHDECK_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -86,6 +87,16 @@ def postgres_available() -> bool:
             return True
     except psycopg.OperationalError:
         return False
+
+
+@pytest.fixture(scope="session")
+def sglang_oracle() -> OracleEnvironment:
+    """Real SGLang releases in a cached environment of their own, built on first use."""
+    try:
+        return oracle_environment()
+    except OracleUnavailable as exc:
+        require(False, f"real SGLang cannot be installed here: {exc}")
+        raise  # not reached: require() skips or fails
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

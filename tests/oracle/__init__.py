@@ -1,0 +1,1 @@
+"""Real SGLang as the oracle the simulated SGLang is tested against."""
