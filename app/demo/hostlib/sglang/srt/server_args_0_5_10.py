@@ -60,8 +60,7 @@ class ServerArgs(CommonServerArgs):
             self.mamba_scheduler_strategy = "no_buffer"
         self._handle_piecewise_cuda_graph()
         self._handle_gpu_memory_settings(gpu_memory_capacity_mib(self.base_gpu_id))
-        if self.is_hybrid_gdn:
-            self._handle_mamba_radix_cache()
+        self._handle_model_specific_adjustments()
         self.choose_attention_backend(values)
         if self.page_size is None:
             self.page_size = 1
@@ -118,6 +117,10 @@ class ServerArgs(CommonServerArgs):
         if "llama-2" in self.model_path.lower():
             max_tokens = min(max_tokens, 4096)
         return prefill_graph_token_sizes(max_tokens)
+
+    def _handle_model_specific_adjustments(self) -> None:
+        if self.is_hybrid_gdn:
+            self._handle_mamba_radix_cache()
 
     def _handle_mamba_radix_cache(self) -> None:
         arch = self.get_model_config().architecture

@@ -51,6 +51,14 @@ GRAPH_PHASE_DEFAULTS = {
 }
 
 
+def validate_mamba_no_buffer(values: dict[str, Any]) -> None:
+    assert values["page_size"] in (1, None), "no_buffer only supports page_size=1."
+    assert values["disable_overlap_schedule"], (
+        "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True."
+    )
+    assert values["attention_backend"] != "trtllm_mha", "no_buffer do not support trtllm_mha attention backend."
+
+
 @dataclasses.dataclass
 class ServerArgs(CommonServerArgs):
     mamba_full_memory_ratio: float | None = None  # type: ignore[assignment]
@@ -163,11 +171,7 @@ class ServerArgs(CommonServerArgs):
                         chunk_size,
                     )
         else:
-            assert values["page_size"] in (1, None), "no_buffer only supports page_size=1."
-            assert values["disable_overlap_schedule"], (
-                "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True."
-            )
-            assert values["attention_backend"] != "trtllm_mha", "no_buffer do not support trtllm_mha attention backend."
+            validate_mamba_no_buffer(values)
 
     def _handle_speculative_decoding(self, values: dict[str, Any]) -> None:
         if values["speculative_algorithm"] == "NEXTN":
