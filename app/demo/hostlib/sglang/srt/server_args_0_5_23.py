@@ -42,6 +42,10 @@ GPU_MEMORY_DEFAULTS: GpuMemoryDefaults = (
 )
 EXTRA_BUFFER_STRATEGIES = ("extra_buffer", "extra_buffer_lazy")
 PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
+# Checked by name when resolving, since 0.5.23's flag has no choices; NEXTN is an alias of EAGLE.
+SPECULATIVE_ALGORITHMS = frozenset(
+    {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NONE", "NEXTN"}
+)
 GRAPH_PHASE_DEFAULTS = {
     "tc_compiler": "eager",
     "max_context_size": None,
@@ -174,6 +178,9 @@ class ServerArgs(CommonServerArgs):
             validate_mamba_no_buffer(values)
 
     def _handle_speculative_decoding(self, values: dict[str, Any]) -> None:
+        name = values["speculative_algorithm"]
+        if name is not None and name.upper() not in SPECULATIVE_ALGORITHMS:
+            raise ValueError(f"Unknown speculative algorithm name: {name}")
         if values["speculative_algorithm"] == "NEXTN":
             values["speculative_algorithm"] = "EAGLE"
         if values["speculative_algorithm"] not in ("EAGLE", "EAGLE3", "STANDALONE"):
