@@ -9,16 +9,13 @@ enabled, and reserves 4 GB more for the draft.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from typing import Any
 
 from sglang.srt.cli_flags import FLAGS_0_5_10, build_parser
 from sglang.srt.server_args_common import (
-    EXTRA_BUFFER_WITHOUT_RADIX_CACHE_ERROR,
     FLA_CHUNK_SIZE,
     MAX_RUNNING_REQUESTS_WARNING,
-    NO_BUFFER_SPECULATIVE_ERROR,
     CommonServerArgs,
     GpuMemoryDefaults,
     decode_graph_batch_sizes,
@@ -29,6 +26,17 @@ from sglang.srt.server_args_common import (
     spec_v2_enabled,
 )
 
+NO_BUFFER_SPECULATIVE_ERROR = (
+    "Speculative decoding for {arch} is not compatible with radix cache when using "
+    "--mamba-scheduler-strategy no_buffer."
+    "To use radix cache with speculative decoding, please use --mamba-scheduler-strategy extra_buffer "
+    "and set SGLANG_ENABLE_SPEC_V2=1."
+)
+EXTRA_BUFFER_WITHOUT_RADIX_CACHE_ERROR = (
+    "mamba extra_buffer is not compatible with --disable-radix-cache "
+    "Overlap scheduling is already supported with no_buffer + disable_radix_cache. "
+    "Please use --mamba-scheduler-strategy no_buffer instead."
+)
 GPU_MEMORY_DEFAULTS: GpuMemoryDefaults = (
     (20 * 1024, 2048, 8, 8),
     (35 * 1024, 2048, 24, 80),
@@ -188,12 +196,6 @@ class ServerArgs(CommonServerArgs):
         values["mamba_strategy"] = self.mamba_scheduler_strategy
         values["mamba_extra_buffer"] = self.mamba_scheduler_strategy == "extra_buffer"
         return values
-
-    @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> ServerArgs:
-        return cls(
-            **{field.name: getattr(args, field.name) for field in dataclasses.fields(cls) if hasattr(args, field.name)}
-        )
 
 
 def prepare_server_args(argv: list[str]) -> ServerArgs:

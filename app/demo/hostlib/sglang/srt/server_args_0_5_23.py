@@ -14,11 +14,10 @@ What changed since 0.5.10, as far as the simulator models it:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 from sglang.srt.cli_flags import FLAGS_0_5_23, build_parser
 from sglang.srt.server_args_common import (
@@ -76,7 +75,7 @@ class ServerArgs(CommonServerArgs):
     disable_cuda_graph: bool = False
     enable_dp_attention: bool = False
 
-    NO_GPU_FRACTION = 0.95
+    NO_GPU_FRACTION: ClassVar[float] = 0.95
 
     def resolve_once(self) -> None:
         """Applies the adjustments and validation once; the effective values go to `resolved_dict()`."""
@@ -215,12 +214,6 @@ class ServerArgs(CommonServerArgs):
         values["cuda_graph_max_bs"] = decode["max_bs"]
         values["disable_cuda_graph"] = decode["backend"] == "disabled"
         return values
-
-    @classmethod
-    def from_cli_args(cls, args: argparse.Namespace) -> ServerArgs:
-        return cls(
-            **{field.name: getattr(args, field.name) for field in dataclasses.fields(cls) if hasattr(args, field.name)}
-        )
 
 
 def prepare_server_args(argv: list[str]) -> ServerArgs:

@@ -4,28 +4,18 @@ for vision models, the shape of EAGLE drafts)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import os
 import random
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from sglang.srt.configs.model_config import HYBRID_GDN_ARCHITECTURES, ModelConfig
 
 logger = logging.getLogger("sglang.srt.server_args")
 
 FLA_CHUNK_SIZE = 64
-NO_BUFFER_SPECULATIVE_ERROR = (
-    "Speculative decoding for {arch} is not compatible with radix cache when using "
-    "--mamba-scheduler-strategy no_buffer."
-    "To use radix cache with speculative decoding, please use --mamba-scheduler-strategy extra_buffer "
-    "and set SGLANG_ENABLE_SPEC_V2=1."
-)
-EXTRA_BUFFER_WITHOUT_RADIX_CACHE_ERROR = (
-    "mamba extra_buffer is not compatible with --disable-radix-cache "
-    "Overlap scheduling is already supported with no_buffer + disable_radix_cache. "
-    "Please use --mamba-scheduler-strategy no_buffer instead."
-)
 MAX_RUNNING_REQUESTS_WARNING = (
     "Max running requests is reset to 48 for speculative decoding. "
     "You can override this by explicitly setting --max-running-requests."
@@ -38,6 +28,8 @@ DRAFT_TOKENS_WARNING = (
 @dataclasses.dataclass
 class CommonServerArgs:
     """The fields and rules both modelled releases share."""
+
+    NO_GPU_FRACTION: ClassVar[float] = 0.88  # the static fraction when no GPU memory can be read
 
     model_path: str = ""
     tokenizer_path: str | None = None
@@ -78,6 +70,12 @@ class CommonServerArgs:
     disable_overlap_schedule: bool = False
     enable_torch_compile: bool = False
 
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> Self:
+        return cls(
+            **{field.name: getattr(args, field.name) for field in dataclasses.fields(cls) if hasattr(args, field.name)}
+        )
+
     def get_model_config(self) -> ModelConfig:
         if not hasattr(self, "_model_config"):
             self._model_config = ModelConfig(self.model_path, self.context_length)
@@ -109,8 +107,6 @@ class CommonServerArgs:
         complexity_ratio = layers * width**2 / (24 * 1024**2)
         adjustment = max(0.8, min(1.05, 1.0 - 0.1 * (complexity_ratio - 1.0)))
         return fraction * (0.95 * adjustment)
-
-    NO_GPU_FRACTION = 0.88
 
     def choose_attention_backend(self, values: dict[str, Any]) -> None:
         """The default outside Blackwell's SM100 branches, which the oracle cannot exercise."""
