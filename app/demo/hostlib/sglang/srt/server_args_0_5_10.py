@@ -16,8 +16,9 @@ from sglang.srt.cli_flags import FLAGS_0_5_10, build_parser
 from sglang.srt.server_args_common import (
     FLA_CHUNK_SIZE,
     MAX_RUNNING_REQUESTS_WARNING,
-    CommonServerArgs,
+    CommonFields,
     GpuMemoryDefaults,
+    ServerArgsRules,
     decode_graph_batch_sizes,
     defaults_for_gpu,
     gpu_memory_capacity_mib,
@@ -54,12 +55,18 @@ PIECEWISE_CUDA_GRAPH_DISABLED_ARCHS = (
 
 
 @dataclasses.dataclass
-class ServerArgs(CommonServerArgs):
+class ServerArgs(ServerArgsRules, CommonFields):
+    """A dataclass, as 0.5.10's is: `dataclasses.asdict` gives the effective arguments."""
+
     mamba_scheduler_strategy: str = "auto"
     cuda_graph_max_bs: int | None = None
     cuda_graph_bs: list[int] | None = None
     disable_cuda_graph: bool = False
     disable_piecewise_cuda_graph: bool = False
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [field.name for field in dataclasses.fields(cls)]
 
     def __post_init__(self) -> None:
         values = vars(self)  # this release adjusts the record itself

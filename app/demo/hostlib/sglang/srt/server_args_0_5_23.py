@@ -23,8 +23,9 @@ from sglang.srt.cli_flags import FLAGS_0_5_23, build_parser
 from sglang.srt.server_args_common import (
     FLA_CHUNK_SIZE,
     MAX_RUNNING_REQUESTS_WARNING,
-    CommonServerArgs,
+    CommonFields,
     GpuMemoryDefaults,
+    ServerArgsRules,
     decode_graph_batch_sizes,
     defaults_for_gpu,
     gpu_memory_capacity_mib,
@@ -63,7 +64,9 @@ def validate_mamba_no_buffer(values: dict[str, Any]) -> None:
 
 
 @dataclasses.dataclass
-class ServerArgs(CommonServerArgs):
+class InputFields(CommonFields):
+    """0.5.23's fields with their defaults, as the operator gives them."""
+
     mamba_full_memory_ratio: float | None = None  # type: ignore[assignment]
     mamba_radix_cache_strategy: str = "auto"
     uses_mamba_radix_cache: bool = False
@@ -75,13 +78,32 @@ class ServerArgs(CommonServerArgs):
     disable_cuda_graph: bool = False
     enable_dp_attention: bool = False
 
+
+class ServerArgs(ServerArgsRules):
+    """A record like 0.5.23's (a msgspec Struct there): fields set from keywords, a repr, and no
+    dataclass protocol, so `dataclasses.asdict` fails on it as on the real one."""
+
     NO_GPU_FRACTION: ClassVar[float] = 0.95
+
+    def __init__(self, **values: Any) -> None:
+        for name, value in dataclasses.asdict(InputFields(**values)).items():
+            setattr(self, name, value)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [field.name for field in dataclasses.fields(InputFields)]
+
+    def input_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.field_names()}
+
+    def __repr__(self) -> str:
+        return "ServerArgs(" + ", ".join(f"{name}={value!r}" for name, value in self.input_dict().items()) + ")"
 
     def resolve_once(self) -> None:
         """Applies the adjustments and validation once; the effective values go to `resolved_dict()`."""
         if hasattr(self, "_resolved"):
             return
-        values = dataclasses.asdict(self)
+        values = self.input_dict()
         self.fill_missing_defaults(values)
         if values["mamba_full_memory_ratio"] is None:
             values["mamba_full_memory_ratio"] = 0.9
@@ -220,7 +242,7 @@ def prepare_server_args(argv: list[str]) -> ServerArgs:
     """Parses `argv` as `sglang serve` does and returns the arguments as given, unresolved.
 
     Logging is configured here, before resolution, so every warning carries a timestamp."""
-    raw_args = build_parser(FLAGS_0_5_23, ServerArgs).parse_args(argv)
+    raw_args = build_parser(FLAGS_0_5_23, InputFields).parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, raw_args.log_level.upper()),
         format="[%(asctime)s] %(message)s",

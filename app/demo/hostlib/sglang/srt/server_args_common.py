@@ -26,10 +26,8 @@ DRAFT_TOKENS_WARNING = (
 
 
 @dataclasses.dataclass
-class CommonServerArgs:
-    """The fields and rules both modelled releases share."""
-
-    NO_GPU_FRACTION: ClassVar[float] = 0.88  # the static fraction when no GPU memory can be read
+class CommonFields:
+    """The fields both modelled releases take, with their defaults (before resolution)."""
 
     model_path: str = ""
     tokenizer_path: str | None = None
@@ -70,11 +68,21 @@ class CommonServerArgs:
     disable_overlap_schedule: bool = False
     enable_torch_compile: bool = False
 
+
+class ServerArgsRules:
+    """The rules both modelled releases share; a release's record supplies the fields."""
+
+    NO_GPU_FRACTION: ClassVar[float] = 0.88  # the static fraction when no GPU memory can be read
+    model_path: str
+    context_length: int | None
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        raise NotImplementedError
+
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> Self:
-        return cls(
-            **{field.name: getattr(args, field.name) for field in dataclasses.fields(cls) if hasattr(args, field.name)}
-        )
+        return cls(**{name: getattr(args, name) for name in cls.field_names() if hasattr(args, name)})
 
     def get_model_config(self) -> ModelConfig:
         if not hasattr(self, "_model_config"):
