@@ -25,10 +25,10 @@ SGLANG_0_5_10 = "python-sglang-0.5.10"
 DEMO_PRESETS = (
     PresetInput(
         name="qwen36-27b-mtp-oom",
-        description="SGLang 0.5.10 keeps the requested extra_buffer, but with its default memory fraction "
-        "(0.759 for MTP on 96 GB) the model runs out of memory building its pools: MTP keeps a mamba state per "
-        "draft token for every running request (48 x 4 x 144 MiB = 27 GB) beside 51.75 GB of weights. "
-        "SGLang asks for a larger --mem-fraction-static.",
+        description="SGLang 0.5.10 keeps the requested extra_buffer, but its own memory fraction for MTP on "
+        "96 GB (0.759) leaves 20 GB beside the 51.75 GB of weights, and verifying 4 draft tokens for 48 running "
+        "requests keeps 27.5 GB of mamba states (147 MiB each): the memory pool cannot be built, and SGLang asks "
+        "for a larger --mem-fraction-static.",
         model_path=QWEN,
         args=[*MTP, "--mamba-scheduler-strategy", "extra_buffer"],
         python=SGLANG_0_5_10,
