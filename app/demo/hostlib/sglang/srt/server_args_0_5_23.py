@@ -46,6 +46,11 @@ PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
 SPECULATIVE_ALGORITHMS = frozenset(
     {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NONE", "NEXTN"}
 )
+RESOLUTION_FAILED_ERROR = (
+    "resolution already failed on this ServerArgs; the handlers that ran left their writes on the record, "
+    "and a second pass would read that partial output as fresh input. Build a new record from the corrected "
+    "arguments."
+)
 GRAPH_PHASE_DEFAULTS = {
     "tc_compiler": "eager",
     "max_context_size": None,
@@ -100,9 +105,19 @@ class ServerArgs(ServerArgsRules):
         return "ServerArgs(" + ", ".join(f"{name}={value!r}" for name, value in self.input_dict().items()) + ")"
 
     def resolve_once(self) -> None:
-        """Applies the adjustments and validation once; the effective values go to `resolved_dict()`."""
+        """Applies the adjustments and validation once; the effective values go to `resolved_dict()`.
+        A failed resolution cannot be retried on the same record, as in SGLang."""
         if hasattr(self, "_resolved"):
             return
+        if getattr(self, "_resolution_failed", False):
+            raise RuntimeError(RESOLUTION_FAILED_ERROR)
+        try:
+            self._resolved = self._resolve()
+        except BaseException:
+            self._resolution_failed = True
+            raise
+
+    def _resolve(self) -> dict[str, Any]:
         values = self.input_dict()
         self.fill_missing_defaults(values)
         if values["mamba_full_memory_ratio"] is None:
@@ -119,7 +134,7 @@ class ServerArgs(ServerArgsRules):
         if values["page_size"] is None:
             values["page_size"] = 1
         self._handle_speculative_decoding(values)
-        self._resolved = values
+        return values
 
     def resolved_dict(self) -> dict[str, Any]:
         return dict(self._resolved)
