@@ -105,8 +105,26 @@ TEMPLATES = [
         "--disable-radix-cache if overlap schedule is necessary",
         "§2.2 (code search)",
     ),
+    t(
+        "[<ts>] Attention backend not specified. Use <name> backend by default.",
+        "(code) sglang 0.5.23 srt/arg_groups/overrides.py; logged once 0.5.23 configures logging before resolving",
+    ),
+    t(
+        "[<ts>] Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
+        "setting --max-running-requests.",
+        "(code) sglang 0.5.23 srt/arg_groups/speculative_hook.py _handle_eagle_family",
+    ),
+    t(
+        "[<ts>] Non-overlap (synchronous) spec v2 is used for eagle/eagle3/standalone speculative decoding.",
+        "(code) sglang 0.5.23 srt/arg_groups/speculative_hook.py _handle_eagle_family",
+    ),
+    t(
+        "\033[1;33m'--<name>' is deprecated and will be removed in a future release.<text>\033[0m",
+        "(code) sglang 0.5.23 srt/arg_groups/argparse_actions.py DeprecatedStoreTrueAction, printed while parsing",
+    ),
     # server_args and scheduler start-up (§2.1, §2.3 - §2.7)
     t("[<ts>] server_args=ServerArgs(model_path=<repr>)", "§2.1 [sgl#5896, sgl#5813, sgl#8974]"),
+    t("[<ts>] server_args={'model_path': <repr>}", "§2.1 (code) sglang 0.5.23 entrypoints/engine.py resolved_dict"),
     t("[<ts><ranks>] Init torch distributed begin.", "§2.3 [olmocr#105, sgl#8081]"),
     t("[<ts><ranks>] Init torch distributed ends. mem usage=<float> GB", "§2.3 [sgl#4127, sgl#8081, sgl#11716]"),
     t("[<ts><ranks>] Load weight begin. avail mem=<float> GB", "§2.4 [sgl#4127, olmocr#105, sgl#8081, sgl#11716]"),
@@ -233,6 +251,15 @@ TEMPLATES = [
     t("2. set --cuda-graph-max-bs to a smaller value (e.g., 16)", "§2.6 [sgl#11218]"),
     t("3. disable torch compile by not using --enable-torch-compile", "§2.6 [sgl#11218, sgl#1467]"),
     t("4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)", "§2.6 [sgl#11218]"),
+    t(
+        "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)",
+        "(code) sglang 0.5.23 srt/model_executor/runner_backend_utils",
+    ),
+    t(
+        "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+        "(Not recommended. Huge performance loss)",
+        "(code) sglang 0.5.23 srt/model_executor/runner_backend_utils",
+    ),
     t("Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose ", "§2.6 [sgl#11218]"),
     t("torch.AcceleratorError: CUDA error: invalid device ordinal", "§3 driver: the AcceleratorError form [sgl#24224]"),
     t(
@@ -252,6 +279,15 @@ TEMPLATES = [
         "--mamba-scheduler-strategy no_buffer.To use radix cache with speculative decoding, please use "
         "--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1.",
         "(code) sglang 0.5.10 srt/server_args.py _handle_mamba_radix_cache",
+    ),
+    t(
+        "ValueError: mamba extra_buffer is not compatible with --disable-radix-cache Overlap scheduling is already "
+        "supported with no_buffer + disable_radix_cache. Please use --mamba-scheduler-strategy no_buffer instead.",
+        "(code) sglang 0.5.10 srt/server_args.py _handle_mamba_radix_cache",
+    ),
+    t(
+        "AssertionError: no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.",
+        "(code) sglang 0.5.23 srt/arg_groups/mamba_hook.py validate_mamba_no_buffer",
     ),
     t(
         "huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. (Request ID: Root=<text>)",

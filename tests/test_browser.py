@@ -416,7 +416,7 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     page = tab.page
     await log_in(page)
     await page.get_by_role("link", name="Presets").click()
-    for name in ("llama31-8b", "qwen36-27b-mtp-oom", "qwen36-27b-mtp-extra-buffer", "qwen36-27b-mtp-fixed"):
+    for name in ("llama31-8b", "qwen36-27b-mtp-oom", "qwen36-27b-mtp-strategy-unset", "qwen36-27b-mtp-fixed"):
         await expect(page.locator(f"tr[data-preset='{name}']")).to_be_visible()
     await page.get_by_role("link", name="llama31-8b").click()
     await expect(page.locator("#command")).to_contain_text("--model-path meta-llama/Llama-3.1-8B-Instruct")
@@ -516,7 +516,7 @@ async def test_live_log_resumes_exactly_after_drops_and_keeps_markup_inert(tab: 
 async def test_grep_with_zero_hits_pivots_to_the_full_log(tab: Tab, demo: Demo) -> None:
     page = tab.page
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        body = {"preset": "qwen36-27b-mtp-extra-buffer", "host": "rtxpro-01", "gpus": [3], "port": free_port()}
+        body = {"preset": "qwen36-27b-mtp-strategy-unset", "host": "rtxpro-01", "gpus": [3], "port": free_port()}
         attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
 
         async def failed() -> bool:
@@ -562,7 +562,7 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         # GPU 1 still serves the live-log test's attempt.
         for gpu, preset in zip(
-            (0, 2, 3), ("qwen36-27b-mtp-oom", "qwen36-27b-mtp-extra-buffer", "qwen36-27b-mtp-fixed"), strict=True
+            (0, 2, 3), ("qwen36-27b-mtp-oom", "qwen36-27b-mtp-strategy-unset", "qwen36-27b-mtp-fixed"), strict=True
         ):
             body = {"preset": preset, "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
             launched[preset] = (await api.post("/api/attempts", json=body)).json()["id"]
@@ -577,11 +577,11 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
         try:
             await log_in(page)
             await page.goto(f"/attempts/{override}")
+            # SGLang 0.5.10 refused a strategy nobody asked for: auto became no_buffer.
             await expect(page.locator("#failure-class")).to_have_text("arg-conflict")
-            await expect(page.locator("#hint")).to_contain_text("the flag did not reach this server")
+            await expect(page.locator("#hint")).to_contain_text("the strategy was never requested")
             changed = page.locator("#drift tr[data-arg='mamba_scheduler_strategy']")
             await expect(changed).to_have_class(re.compile(r"\bchanged\b"))
-            await expect(changed).to_contain_text("extra_buffer")
             await expect(changed.locator("b")).to_have_text("no_buffer")
             # The zero-hits test's attempt of this preset failed the same way before, when it ran first.
             same = re.compile(r"same signature: \d+ earlier attempts?:|first attempt to fail this way")
@@ -596,17 +596,17 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
 
             await page.goto(f"/attempts/{oom}")
             await expect(page.locator("#failure-class")).to_have_text("oom")
-            await expect(page.locator("#stage-progress .step.current")).to_contain_text("cuda graph capture")
+            await expect(page.locator("#stage-progress .step.current")).to_contain_text("weights loaded")
             await page.goto("/errors")
             await expect(page.locator("#error-groups tbody tr")).to_have_count(2)
-            await expect(page.locator("#error-groups")).to_contain_text("qwen36-27b-mtp-extra-buffer")
+            await expect(page.locator("#error-groups")).to_contain_text("qwen36-27b-mtp-strategy-unset")
 
             await page.goto(f"/compare?a={oom}&b={fixed}")
             fraction = page.locator("#argv-diff tr[data-row='--mem-fraction-static']")
             await expect(fraction).to_have_class(re.compile(r"\bdiffers\b"))
-            await expect(fraction).to_contain_text("0.99")
+            await expect(fraction).to_contain_text("0.95")
             await expect(page.locator("#outcome")).to_contain_text("healthy")
-            await expect(page.locator("#root-logs .ln.mark")).to_contain_text("CUDA out of memory")
+            await expect(page.locator("#root-logs .ln.mark")).to_contain_text("Not enough memory")
             if shots:
                 await page.screenshot(path=f"{shots}/compare-oom-fixed.png", full_page=True)
                 await page.goto(f"/compare?a={override}&b={fixed}")

@@ -54,29 +54,53 @@ async def remote_log(app: FastAPI, attempt: dict[str, Any]) -> str:
 
 
 async def test_demo_presets_replay_the_seed_story(api: AsyncClient, running_app: FastAPI) -> None:
+    """On SGLang 0.5.10 three launches fail for their real causes and one works; the newest release
+    serves the same intent with its renamed flag."""
     launched = {
         "qwen36-27b-mtp-oom": await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0]),
-        "qwen36-27b-mtp-extra-buffer": await launch(api, "qwen36-27b-mtp-extra-buffer", "rtxpro-01", [1]),
-        "qwen36-27b-mtp-fixed": await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [2]),
-        "llama31-8b on rtxpro-01": await launch(api, "llama31-8b", "rtxpro-01", [3]),
+        "qwen36-27b-mtp-strategy-unset": await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1]),
+        "qwen36-27b-mtp-no-radix": await launch(api, "qwen36-27b-mtp-no-radix", "rtxpro-01", [2]),
+        "qwen36-27b-mtp-fixed": await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [3]),
         "llama31-8b on b200-01": await launch(api, "llama31-8b", "b200-01", [0]),
     }
     results = {name: await wait_for(api, attempt_id, FINAL) for name, attempt_id in launched.items()}
-    oom, override = results["qwen36-27b-mtp-oom"], results["qwen36-27b-mtp-extra-buffer"]
+    oom = results["qwen36-27b-mtp-oom"]
     assert oom["status"] == "failed" and oom["exit_code"] == 137
-    assert "Exception: Capture cuda graph failed: CUDA out of memory." in await remote_log(running_app, oom)
-    assert override["status"] == "failed" and override["exit_code"] == 1
+    log = await remote_log(running_app, oom)
+    assert "mamba_scheduler_strategy='extra_buffer'" in log  # 0.5.10 keeps what was asked for
+    assert (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        "Current value: mem_fraction_static=0.7592325781249999" in log
+    )
+    unset = results["qwen36-27b-mtp-strategy-unset"]
+    assert unset["status"] == "failed" and unset["exit_code"] == 1
+    assert not any("mamba" in arg for arg in unset["argv"])  # the strategy was never requested
     assert (
         "ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix "
-        "cache when using --mamba-scheduler-strategy no_buffer." in await remote_log(running_app, override)
+        "cache when using --mamba-scheduler-strategy no_buffer." in await remote_log(running_app, unset)
     )
-    arguments = next(c for c in override["preflight"]["checks"] if c["name"] == "arguments")
+    arguments = next(c for c in unset["preflight"]["checks"] if c["name"] == "arguments")
     assert arguments["message"].startswith("SGLang will refuse these arguments: ValueError: Speculative decoding")
-    for name in ("qwen36-27b-mtp-fixed", "llama31-8b on rtxpro-01", "llama31-8b on b200-01"):
+    no_radix = results["qwen36-27b-mtp-no-radix"]
+    assert no_radix["status"] == "failed" and no_radix["exit_code"] == 1
+    assert "ValueError: mamba extra_buffer is not compatible with --disable-radix-cache" in await remote_log(
+        running_app, no_radix
+    )
+
+    # The second wave takes the GPUs the failures left.
+    launched = {
+        "qwen36-27b-mtp-newest": await launch(api, "qwen36-27b-mtp-newest", "rtxpro-01", [1]),
+        "llama31-8b on rtxpro-01": await launch(api, "llama31-8b", "rtxpro-01", [0]),
+    }
+    results |= {name: await wait_for(api, attempt_id, FINAL) for name, attempt_id in launched.items()}
+    for name in ("qwen36-27b-mtp-fixed", "qwen36-27b-mtp-newest", "llama31-8b on rtxpro-01", "llama31-8b on b200-01"):
         assert results[name]["status"] == "ready", results[name]
         assert results[name]["time_to_ready_s"] > 0
         stages = [s["stage"] for s in results[name]["stages"]]  # "serving" may follow, once a request came
         assert stages[stages.index("http server up") :][:3] == ["http server up", "ready line", "ready"]
+    newest_log = await remote_log(running_app, results["qwen36-27b-mtp-newest"])
+    assert "server_args={'model_path': 'Qwen/Qwen3.6-27B', " in newest_log
+    assert "'mamba_radix_cache_strategy': 'extra_buffer'" in newest_log
 
 
 async def test_stop_terminates_the_group_and_frees_the_gpu(api: AsyncClient, running_app: FastAPI) -> None:

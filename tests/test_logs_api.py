@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 async def failed_override_attempt(api: AsyncClient) -> dict[str, Any]:
-    """The seed story's second failure: SGLang overrode extra_buffer and refused the arguments."""
-    attempt = await wait_for(api, await launch(api, "qwen36-27b-mtp-extra-buffer", "rtxpro-01", [1]), FINAL)
+    """The demo story's refusal on SGLang 0.5.10: the mamba strategy was left to auto, which became no_buffer."""
+    attempt = await wait_for(api, await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1]), FINAL)
     assert attempt["status"] == "failed"
     return attempt
 

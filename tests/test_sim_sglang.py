@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import shlex
@@ -28,6 +29,7 @@ MTP = [
     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
 ]  # fmt: skip
 READY = "The server is fired up and ready to roll!"
+SGLANG_0_5_10 = "python-sglang-0.5.10"
 
 
 @dataclass
@@ -63,11 +65,15 @@ class Server:
 class Launcher:
     host: HostConnection
     started: list[Server] = field(default_factory=list)
+    python: str = "python3"  # the host's newest SGLang; SGLANG_0_5_10 names the older one
 
-    @staticmethod
-    def command(args: list[str], env: dict[str, str]) -> str:
+    def on(self, python: str) -> Launcher:
+        """The same host's launcher with another Python (and so another SGLang release)."""
+        return dataclasses.replace(self, python=python)
+
+    def command(self, args: list[str], env: dict[str, str]) -> str:
         return shlex.join(
-            ["env", *(f"{k}={v}" for k, v in env.items()), "python3", "-m", "sglang.launch_server", *args]
+            ["env", *(f"{k}={v}" for k, v in env.items()), self.python, "-m", "sglang.launch_server", *args]
         )
 
     async def run_to_exit(self, args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -139,7 +145,7 @@ async def test_healthy_server_serves_books_memory_and_stops_on_sigterm(rtx: Laun
     port = free_port()
     server = await rtx.start(["--model-path", LLAMA, "--port", str(port)])
     log = await server.wait_for(READY)
-    assert "Capture cuda graph end." in log and "server_args=ServerArgs(model_path=" in log
+    assert "Capture cuda graph end." in log and f"server_args={{'model_path': '{LLAMA}', " in log
     assert await server.processes() == [
         f"python3 -m sglang.launch_server --model-path {LLAMA} --port {port}",
         "sglang::scheduler -m sglang.srt.managers.scheduler",
@@ -155,7 +161,8 @@ async def test_healthy_server_serves_books_memory_and_stops_on_sigterm(rtx: Laun
         status, info = await get_json(local, "/get_server_info")
         assert status == 200 and isinstance(info, dict)
         assert info["model_path"] == LLAMA and info["tp_size"] == 1
-        assert 0.8 < info["mem_fraction_static"] < 0.9 and info["cuda_graph_max_bs"] == 256
+        assert info["mem_fraction_static"] == 0.863 and info["cuda_graph_config"]["decode"]["max_bs"] == 256
+        assert info["version"] == "0.5.23+launchdeck.sim"
         assert info["max_total_num_tokens"] > 100_000
         status, model = await get_json(local, "/get_model_info")
         assert status == 200 and isinstance(model, dict) and model["model_path"] == LLAMA
@@ -215,26 +222,83 @@ async def test_cuda_graphs_that_do_not_fit_fail_in_capture(rtx: Launcher) -> Non
     await rtx.wait_until_gpus_free()
 
 
-async def test_hybrid_model_with_mtp_is_switched_to_no_buffer_and_refused_before_server_args(rtx: Launcher) -> None:
-    code, log = await rtx.run_to_exit(["--model-path", QWEN, *MTP, "--mamba-scheduler-strategy", "extra_buffer"])
-    assert code == 1
-    assert root_error(log).startswith(
-        "ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix cache "
-        "when using --mamba-scheduler-strategy no_buffer."
+async def test_0_5_10_keeps_extra_buffer_and_runs_out_of_memory_for_the_draft_states(rtx: Launcher) -> None:
+    """SGLang's own fraction for MTP (0.759) leaves 20 GB beside the weights; verifying 4 draft tokens for
+    48 requests needs 27 GB of mamba states, so the pool cannot be built."""
+    code, log = await rtx.on(SGLANG_0_5_10).run_to_exit(
+        ["--model-path", QWEN, *MTP, "--mamba-scheduler-strategy", "extra_buffer"]
     )
-    assert "server_args=" not in log and "mamba_scheduler" not in log.split("Traceback")[0]
+    assert code == 137
+    assert "mamba_scheduler_strategy='extra_buffer'" in log  # kept, as 0.5.10 keeps an explicit extra_buffer
+    assert root_error(log) == (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        "Current value: mem_fraction_static=0.7592325781249999"
+    )
+    assert "Load weight end." in log and "KV Cache is allocated" not in log
+    assert_catalogued(log)
+    await rtx.wait_until_gpus_free()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "error"),
+    [
+        (
+            [],  # left to auto, which 0.5.10 turns into no_buffer
+            "ValueError: Speculative decoding for Qwen3_5ForConditionalGeneration is not compatible with radix cache "
+            "when using --mamba-scheduler-strategy no_buffer.To use radix cache with speculative decoding, please use "
+            "--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1.",
+        ),
+        (
+            ["--mamba-scheduler-strategy", "extra_buffer", "--disable-radix-cache"],
+            "ValueError: mamba extra_buffer is not compatible with --disable-radix-cache Overlap scheduling is already "
+            "supported with no_buffer + disable_radix_cache. Please use --mamba-scheduler-strategy no_buffer instead.",
+        ),
+    ],
+    ids=["strategy-left-to-auto", "extra-buffer-without-radix-cache"],
+)
+async def test_0_5_10_refuses_mtp_mamba_combinations_before_server_args(
+    rtx: Launcher, strategy: list[str], error: str
+) -> None:
+    code, log = await rtx.on(SGLANG_0_5_10).run_to_exit(["--model-path", QWEN, *MTP, *strategy])
+    assert code == 1
+    assert root_error(log) == error
+    assert "server_args=" not in log
     assert_catalogued(log)
     assert not any(await rtx.used_mib())
 
 
-async def test_hybrid_model_with_mtp_serves_once_radix_cache_is_off(rtx: Launcher) -> None:
+async def test_newest_knows_only_the_renamed_strategy_flag_and_wants_overlap_off_for_no_buffer(rtx: Launcher) -> None:
+    code, log = await rtx.run_to_exit(["--model-path", QWEN, *MTP, "--mamba-scheduler-strategy", "extra_buffer"])
+    assert code == 2
+    assert (
+        log.splitlines()[-1] == "sglang serve: error: unrecognized arguments: --mamba-scheduler-strategy extra_buffer"
+    )
+    code, log = await rtx.run_to_exit(["--model-path", QWEN, *MTP, "--mamba-radix-cache-strategy", "no_buffer"])
+    assert code == 1
+    assert root_error(log) == (
+        "AssertionError: no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True."
+    )
+    assert_catalogued(log)
+
+
+@pytest.mark.parametrize(
+    ("python", "strategy", "running_requests"),
+    [
+        (SGLANG_0_5_10, "--mamba-scheduler-strategy", 8),  # 34 mamba slots, 4 per request (no overlap)
+        ("python3", "--mamba-radix-cache-strategy", 6),  # 5 per request: the overlap scheduler stays on
+    ],
+    ids=["0.5.10", "newest"],
+)
+async def test_hybrid_model_with_mtp_serves_with_extra_buffer_and_more_static_memory(
+    rtx: Launcher, python: str, strategy: str, running_requests: int
+) -> None:
     port = free_port()
-    args = ["--model-path", QWEN, *MTP, "--disable-radix-cache", "--mem-fraction-static", "0.95", "--port", str(port)]
-    server = await rtx.start(args)
+    args = ["--model-path", QWEN, *MTP, strategy, "extra_buffer", "--mem-fraction-static", "0.95", "--port", str(port)]
+    server = await rtx.on(python).start(args)
     log = await server.wait_for(READY)
     assert "Max running requests is reset to 48 for speculative decoding." in log
-    assert "Overlap scheduler is disabled when spec v2 is off or using unsupported speculative algorithm." in log
-    assert re.search(r"Mamba Cache is allocated\. max_mamba_cache_size: 48, ", log)
+    assert re.search(r"Mamba Cache is allocated\. max_mamba_cache_size: 34, ", log)
+    assert f", max_running_requests={running_requests}, " in log
     listener = await rtx.host.forward_local_port(port)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{listener.get_port()}", timeout=30) as client:
@@ -261,10 +325,19 @@ async def test_unknown_flag_and_bad_value_fail_as_argparse_does(rtx: Launcher) -
     assert code == 2
     assert log.splitlines()[-1] == "sglang serve: error: unrecognized arguments: --enable-mtp"
     assert_catalogued(log)
-    code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--mamba-scheduler-strategy", "extra"])
+    code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--mamba-radix-cache-strategy", "extra"])
     assert code == 2
-    assert "argument --mamba-scheduler-strategy: invalid choice: 'extra'" in log.splitlines()[-1]
+    assert "argument --mamba-radix-cache-strategy: invalid choice: 'extra'" in log.splitlines()[-1]
     assert_catalogued(log)
+    code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--cuda-graph-max-bs", "16"])
+    assert code == 2  # a prefix of the two flags that replaced it
+    assert log.splitlines()[-1] == (
+        "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+        "--cuda-graph-max-bs-prefill"
+    )
+    code, log = await rtx.on(SGLANG_0_5_10).run_to_exit(["--model-path", LLAMA, "--mamba-radix-cache-strategy", "auto"])
+    assert code == 2
+    assert log.splitlines()[-1] == "sglang serve: error: unrecognized arguments: --mamba-radix-cache-strategy auto"
 
 
 async def test_model_path_that_does_not_exist_fails_as_the_hub_loader_does(rtx: Launcher) -> None:
@@ -383,33 +456,60 @@ async def test_sigkill_of_the_main_process_leaves_ranks_holding_memory(rtx: Laun
     ]
 
 
-async def test_preflight_runs_sglangs_own_parser_for_effective_arguments(rtx: Launcher) -> None:
-    script = (
+async def test_each_python_reports_its_release_and_resolves_with_that_releases_api(rtx: Launcher) -> None:
+    """0.5.10 resolves while parsing; the newest returns the arguments as given and resolves in
+    resolve_once(), printing its warnings with timestamps."""
+    versions = {}
+    for python in ("python3", "python", SGLANG_0_5_10, "python3-sglang-0.5.10"):
+        result = await rtx.host.run([python, "-c", "import sglang; print(sglang.__version__)"])
+        versions[python] = result.stdout.decode().strip()
+    assert versions == {
+        "python3": "0.5.23+launchdeck.sim",
+        "python": "0.5.23+launchdeck.sim",
+        SGLANG_0_5_10: "0.5.10+launchdeck.sim",
+        "python3-sglang-0.5.10": "0.5.10+launchdeck.sim",
+    }
+    old_api = (
         "import dataclasses, json, sys\n"
         "from sglang.srt.server_args import prepare_server_args\n"
         "print(json.dumps(dataclasses.asdict(prepare_server_args(sys.argv[1:]))))\n"
     )
-    args = ["--model-path", QWEN, *MTP[:2], "--speculative-num-steps", "2", "--disable-radix-cache"]
-    result = await rtx.host.run(["python3", "-c", script, *args])
+    args = [
+        "--model-path", QWEN, *MTP[:2], "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+        "--disable-radix-cache",
+    ]  # fmt: skip
+    result = await rtx.host.run([SGLANG_0_5_10, "-c", old_api, *args])
     effective = json.loads(result.stdout)
     assert effective["speculative_num_steps"] == 2 and effective["speculative_num_draft_tokens"] == 3
     assert effective["max_running_requests"] == 48 and effective["disable_overlap_schedule"] is True
-    assert effective["mamba_scheduler_strategy"] == "no_buffer"
-    assert "Max running requests is reset to 48" in result.stderr.decode()
-    spec_v2 = await rtx.host.run(
-        [
-            "env",
-            "SGLANG_ENABLE_SPEC_V2=1",
-            "python3",
-            "-c",
-            script,
-            "--model-path",
-            QWEN,
-            *MTP,
-            "--mamba-scheduler-strategy",
-            "extra_buffer",
-        ]
+    assert (
+        effective["mamba_scheduler_strategy"] == "no_buffer" and effective["mem_fraction_static"] == 0.7592325781249999
     )
-    assert json.loads(spec_v2.stdout)["mamba_scheduler_strategy"] == "extra_buffer"
+    assert result.stderr.decode().splitlines()[0].startswith("Max running requests is reset to 48")
+
+    new_api = (
+        "import json, sys\n"
+        "from sglang.srt.server_args import prepare_server_args\n"
+        "args = prepare_server_args(sys.argv[1:])\n"
+        "print(json.dumps(args.mem_fraction_static))\n"
+        "args.resolve_once()\n"
+        "print(json.dumps(args.resolved_dict()))\n"
+    )
+    result = await rtx.host.run(["python3", "-c", new_api, *args, "--disable-cuda-graph"])
+    unresolved, resolved = result.stdout.decode().splitlines()
+    assert json.loads(unresolved) is None
+    effective = json.loads(resolved)
+    assert effective["mamba_radix_cache_strategy"] == "auto" and effective["disable_overlap_schedule"] is False
+    assert effective["mem_fraction_static"] == 0.8026965624999999
+    assert effective["cuda_graph_config"]["decode"]["backend"] == "disabled"
+    printed = re.sub(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ", "[TS] ", result.stderr.decode(), flags=re.M)
+    assert printed.splitlines() == [
+        "\033[1;33m'--disable-cuda-graph' is deprecated and will be removed in a future release. "
+        "Use '--cuda-graph-backend-{decode,prefill}=disabled' instead.\033[0m",
+        "[TS] Attention backend not specified. Use triton backend by default.",
+        "[TS] Max running requests is reset to 48 for speculative decoding. "
+        "You can override this by explicitly setting --max-running-requests.",
+        "[TS] speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1",
+    ]
     served = await rtx.host.run(["sglang", "serve", "--model-path", LLAMA, "--bogus"], check=False)
     assert served.exit_status == 2 and b"sglang serve: error: unrecognized arguments: --bogus" in served.stderr

@@ -1,5 +1,8 @@
-"""Presets that replay the seed story on the simulated cluster: a 27B hybrid model with MTP on a
-96 GB GPU runs out of memory, then trips over the silent mamba scheduler override, then runs."""
+"""Presets that replay the demo story on the simulated cluster, release by release: a 27B hybrid model
+with MTP on a 96 GB GPU (rtxpro-01) under SGLang 0.5.10 (`python-sglang-0.5.10`) and the newest
+release (`python3`). Each description says what really happens and why, as the real release's
+rules decide it.
+"""
 
 from __future__ import annotations
 
@@ -17,26 +20,58 @@ MTP = [
 ]  # fmt: skip
 QWEN = "Qwen/Qwen3.6-27B"
 
+SGLANG_0_5_10 = "python-sglang-0.5.10"
+
 DEMO_PRESETS = (
     PresetInput(
         name="qwen36-27b-mtp-oom",
-        description="Qwen3.6-27B with MTP and almost all memory static: CUDA graph capture runs out of memory "
-        "on a 96 GB GPU (rtxpro-01).",
+        description="SGLang 0.5.10 keeps the requested extra_buffer, but its own memory fraction for MTP on "
+        "96 GB (0.759) leaves 20 GB beside the 51.75 GB of weights, and verifying 4 draft tokens for 48 running "
+        "requests keeps 27.5 GB of mamba states (147 MiB each): the memory pool cannot be built, and SGLang asks "
+        "for a larger --mem-fraction-static.",
         model_path=QWEN,
-        args=[*MTP, "--disable-radix-cache", "--mem-fraction-static", "0.99"],
+        args=[*MTP, "--mamba-scheduler-strategy", "extra_buffer"],
+        python=SGLANG_0_5_10,
     ),
     PresetInput(
-        name="qwen36-27b-mtp-extra-buffer",
-        description="Asks for the extra_buffer mamba strategy to keep the radix cache; SGLang switches it to "
-        "no_buffer and refuses speculative decoding with the radix cache.",
+        name="qwen36-27b-mtp-strategy-unset",
+        description="No mamba strategy requested: SGLang 0.5.10 turns auto into no_buffer, which refuses "
+        "speculative decoding with the radix cache (ValueError). The requested arguments never named "
+        "the strategy; ask for --mamba-scheduler-strategy extra_buffer.",
         model_path=QWEN,
-        args=[*MTP, "--mamba-scheduler-strategy", "extra_buffer", "--mem-fraction-static", "0.95"],
+        args=[*MTP, "--mem-fraction-static", "0.95"],
+        python=SGLANG_0_5_10,
+    ),
+    PresetInput(
+        name="qwen36-27b-mtp-no-radix",
+        description="extra_buffer with --disable-radix-cache: SGLang 0.5.10 refuses the pair (ValueError), "
+        "since the extra buffer exists to keep the radix cache.",
+        model_path=QWEN,
+        args=[
+            *MTP,
+            "--mamba-scheduler-strategy",
+            "extra_buffer",
+            "--disable-radix-cache",
+            "--mem-fraction-static",
+            "0.95",
+        ],
+        python=SGLANG_0_5_10,
     ),
     PresetInput(
         name="qwen36-27b-mtp-fixed",
-        description="Radix cache off and 5% of memory left for CUDA graphs: reaches ready on rtxpro-01.",
+        description="SGLang 0.5.10 with extra_buffer and 95% of memory static: the draft states fit, the "
+        "radix cache stays on, and the server reaches ready on rtxpro-01 (8 running requests: each takes "
+        "four mamba cache slots).",
         model_path=QWEN,
-        args=[*MTP, "--disable-radix-cache", "--mem-fraction-static", "0.95"],
+        args=[*MTP, "--mamba-scheduler-strategy", "extra_buffer", "--mem-fraction-static", "0.95"],
+        python=SGLANG_0_5_10,
+    ),
+    PresetInput(
+        name="qwen36-27b-mtp-newest",
+        description="The same intent on the newest SGLang, whose flag is --mamba-radix-cache-strategy "
+        "(--mamba-scheduler-strategy was removed in 0.5.20): reaches ready on rtxpro-01.",
+        model_path=QWEN,
+        args=[*MTP, "--mamba-radix-cache-strategy", "extra_buffer", "--mem-fraction-static", "0.95"],
     ),
     PresetInput(
         name="llama31-8b",

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import posixpath
+import shlex
 import signal
 import sys
 from collections.abc import Awaitable
@@ -29,6 +30,26 @@ from app.demo.netns import NetworkNamespace
 from app.ssh.hostkeys import generate_key_file
 
 log = logging.getLogger(__name__)
+
+# Releases of the simulated SGLang offered beside the newest (which `python3` runs).
+OLDER_SGLANG_RELEASES = ("0.5.10",)
+SGLANG_VERSION_ENV = "LAUNCHDECK_SIM_SGLANG_VERSION"
+
+
+def write_release_interpreter(path: Path, release: str) -> None:
+    """A Python whose simulated SGLang is `release`: the same interpreter with the release named in
+    the environment, which the servers, schedulers and probes it starts inherit."""
+    script = (
+        "#!/bin/sh\n"
+        f"{SGLANG_VERSION_ENV}={shlex.quote(release)}\n"
+        f"export {SGLANG_VERSION_ENV}\n"
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    if not path.is_file() or path.is_symlink() or path.read_text() != script:
+        path.unlink(missing_ok=True)
+        path.write_text(script)
+        path.chmod(0o755)
+
 
 HOSTBIN = Path(__file__).resolve().parent / "hostbin"
 HOSTLIB = Path(__file__).resolve().parent / "hostlib"
@@ -96,8 +117,9 @@ class SimHost:
         }
 
     def prepare(self, *, authorized_key: str) -> None:
-        """Creates the host key, home with the one authorized client key, and a `python3` on PATH
-        that is this interpreter."""
+        """Creates the host key, home with the one authorized client key, and on PATH a `python3`
+        that is this interpreter with the newest simulated SGLang, beside interpreters for the
+        older releases (`python-sglang-0.5.10`), as a host with one environment per release."""
         self.authorized_keys_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.authorized_keys_path.write_text(authorized_key.strip() + "\n")
         self.bin_dir.mkdir(parents=True, exist_ok=True)
@@ -117,6 +139,9 @@ class SimHost:
             if not link.is_symlink() or os.readlink(link) != sys.executable:
                 link.unlink(missing_ok=True)
                 link.symlink_to(sys.executable)
+        for release in OLDER_SGLANG_RELEASES:
+            for name in (f"python-sglang-{release}", f"python3-sglang-{release}"):
+                write_release_interpreter(self.bin_dir / name, release)
 
     def _link_system_programs(self) -> None:
         """A bare host's PATH: this machine's programs (sh, coreutils, procps...) except any Python."""

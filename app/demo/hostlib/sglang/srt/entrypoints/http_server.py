@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 from urllib.request import Request, urlopen
 
@@ -48,7 +49,7 @@ class Engine:
         self.warmed_up = False  # /health answers 503 until the warmup request has run
 
     def launch_schedulers(self) -> None:
-        args = dataclasses.asdict(self.server_args)
+        args = vars(self.server_args)
         for tp_rank in range(self.server_args.tp_size):
             ours, theirs = socket.socketpair()
             title = f"sglang::scheduler{'_TP' + str(tp_rank) if self.server_args.tp_size > 1 else ''}"
@@ -142,7 +143,9 @@ def detokenize(ids: list[int]) -> str:
     return " " + " ".join(WORDS[i % len(WORDS)] for i in ids)
 
 
-def make_handler(server_args: Any, engine: Engine, model_config: ModelConfig) -> type[BaseHTTPRequestHandler]:
+def make_handler(
+    server_args: Any, engine: Engine, model_config: ModelConfig, reported_args: dict[str, Any]
+) -> type[BaseHTTPRequestHandler]:
     served_name = server_args.served_model_name or server_args.model_path
 
     class Handler(BaseHTTPRequestHandler):
@@ -215,7 +218,7 @@ def make_handler(server_args: Any, engine: Engine, model_config: ModelConfig) ->
                 self.reply(
                     200,
                     {
-                        **dataclasses.asdict(server_args),
+                        **reported_args,
                         "status": "ready",
                         "max_total_num_tokens": info.get("max_total_num_tokens"),
                         "internal_states": [
@@ -374,19 +377,36 @@ def bind_address(host: str) -> str:
     return host if host in LOOPBACK or host.startswith("127.") else "127.0.0.1"
 
 
-def launch_server(server_args: Any) -> None:
-    configure_logger(server_args.log_level)
+def effective_args(record: Any) -> dict[str, Any]:
+    """The effective arguments as the release reports them (its log line, /server_info)."""
+    if hasattr(record, "resolved_dict"):
+        return dict(record.resolved_dict())
+    return dataclasses.asdict(record)
+
+
+def server_args_dump(record: Any) -> str:
+    """The arguments line as each release logs it: 0.5.10 the record's repr, newer releases the
+    resolved values as a dict (CUDA-graph sizes under `cuda_graph_config`)."""
+    return repr(effective_args(record)) if hasattr(record, "resolved_dict") else repr(record)
+
+
+def launch_server(record: Any) -> None:
+    """Starts the server from the parsed record; releases that resolve late resolve here."""
+    configure_logger(record.log_level)
     signal.signal(signal.SIGQUIT, sigquit_handler)
     signal.signal(signal.SIGTERM, sigterm_handler)
-    logger.info(f"server_args={server_args!r}")
+    if hasattr(record, "resolve_once"):
+        record.resolve_once()
+    logger.info(f"server_args={server_args_dump(record)}")
+    server_args = SimpleNamespace(**record.runtime_view())
     engine = Engine(server_args)
     engine.launch_schedulers()
-    model_config = server_args.get_model_config()
+    model_config = record.get_model_config()
     engine.wait_until_ready()
     threading.Thread(target=engine.watch_subprocesses, daemon=True).start()
     threading.Thread(target=engine.read_results, daemon=True).start()
 
-    handler = make_handler(server_args, engine, model_config)
+    handler = make_handler(server_args, engine, model_config, effective_args(record))
     logger.info(f"INFO:     Started server process [{os.getpid()}]")
     logger.info("INFO:     Waiting for application startup.")
     logger.info("INFO:     Application startup complete.")

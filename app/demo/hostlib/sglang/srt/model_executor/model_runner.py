@@ -15,6 +15,7 @@ from typing import Any
 from sglang.srt.configs.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
 from sglang.srt.device import Device
 from sglang.srt.utils import GiB, OutOfMemoryError, ProgressBar, elapsed_since, pause
+from sglang.version import release
 
 logger = logging.getLogger(__name__)
 
@@ -23,14 +24,25 @@ CAPTURE_SECONDS_PER_BS = 0.35
 TORCH_COMPILE_SECONDS = 240.0
 MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3
 
-CUDA_GRAPH_CAPTURE_FAILED_MSG = (
-    "Possible solutions:\n"
-    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
-    "3. disable torch compile by not using --enable-torch-compile\n"
-    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
-    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
-)
+# What to try when graph capture runs out of memory, in each release's words and flags.
+CUDA_GRAPH_CAPTURE_FAILED_MSG = {
+    "0.5.10": (
+        "Possible solutions:\n"
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+        "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+        "3. disable torch compile by not using --enable-torch-compile\n"
+        "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+        "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+    ),
+    "0.5.23": (
+        "Possible solutions:\n"
+        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+        "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+        "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+        "(Not recommended. Huge performance loss)\n"
+        "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+    ),
+}
 
 
 def log_info_on_rank0(tp_rank: int, message: str) -> None:
@@ -133,8 +145,8 @@ class ModelRunner:
             ratio = MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
             if args.disable_radix_cache:
                 ratio = 1
-            elif args.mamba_scheduler_strategy == "extra_buffer":
-                ratio += 1 if self.spec else 2
+            elif args.mamba_extra_buffer:  # ping-pong track buffers: two with the overlap scheduler, else one
+                ratio += 1 if args.disable_overlap_schedule else 2
             self.max_running_requests = max(1, min(self.max_running_requests, self.max_mamba_cache_size // ratio))
         self.device.allocate((self.max_running_requests + 1) * (config.context_len + 4) * 4)  # req_to_token
         log_info_on_rank0(self.tp_rank, f"Using KV cache dtype: {config.dtype}")
@@ -213,7 +225,7 @@ class CudaGraphRunner:
         try:
             self.capture()
         except OutOfMemoryError as e:
-            raise Exception(f"Capture cuda graph failed: {e}\n{CUDA_GRAPH_CAPTURE_FAILED_MSG}")
+            raise Exception(f"Capture cuda graph failed: {e}\n{CUDA_GRAPH_CAPTURE_FAILED_MSG[release()]}")
 
     def graph_bytes(self, bs: int) -> int:
         """Memory one captured batch size keeps in the graph pool: activations and fp32 logits for every

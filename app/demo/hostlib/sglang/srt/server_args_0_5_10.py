@@ -1,0 +1,211 @@
+"""SGLang 0.5.10's server arguments: resolved in place while the record is built.
+
+What sets this release apart: `--mamba-scheduler-strategy` switches only `auto` to `no_buffer`
+(an explicit `extra_buffer` is kept), so speculative decoding on a hybrid model with the
+radix cache on is refused unless `extra_buffer` was asked for; `extra_buffer` refuses
+`--disable-radix-cache`; speculative decoding turns the overlap scheduler off unless spec v2 is
+enabled, and reserves 4 GB more for the draft.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sglang.srt.cli_flags import FLAGS_0_5_10, build_parser
+from sglang.srt.server_args_common import (
+    FLA_CHUNK_SIZE,
+    MAX_RUNNING_REQUESTS_WARNING,
+    CommonFields,
+    GpuMemoryDefaults,
+    ServerArgsRules,
+    decode_graph_batch_sizes,
+    defaults_for_gpu,
+    gpu_memory_capacity_mib,
+    logger,
+    prefill_graph_token_sizes,
+    spec_v2_enabled,
+)
+
+NO_BUFFER_SPECULATIVE_ERROR = (
+    "Speculative decoding for {arch} is not compatible with radix cache when using "
+    "--mamba-scheduler-strategy no_buffer."
+    "To use radix cache with speculative decoding, please use --mamba-scheduler-strategy extra_buffer "
+    "and set SGLANG_ENABLE_SPEC_V2=1."
+)
+EXTRA_BUFFER_WITHOUT_RADIX_CACHE_ERROR = (
+    "mamba extra_buffer is not compatible with --disable-radix-cache "
+    "Overlap scheduling is already supported with no_buffer + disable_radix_cache. "
+    "Please use --mamba-scheduler-strategy no_buffer instead."
+)
+GPU_MEMORY_DEFAULTS: GpuMemoryDefaults = (
+    (20 * 1024, 2048, 8, 8),
+    (35 * 1024, 2048, 24, 80),
+    (60 * 1024, 4096, 32, 160),
+    (160 * 1024, 8192, 256, 512),
+    (None, 16384, 512, 512),
+)
+PIECEWISE_CUDA_GRAPH_DISABLED_ARCHS = (
+    "DeepseekV32ForCausalLM",
+    "Qwen3NextForCausalLM",
+    "GlmMoeDsaForCausalLM",
+    "BailingMoeV2_5ForCausalLM",
+    "LLaDAModelLM",
+)
+
+
+@dataclasses.dataclass
+class ServerArgs(ServerArgsRules, CommonFields):
+    """A dataclass, as 0.5.10's is: `dataclasses.asdict` gives the effective arguments."""
+
+    mamba_scheduler_strategy: str = "auto"
+    cuda_graph_max_bs: int | None = None
+    cuda_graph_bs: list[int] | None = None
+    disable_cuda_graph: bool = False
+    disable_piecewise_cuda_graph: bool = False
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [field.name for field in dataclasses.fields(cls)]
+
+    def __post_init__(self) -> None:
+        values = vars(self)  # this release adjusts the record itself
+        self.fill_missing_defaults(values)
+        if self.mamba_scheduler_strategy == "auto":
+            self.mamba_scheduler_strategy = "no_buffer"
+        self._handle_piecewise_cuda_graph()
+        self._handle_gpu_memory_settings(gpu_memory_capacity_mib(self.base_gpu_id))
+        self._handle_model_specific_adjustments()
+        self.choose_attention_backend(values)
+        if self.page_size is None:
+            self.page_size = 1
+        self._handle_speculative_decoding()
+
+    def _handle_piecewise_cuda_graph(self) -> None:
+        config = self.get_model_config()
+        if (
+            config.architecture in PIECEWISE_CUDA_GRAPH_DISABLED_ARCHS
+            or self.speculative_algorithm is not None
+            or self.enable_torch_compile
+            or config.is_multimodal
+        ):
+            self.disable_piecewise_cuda_graph = True
+
+    def _handle_gpu_memory_settings(self, gpu_mem: int | None) -> None:
+        chunk, max_bs = defaults_for_gpu(GPU_MEMORY_DEFAULTS, gpu_mem, self.tp_size)
+        if self.chunked_prefill_size is None:
+            self.chunked_prefill_size = chunk
+        if self.cuda_graph_max_bs is None:
+            self.cuda_graph_max_bs = max_bs
+        if self.cuda_graph_bs is None:
+            self.cuda_graph_bs = decode_graph_batch_sizes(
+                self.cuda_graph_max_bs, self.speculative_algorithm is not None
+            )
+        else:
+            self.cuda_graph_max_bs = max(self.cuda_graph_bs)
+        if self.mem_fraction_static is None:
+            self.mem_fraction_static = self.static_memory_fraction(gpu_mem, self._reserved_mib(gpu_mem))
+
+    def _reserved_mib(self, gpu_mem: int | None) -> float:
+        """Activations, CUDA graphs and the draft model, in MiB, as 0.5.10 estimates them."""
+        assert self.chunked_prefill_size is not None and self.cuda_graph_max_bs is not None
+        reserved: float = 512
+        tokens = self.chunked_prefill_size if self.chunked_prefill_size > 0 else self.max_prefill_tokens
+        reserved += max(tokens, 2048) * 1.5
+        reserved += self.cuda_graph_max_bs * 2
+        reserved += self.tp_size / 8 * 1024
+        if not self.disable_piecewise_cuda_graph:
+            reserved += len(self._piecewise_cuda_graph_tokens()) * 8
+        if gpu_mem is not None and gpu_mem > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        if self.speculative_algorithm == "STANDALONE":
+            reserved += 6 * 1024
+        elif self.speculative_algorithm not in (None, "NGRAM"):
+            reserved += 4 * 1024
+        return reserved
+
+    def _piecewise_cuda_graph_tokens(self) -> list[int]:
+        assert self.chunked_prefill_size is not None
+        max_tokens = self.chunked_prefill_size
+        if self.max_total_tokens is not None:
+            max_tokens = min(max_tokens, self.max_total_tokens)
+        if "llama-2" in self.model_path.lower():
+            max_tokens = min(max_tokens, 4096)
+        return prefill_graph_token_sizes(max_tokens)
+
+    def _handle_model_specific_adjustments(self) -> None:
+        if self.is_hybrid_gdn:
+            self._handle_mamba_radix_cache()
+
+    def _handle_mamba_radix_cache(self) -> None:
+        arch = self.get_model_config().architecture
+        if self.mamba_scheduler_strategy == "extra_buffer":
+            if self.disable_radix_cache:
+                raise ValueError(EXTRA_BUFFER_WITHOUT_RADIX_CACHE_ERROR)
+            if self.speculative_num_draft_tokens is not None:
+                assert self.mamba_track_interval >= self.speculative_num_draft_tokens, (
+                    f"mamba_track_interval {self.mamba_track_interval} must be greater than or equal to "
+                    f"speculative_num_draft_tokens {self.speculative_num_draft_tokens}"
+                )
+            if self.page_size is not None:
+                assert self.mamba_track_interval % self.page_size == 0, (
+                    f"mamba_track_interval {self.mamba_track_interval} must be divisible by page_size {self.page_size}"
+                )
+                assert max(FLA_CHUNK_SIZE, self.page_size) % min(FLA_CHUNK_SIZE, self.page_size) == 0, (
+                    "For SSM models with extra buffer, either FLA_CHUNK_SIZE or page_size must be divisible by "
+                    f"the other, got FLA_CHUNK_SIZE={FLA_CHUNK_SIZE}, self.page_size={self.page_size}"
+                )
+        elif not self.disable_radix_cache:
+            if self.speculative_algorithm is not None:
+                raise ValueError(NO_BUFFER_SPECULATIVE_ERROR.format(arch=arch))
+            logger.warning(
+                "Disabling overlap schedule since mamba no_buffer is not compatible with overlap schedule, "
+                "try to use --disable-radix-cache if overlap schedule is necessary"
+            )
+            self.disable_overlap_schedule = True
+
+    def _handle_speculative_decoding(self) -> None:
+        if self.speculative_algorithm == "NEXTN":
+            self.speculative_algorithm = "EAGLE"
+        if self.speculative_algorithm not in ("EAGLE", "EAGLE3", "STANDALONE"):
+            return
+        if self.max_running_requests is None:
+            self.max_running_requests = 48
+            logger.warning(MAX_RUNNING_REQUESTS_WARNING)
+        if spec_v2_enabled():
+            self.disable_overlap_schedule = False
+            logger.warning(
+                "Spec v2 is enabled for eagle/eagle3 speculative decoding and overlap schedule is turned on."
+            )
+            if self.speculative_eagle_topk is not None and self.speculative_eagle_topk > 1:
+                raise ValueError("Spec v2 currently only supports topk = 1 for speculative decoding.")
+        else:
+            self.disable_overlap_schedule = True
+            logger.warning(
+                "Overlap scheduler is disabled when spec v2 is off or using unsupported speculative algorithm. "
+                "You can set env SGLANG_ENABLE_SPEC_V2=True to enable the experimental overlap scheduler. "
+            )
+        self.resolve_eagle_shape(vars(self))
+        assert self.page_size is not None
+        if (
+            self.speculative_eagle_topk > 1
+            and self.page_size > 1
+            and self.attention_backend not in ("flashinfer", "fa3")
+        ):  # type: ignore[operator]
+            raise ValueError(
+                "speculative_eagle_topk > 1 with page_size > 1 is unstable and produces incorrect results for paged "
+                "attention backends. This combination is only supported for the 'flashinfer' backend."
+            )
+
+    def runtime_view(self) -> dict[str, Any]:
+        """The effective arguments in the terms the simulated runtime reads, whatever the release."""
+        values = dataclasses.asdict(self)
+        values["mamba_strategy"] = self.mamba_scheduler_strategy
+        values["mamba_extra_buffer"] = self.mamba_scheduler_strategy == "extra_buffer"
+        return values
+
+
+def prepare_server_args(argv: list[str]) -> ServerArgs:
+    """Parses `argv` as `sglang serve` does and returns the effective arguments."""
+    raw_args = build_parser(FLAGS_0_5_10, ServerArgs).parse_args(argv)
+    return ServerArgs.from_cli_args(raw_args)

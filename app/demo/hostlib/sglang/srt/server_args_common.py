@@ -1,0 +1,203 @@
+"""What the modelled SGLang releases share in resolving server arguments: fields, message texts
+and the rules neither release changed (defaults, the static memory fraction and its reduction
+for vision models, the shape of EAGLE drafts)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import random
+from typing import Any, ClassVar, Self
+
+from sglang.srt.configs.model_config import HYBRID_GDN_ARCHITECTURES, ModelConfig
+
+logger = logging.getLogger("sglang.srt.server_args")
+
+FLA_CHUNK_SIZE = 64
+MAX_RUNNING_REQUESTS_WARNING = (
+    "Max running requests is reset to 48 for speculative decoding. "
+    "You can override this by explicitly setting --max-running-requests."
+)
+DRAFT_TOKENS_WARNING = (
+    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+)
+
+
+@dataclasses.dataclass
+class CommonFields:
+    """The fields both modelled releases take, with their defaults (before resolution)."""
+
+    model_path: str = ""
+    tokenizer_path: str | None = None
+    trust_remote_code: bool = False
+    context_length: int | None = None
+    host: str = "127.0.0.1"
+    port: int = 30000
+    skip_server_warmup: bool = False
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    mem_fraction_static: float | None = None
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int = 16384
+    page_size: int | None = None
+    device: str | None = None
+    tp_size: int = 1
+    random_seed: int | None = None
+    watchdog_timeout: float = 300
+    dist_timeout: int | None = None
+    base_gpu_id: int = 0
+    gpu_id_step: int = 1
+    log_level: str = "info"
+    decode_log_interval: int = 40
+    served_model_name: str | None = None
+    attention_backend: str | None = None
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    max_mamba_cache_size: int | None = None
+    mamba_full_memory_ratio: float = 0.9
+    mamba_track_interval: int = 256
+    disable_radix_cache: bool = False
+    enable_nccl_nvls: bool = False
+    disable_overlap_schedule: bool = False
+    enable_torch_compile: bool = False
+
+
+class ServerArgsRules:
+    """The rules both modelled releases share; a release's record supplies the fields."""
+
+    NO_GPU_FRACTION: ClassVar[float] = 0.88  # the static fraction when no GPU memory can be read
+    model_path: str
+    context_length: int | None
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> Self:
+        return cls(**{name: getattr(args, name) for name in cls.field_names() if hasattr(args, name)})
+
+    def get_model_config(self) -> ModelConfig:
+        if not hasattr(self, "_model_config"):
+            self._model_config = ModelConfig(self.model_path, self.context_length)
+        return self._model_config
+
+    @property
+    def is_hybrid_gdn(self) -> bool:
+        return self.get_model_config().architecture in HYBRID_GDN_ARCHITECTURES
+
+    def fill_missing_defaults(self, values: dict[str, Any]) -> None:
+        if values["tokenizer_path"] is None:
+            values["tokenizer_path"] = values["model_path"]
+        if values["served_model_name"] is None:
+            values["served_model_name"] = values["model_path"]
+        if values["device"] is None:
+            values["device"] = "cuda"
+        if values["random_seed"] is None:
+            values["random_seed"] = random.randint(0, 1 << 30)
+
+    def static_memory_fraction(self, gpu_mem: int | None, reserved_mib: float) -> float:
+        """SGLang's default fraction: what the reserve leaves, rounded, then reduced for a vision tower."""
+        fraction = round((gpu_mem - reserved_mib) / gpu_mem, 3) if gpu_mem is not None else self.NO_GPU_FRACTION
+        vision = self.get_model_config().hf_config.get("vision_config")
+        if vision is None:
+            return fraction
+        # The vision tower's size relative to a ViT-L/14 (24 layers of width 1024), read the way
+        # SGLang reads it: a config without `num_hidden_layers` counts as 24 layers.
+        layers, width = vision.get("num_hidden_layers", 24), vision.get("hidden_size", 1024)
+        complexity_ratio = layers * width**2 / (24 * 1024**2)
+        adjustment = max(0.8, min(1.05, 1.0 - 0.1 * (complexity_ratio - 1.0)))
+        return fraction * (0.95 * adjustment)
+
+    def choose_attention_backend(self, values: dict[str, Any]) -> None:
+        """The default outside Blackwell's SM100 branches, which the oracle cannot exercise."""
+        if values["attention_backend"] is None:
+            values["attention_backend"] = "triton"
+            logger.info("Attention backend not specified. Use triton backend by default.")
+
+    def default_speculative_params(self, values: dict[str, Any]) -> tuple[int, int, int]:
+        if values["speculative_algorithm"] != "STANDALONE" and self.get_model_config().architecture in (
+            "LlamaForCausalLM",
+            "Grok1ForCausalLM",
+            "Grok1VForCausalLM",
+        ):
+            return 5, 4, 8
+        return 3, 1, 4
+
+    def resolve_eagle_shape(self, values: dict[str, Any]) -> None:
+        """Steps, top-k and draft tokens: chosen together when none is given, then made consistent."""
+        if values["speculative_num_steps"] is None:
+            assert values["speculative_eagle_topk"] is None and values["speculative_num_draft_tokens"] is None
+            steps, topk, draft_tokens = self.default_speculative_params(values)
+            values["speculative_num_steps"] = steps
+            values["speculative_eagle_topk"] = topk
+            values["speculative_num_draft_tokens"] = draft_tokens
+        if (
+            values["speculative_eagle_topk"] == 1
+            and values["speculative_num_draft_tokens"] != values["speculative_num_steps"] + 1
+        ):
+            logger.warning(DRAFT_TOKENS_WARNING)
+            values["speculative_num_draft_tokens"] = values["speculative_num_steps"] + 1
+
+
+def gpu_memory_capacity_mib(base_gpu_id: int) -> int | None:
+    """Total memory of the first GPU this server would use, as SGLang reads it before choosing defaults."""
+    try:
+        import simgpu
+        from sglang.srt.device import visible_gpus
+
+        gpus = visible_gpus()
+        state = simgpu.read()
+    except (RuntimeError, OSError, ValueError):
+        return None
+    if base_gpu_id >= len(gpus):
+        return None
+    return int(next(g["memory_total_mib"] for g in state["gpus"] if g["index"] == gpus[base_gpu_id]))
+
+
+def spec_v2_enabled() -> bool:
+    return os.environ.get("SGLANG_ENABLE_SPEC_V2", "").lower() in ("1", "true")
+
+
+def decode_graph_batch_sizes(max_bs: int, speculative: bool) -> list[int]:
+    """Decode batch sizes captured as CUDA graphs: finer steps where speculative batches are small."""
+    if not speculative:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
+    else:
+        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
+    sizes = [bs for bs in sizes if bs <= max_bs]
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    return sizes
+
+
+def prefill_graph_token_sizes(max_tokens: int) -> list[int]:
+    """Token counts captured by prefill (0.5.10: piecewise) CUDA graphs."""
+    sizes = [
+        *range(4, 33, 4),
+        *range(48, 257, 16),
+        *range(288, 513, 32),
+        *range(576, 1025, 64),
+        *range(1280, 4097, 256),
+        *range(4608, max_tokens + 1, 512),
+    ]
+    return [size for size in sizes if size <= max_tokens]
+
+
+GpuMemoryDefaults = tuple[tuple[int | None, int, int, int], ...]
+
+
+def defaults_for_gpu(table: GpuMemoryDefaults, gpu_mem: int | None, tp_size: int) -> tuple[int, int]:
+    """(chunked prefill size, CUDA graph max batch size) for a GPU of `gpu_mem` MiB: bigger cards
+    get bigger chunks and graphs. Rows: (below MiB, chunk, max bs under tp 4, max bs from tp 4)."""
+    if gpu_mem is None:
+        return 4096, 160
+    _, chunk, small_tp_bs, large_tp_bs = next(row for row in table if row[0] is None or gpu_mem < row[0])
+    return chunk, small_tp_bs if tp_size < 4 else large_tp_bs
