@@ -48,7 +48,7 @@ async def versions_seen(session: AsyncSession, python: str) -> dict[str, str]:
         .where(Attempt.id.in_(select(newest.c.id)))
         .order_by(Host.name)
     )
-    return {name: version for name, version in rows.tuples()}
+    return {name: version for name, version in rows.all()}
 
 
 async def flag_reports(session: AsyncSession, revision: PresetRevision) -> list[FlagReport]:
