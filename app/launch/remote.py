@@ -113,7 +113,8 @@ class ProbeResult:
 # parsed, and `resolve_once()` adjusts and validates them (effective values from `resolved_dict()`).
 # Newer releases log warnings as "[YYYY-MM-DD HH:MM:SS] message", some in colour: both are stripped.
 _CHECK = r"""
-import contextlib, dataclasses, io, json, os, re, sys
+import contextlib, dataclasses, io, json, os, re, sys, warnings
+warnings.simplefilter("ignore")  # Python's own warnings (of torch, transformers) are not SGLang's
 request = json.load(sys.stdin)
 model_path, args = request["model_path"], [request["model_path"], *request["args"]]
 result = {}
@@ -133,11 +134,16 @@ try:
         result["weight_bytes"] = int(json.load(f)["metadata"]["total_size"])
 except Exception as exc:
     result["weight_error"] = f"{type(exc).__name__}: {exc}"
+try:  # the installed package's own word, for when importing it fails
+    from importlib.metadata import version
+    result["version"] = version("sglang")
+except Exception:
+    pass
 captured = io.StringIO()
 try:
     with contextlib.redirect_stderr(captured):
         import sglang
-        result["version"] = str(getattr(sglang, "__version__", "") or "")
+        result["version"] = str(getattr(sglang, "__version__", "") or result.get("version", ""))
         from sglang.srt.server_args import prepare_server_args
         server_args = prepare_server_args(["--model-path", *args])
         if callable(getattr(server_args, "resolve_once", None)):
