@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "app" / "launch" / "flag_history.json"
 PARSER_SCRIPT = Path(__file__).with_name("sglang_parser.py")
-ORACLE = Path(os.environ.get("LAUNCHDECK_SGLANG_ORACLE", Path.home() / ".cache/launchdeck/sglang-oracle"))
+ORACLE = Path(os.environ.get("LAUNCHDECK_ORACLE_CACHE") or Path.home() / ".cache/launchdeck/sglang-oracle")
 DEPRECATED_ACTIONS = ("DeprecatedStoreTrueAction", "DeprecatedStoreConstAction", "DeprecatedAliasStoreAction")
 # "Use --flag=value instead", "(Deprecated, use --flag)", "Alias for --flag value".
 USE = re.compile(r"(?:\buse|\balias for) (--[a-z0-9{},-]+)(?:=([^\s)<]+)| ([^\s)<.,]+))?", re.IGNORECASE)
