@@ -57,6 +57,14 @@ async def test_preflight_reports_the_hosts_sglang_version_and_the_attempt_record
     [report] = (await api.get("/api/presets/llama31-8b/flags")).json()
     assert (report["version"], report["hosts"], report["findings"]) == (version, ["rtxpro-01"], [])
 
+    csrf = await log_in(api)
+    page = (await api.get(f"/attempts/{attempt_id}")).text
+    assert f'on rtxpro-01 (<span id="sglang-version">SGLang {version}</span>)' in page
+    form = {"csrf_token": csrf, "preset": "llama31-8b", "host": "rtxpro-01", "gpus": ["2"]}
+    checked = html.unescape((await api.post("/launch/preflight", data=form, headers={"HX-Request": "true"})).text)
+    runs = re.escape(f"<td>sglang</td><td>✓ python3 on the host runs SGLang {version}<")
+    assert re.search(rf'data-check="sglang">\s*{runs}', checked)
+
 
 async def test_preflight_blocks_flags_the_newest_release_removed(api: AsyncClient, running_app: FastAPI) -> None:
     """Needs the versioned simulator: `python3` runs the newest release (0.5.23)."""
