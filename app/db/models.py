@@ -217,6 +217,8 @@ class Attempt(Base):
     signature_id: Mapped[int | None] = mapped_column(ForeignKey("signature.id"))
     # The effective arguments preflight predicted by running the host's own argument parser.
     effective_args: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # The SGLang version the preset's Python reported on the host at launch ("" if it could not say).
+    sglang_version: Mapped[str] = mapped_column(String(64), default="")
     # What the log says, kept up to date as it streams (see app.launch.diagnosis).
     diagnosis: Mapped[dict[str, Any]] = mapped_column(default=dict)
     gpu_snapshot: Mapped[dict[str, Any]] = mapped_column(default=dict)

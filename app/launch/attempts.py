@@ -283,7 +283,10 @@ class AttemptService:
         )
         snapshot = {"at_launch": self.gpu_snapshot(connection.name)}
         await record.update(
-            preflight=preflight.as_dict(), effective_args=preflight.effective_args, gpu_snapshot=snapshot
+            preflight=preflight.as_dict(),
+            effective_args=preflight.effective_args,
+            sglang_version=preflight.sglang_version,
+            gpu_snapshot=snapshot,
         )
         if preflight.blocked and not attempt.override_reason:
             await record.finish(AttemptStatus.FAILED, error="preflight failed: " + "; ".join(preflight.failures()))

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from app.errors import CommandTimedOut, HostError
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
-from app.launch import remote
+from app.launch import flag_lint, remote
 from app.ssh import HostConnection, HostState
 from app.ssh.connection import RunResult
 
@@ -48,6 +48,7 @@ class Check:
 class Preflight:
     checks: list[Check] = field(default_factory=list)
     effective_args: dict[str, Any] = field(default_factory=dict)
+    sglang_version: str = ""  # as the preset's Python on the host reports it; "" when it could not say
 
     @property
     def blocked(self) -> bool:
@@ -57,7 +58,11 @@ class Preflight:
         return [f"{check.name}: {check.message}" for check in self.checks if not check.ok and check.blocking]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"blocked": self.blocked, "checks": [asdict(check) for check in self.checks]}
+        return {
+            "blocked": self.blocked,
+            "sglang_version": self.sglang_version,
+            "checks": [asdict(check) for check in self.checks],
+        }
 
 
 def tp_size(args: list[str]) -> int:
@@ -141,7 +146,11 @@ async def run_preflight(
 
     found = _host_check_result(answer)
     result.effective_args = found.get("effective", {})
+    result.sglang_version = version = str(found.get("version") or "")
     warnings = found.get("warnings", [])
+    if version:
+        checks.append(Check("sglang", True, f"{python} on the host runs SGLang {version}", detail={"version": version}))
+        checks.append(flags_check(args, version))
     if isinstance(answer, _TooSlow):
         checks.append(Check("arguments", False, str(answer), blocking=False))
     elif "error" in found:
@@ -149,13 +158,24 @@ async def run_preflight(
         checks.append(Check("arguments", False, message, blocking=False, detail={"warnings": warnings}))
     else:
         adjusted = f"; SGLang adjusts: {' / '.join(warnings)}" if warnings else ""
-        message = f"accepted by the host's SGLang{adjusted}"
+        message = f"accepted by the host's SGLang {version}{adjusted}" if version else f"accepted{adjusted}"
         checks.append(Check("arguments", True, message, blocking=False, detail={"warnings": warnings}))
 
     if not missing and gpus:
         checks.append(_memory_check(found, result.effective_args, tp, [inventory[i] for i in gpus]))
         checks.append(await _processes_check(steps, gpus, owners))
     return result
+
+
+def flags_check(args: list[str], version: str) -> Check:
+    """The preset's flags against the flag history of the host's release: one it removed (or a
+    choice it dropped) blocks, as its argparse would exit 2; a renamed or deprecated one warns."""
+    findings = flag_lint.lint(args, version)
+    detail = {"version": version, "findings": [asdict(finding) for finding in findings]}
+    if not findings:
+        return Check("flags", True, f"no flag that SGLang {version} renamed, deprecated or removed", detail=detail)
+    blocking = any(finding.blocking for finding in findings)
+    return Check("flags", False, "; ".join(f.message for f in findings), blocking=blocking, detail=detail)
 
 
 # `timeout`'s exit statuses for a program it could not find (127) or not run (126).

@@ -337,8 +337,17 @@ async def _create(session: AsyncSession, data: PresetInput, *, actor: str) -> Pr
     return await get_preset(session, data.name)
 
 
-async def save_preset(session: AsyncSession, preset: Preset, data: PresetInput, *, actor: str) -> PresetRevision | None:
-    """Saves a new revision; None when nothing changed. The name stays; the description may change."""
+async def save_preset(
+    session: AsyncSession,
+    preset: Preset,
+    data: PresetInput,
+    *,
+    actor: str,
+    action: str = "preset-edit",
+    detail: dict[str, Any] | None = None,
+) -> PresetRevision | None:
+    """Saves a new revision; None when nothing changed. The name stays; the description may change.
+    The audit row says `action`, with `detail` beside the revision number."""
     data.name = preset.name
     data.validate()
     current = latest(preset)
@@ -348,7 +357,8 @@ async def save_preset(session: AsyncSession, preset: Preset, data: PresetInput, 
         return None
     revision = _revision(preset, current.number + 1, data, actor)
     session.add(revision)
-    audit.record(session, actor=actor, action="preset-edit", target=preset.name, detail={"revision": revision.number})
+    detail = {"revision": revision.number, **(detail or {})}
+    audit.record(session, actor=actor, action=action, target=preset.name, detail=detail)
     await session.commit()
     return revision
 

@@ -107,13 +107,20 @@ class ProbeResult:
 
 
 # The check proper, in a Python that has the preset's environment: the model's weight size from its
-# safetensors index and SGLang's own parser on the arguments, whose effective values and warnings
-# predict the launch. Standard library only; it works wherever sglang is installed.
+# safetensors index, the SGLang version, and SGLang's own argument handling, whose effective values
+# and warnings predict the launch. Standard library only; it works wherever sglang is installed.
+# Before 0.5.23 `prepare_server_args` returns resolved arguments; from then on it returns them as
+# parsed, and `resolve_once()` adjusts and validates them (effective values from `resolved_dict()`).
+# Newer releases log warnings as "[YYYY-MM-DD HH:MM:SS] message", some in colour: both are stripped.
 _CHECK = r"""
-import contextlib, dataclasses, io, json, os, sys
+import contextlib, dataclasses, io, json, os, re, sys, warnings
+warnings.simplefilter("ignore")  # Python's own warnings (of torch, transformers) are not SGLang's
 request = json.load(sys.stdin)
 model_path, args = request["model_path"], [request["model_path"], *request["args"]]
 result = {}
+def said(captured):
+    noise = re.compile(r"\x1b\[[0-9;]*m|^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\] ")
+    return [noise.sub("", line).strip() for line in captured.getvalue().splitlines() if line.strip()]
 def snapshot(path):
     if os.path.isdir(path):
         return path
@@ -127,21 +134,32 @@ try:
         result["weight_bytes"] = int(json.load(f)["metadata"]["total_size"])
 except Exception as exc:
     result["weight_error"] = f"{type(exc).__name__}: {exc}"
+try:  # the installed package's own word, for when importing it fails
+    from importlib.metadata import version
+    result["version"] = version("sglang")
+except Exception:
+    pass
 captured = io.StringIO()
 try:
     with contextlib.redirect_stderr(captured):
+        import sglang
+        result["version"] = str(getattr(sglang, "__version__", "") or result.get("version", ""))
         from sglang.srt.server_args import prepare_server_args
         server_args = prepare_server_args(["--model-path", *args])
-    result["effective"] = {
-        k: v for k, v in dataclasses.asdict(server_args).items() if isinstance(v, (str, int, float, bool, type(None)))
-    }
+        if callable(getattr(server_args, "resolve_once", None)):
+            server_args.resolve_once()
+    if callable(getattr(server_args, "resolved_dict", None)):
+        values = server_args.resolved_dict()
+    else:
+        values = dataclasses.asdict(server_args)
+    result["effective"] = {k: v for k, v in values.items() if isinstance(v, (str, int, float, bool, type(None)))}
 except SystemExit:
-    result["error"] = (captured.getvalue().strip().splitlines() or ["argument error"])[-1]
+    result["error"] = (said(captured) or ["argument error"])[-1]
 except BaseException as exc:
     name = type(exc).__qualname__
     module = type(exc).__module__
     result["error"] = f"{name if module == 'builtins' else module + '.' + name}: {exc}".splitlines()[0]
-result["warnings"] = [line for line in captured.getvalue().splitlines() if line.strip()]
+result["warnings"] = said(captured)
 print(json.dumps(result))
 """
 

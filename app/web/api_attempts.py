@@ -101,6 +101,7 @@ class AttemptPublic(AttemptListed):
     remote_dir: str
     preflight: dict[str, Any]
     effective_args: dict[str, Any]
+    sglang_version: str  # as the preset's Python reported it on the host at launch; "" if unknown
     diagnosis: dict[str, Any]
     drift: list[dict[str, Any]]
     gpu_snapshot: dict[str, Any]
@@ -119,6 +120,7 @@ class AttemptPublic(AttemptListed):
             remote_dir=attempt.remote_dir,
             preflight=attempt.preflight,
             effective_args=attempt.effective_args,
+            sglang_version=attempt.sglang_version,
             diagnosis=attempt.diagnosis,
             drift=[asdict(row) | {"changed": row.changed} for row in drift_of(attempt)],
             gpu_snapshot=attempt.gpu_snapshot,

@@ -8,7 +8,7 @@ from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 
 from app.db.models import Preset, PresetRevision
-from app.launch import presets
+from app.launch import preset_flags, presets
 from app.web.deps import ApiUser, ReadDb, WriteDb
 from app.web.params import Int64
 
@@ -84,6 +84,41 @@ class CloneIn(BaseModel):
     name: str
 
 
+class RewriteIn(BaseModel):
+    version: str = Field(description="the SGLang release to rewrite the flags for, e.g. 0.5.23")
+
+
+class FlagFinding(BaseModel):
+    flag: str
+    change: str  # renamed, deprecated, removed, choice-removed, or new (unknown to an older release)
+    version: str  # the release that made the change
+    blocking: bool  # that release's argparse refuses it (exit 2)
+    message: str
+    replacement: list[str] | None
+
+
+class FlagReportPublic(BaseModel):
+    version: str
+    hosts: list[str]
+    findings: list[FlagFinding]
+    rewritten_args: list[str] | None
+
+    @classmethod
+    def of(cls, report: preset_flags.FlagReport) -> FlagReportPublic:
+        findings = [
+            FlagFinding(
+                flag=finding.flag,
+                change=finding.change,
+                version=finding.version,
+                blocking=finding.blocking,
+                message=finding.message,
+                replacement=list(finding.replacement) if finding.replacement is not None else None,
+            )
+            for finding in report.findings
+        ]
+        return cls(version=report.version, hosts=report.hosts, findings=findings, rewritten_args=report.rewritten)
+
+
 class Change(BaseModel):
     field: str
     before: str
@@ -136,3 +171,20 @@ async def diff(name: str, a: Int64, b: Int64, db: ReadDb, _user: ApiUser) -> lis
     preset = await presets.get_preset(db, name)
     changes = presets.diff_revisions(presets.revision_of(preset, a), presets.revision_of(preset, b))
     return [Change(field=field, before=before, after=after) for field, before, after in changes]
+
+
+@router.get("/{name}/flags")
+async def flag_reports(name: str, db: ReadDb, _user: ApiUser) -> list[FlagReportPublic]:
+    """The latest revision's flags against each SGLang version its Python last reported on a host
+    (or the newest release known, when none has): renamed, deprecated and removed ones."""
+    revision = presets.latest(await presets.get_preset(db, name))
+    return [FlagReportPublic.of(report) for report in await preset_flags.flag_reports(db, revision)]
+
+
+@router.post("/{name}/rewrite")
+async def rewrite_preset(name: str, body: RewriteIn, db: WriteDb, read: ReadDb, user: ApiUser) -> PresetPublic:
+    """Saves a new revision with the flags that SGLang `version` renamed, deprecated or removed
+    rewritten as SGLang advises; 422 when there is nothing to rewrite."""
+    preset = await presets.get_preset(db, name)
+    await preset_flags.rewrite_preset(db, preset, version=body.version, actor=user)
+    return PresetPublic.of(await presets.get_preset(read, name))

@@ -7,10 +7,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Preset
 from app.errors import InvalidInput
-from app.launch import presets
+from app.launch import preset_flags, presets
 from app.web.deps import PageUser, ReadDb, WriteDb
 from app.web.params import Int64
 from app.web.templating import render
@@ -108,13 +109,13 @@ async def preset_page(
     saved: str | None = None,
 ) -> Response:
     preset = await presets.get_preset(db, name)
-    context = preset_context(preset, user, input_of(preset), a=a, b=b, saved=saved)
+    context = await preset_context(db, preset, user, input_of(preset), a=a, b=b, saved=saved)
     return render(request, "preset.html", context, block="diff")
 
 
-def preset_context(
-    preset: Preset, user: str, data: presets.PresetInput, *, error: str | None = None, a: Int64 | None = None,
-    b: Int64 | None = None, saved: str | None = None,
+async def preset_context(
+    db: AsyncSession, preset: Preset, user: str, data: presets.PresetInput, *, error: str | None = None,
+    a: Int64 | None = None, b: Int64 | None = None, saved: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     current = presets.latest(preset)
     a = a or max(1, current.number - 1)
@@ -128,6 +129,7 @@ def preset_context(
         "revisions": list(reversed(preset.revisions)),
         "diff": {"a": a, "b": b, "changes": changes},
         "saved": saved,
+        "flag_reports": await preset_flags.flag_reports(db, current),
         **editor_context(data, error),
     }
 
@@ -140,7 +142,7 @@ async def save_preset(request: Request, name: str, db: WriteDb, user: PageUser) 
         data = await preset_input(request, name)
         revision = await presets.save_preset(db, preset, data, actor=user)
     except InvalidInput as exc:
-        context = preset_context(preset, user, data or input_of(preset), error=str(exc))
+        context = await preset_context(db, preset, user, data or input_of(preset), error=str(exc))
         return render(request, "preset.html", context, status_code=422)
     return RedirectResponse(f"/presets/{name}?saved={revision.number if revision else 'unchanged'}", status_code=303)
 
@@ -152,7 +154,7 @@ async def clone_preset(request: Request, name: str, db: WriteDb, user: PageUser)
     try:
         await presets.clone_preset(db, preset, new_name, actor=user)
     except InvalidInput as exc:
-        context = preset_context(preset, user, input_of(preset), error=f"clone: {exc}")
+        context = await preset_context(db, preset, user, input_of(preset), error=f"clone: {exc}")
         return render(request, "preset.html", context, status_code=422)
     return RedirectResponse(f"/presets/{new_name}", status_code=303)
 
@@ -162,3 +164,16 @@ async def archive_preset(request: Request, name: str, db: WriteDb, user: PageUse
     restore = (await request.form()).get("restore") == "1"
     await presets.archive_preset(db, await presets.get_preset(db, name), actor=user, archived=not restore)
     return RedirectResponse(f"/presets/{name}", status_code=303)
+
+
+@router.post("/presets/{name}/rewrite")
+async def rewrite_preset(request: Request, name: str, db: WriteDb, user: PageUser) -> Response:
+    """The one-click rewrite of the flags the chosen SGLang release renamed, deprecated or removed."""
+    version = str((await request.form()).get("version", "")).strip()
+    preset = await presets.get_preset(db, name)
+    try:
+        revision = await preset_flags.rewrite_preset(db, preset, version=version, actor=user)
+    except InvalidInput as exc:
+        context = await preset_context(db, preset, user, input_of(preset), error=f"rewrite: {exc}")
+        return render(request, "preset.html", context, status_code=422)
+    return RedirectResponse(f"/presets/{name}?saved={revision.number}", status_code=303)
