@@ -11,46 +11,22 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.launch import flag_lint
-from tests.support import require
+from tests.oracle.environment import ORACLE_VERSIONS, OracleEnvironment
 
 pytestmark = pytest.mark.oracle
 
-ORACLE = Path(os.environ.get("LAUNCHDECK_ORACLE_CACHE") or Path.home() / ".cache/launchdeck/sglang-oracle")
 PARSER = Path(__file__).with_name("sglang_parser.py")
-RELEASES = ("0.5.10", "0.5.23")
+RELEASES = ORACLE_VERSIONS
 MODEL = ["--model-path", "m"]
 
 
-@dataclass(frozen=True)
-class CachedOracle:
-    """The cached oracle environment: venv/ (torch on the CPU, SGLang's deps), sglang-<version>/."""
-
-    root: Path
-
-    @property
-    def interpreter(self) -> Path:
-        return self.root / "venv" / "bin" / "python"
-
-    def pythonpath(self, version: str) -> str:
-        return str(self.root / f"sglang-{version}")
-
-
-@pytest.fixture(scope="module")
-def sglang_oracle() -> CachedOracle:
-    oracle = CachedOracle(ORACLE)
-    present = all((Path(oracle.pythonpath(version)) / "sglang").is_dir() for version in RELEASES)
-    require(oracle.interpreter.exists() and present, f"no SGLang oracle at {ORACLE}")
-    return oracle
-
-
-def run_parser(oracle: CachedOracle, version: str, mode: str, stdin: str = "") -> Any:
+def run_parser(oracle: OracleEnvironment, version: str, mode: str, stdin: str = "") -> Any:
     env = {**os.environ, "PYTHONPATH": oracle.pythonpath(version), "HF_HUB_OFFLINE": "1"}
     answer = subprocess.run(
         [str(oracle.interpreter), str(PARSER), mode],
@@ -65,7 +41,7 @@ def run_parser(oracle: CachedOracle, version: str, mode: str, stdin: str = "") -
 
 
 @pytest.fixture(scope="module")
-def real_flags(sglang_oracle: CachedOracle) -> dict[str, dict[str, Any]]:
+def real_flags(sglang_oracle: OracleEnvironment) -> dict[str, dict[str, Any]]:
     return {version: run_parser(sglang_oracle, version, "flags") for version in RELEASES}
 
 
@@ -104,7 +80,7 @@ def cases(release: str, real_flags: dict[str, dict[str, Any]]) -> list[list[str]
 
 
 def test_each_release_refuses_exactly_what_the_lint_says_it_refuses(
-    sglang_oracle: CachedOracle, real_flags: dict[str, dict[str, Any]]
+    sglang_oracle: OracleEnvironment, real_flags: dict[str, dict[str, Any]]
 ) -> None:
     disagreements = []
     checked = 0
@@ -140,7 +116,7 @@ def test_the_table_is_what_the_releases_parsers_declare(real_flags: dict[str, di
 
 
 def test_deprecated_flags_warn_as_the_table_says(
-    sglang_oracle: CachedOracle, real_flags: dict[str, dict[str, Any]]
+    sglang_oracle: OracleEnvironment, real_flags: dict[str, dict[str, Any]]
 ) -> None:
     newest = real_flags["0.5.23"]
     warned = [
