@@ -29,7 +29,7 @@ MTP = [
     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
 ]  # fmt: skip
 READY = "The server is fired up and ready to roll!"
-SGLANG_0_5_10 = "python-sglang-0.5.10"
+SGLANG_0_5_10 = "python3-sglang-0.5.10"
 
 
 @dataclass
@@ -460,14 +460,13 @@ async def test_each_python_reports_its_release_and_resolves_with_that_releases_a
     """0.5.10 resolves while parsing; the newest returns the arguments as given and resolves in
     resolve_once(), printing its warnings with timestamps."""
     versions = {}
-    for python in ("python3", "python", SGLANG_0_5_10, "python3-sglang-0.5.10"):
+    for python in ("python3", "python", SGLANG_0_5_10):
         result = await rtx.host.run([python, "-c", "import sglang; print(sglang.__version__)"])
         versions[python] = result.stdout.decode().strip()
     assert versions == {
         "python3": "0.5.23+launchdeck.sim",
         "python": "0.5.23+launchdeck.sim",
         SGLANG_0_5_10: "0.5.10+launchdeck.sim",
-        "python3-sglang-0.5.10": "0.5.10+launchdeck.sim",
     }
     old_api = (
         "import dataclasses, json, sys\n"

@@ -1,5 +1,5 @@
 """Presets that replay the demo story on the simulated cluster, release by release: a 27B hybrid model
-with MTP on a 96 GB GPU (rtxpro-01) under SGLang 0.5.10 (`python-sglang-0.5.10`) and the newest
+with MTP on a 96 GB GPU (rtxpro-01) under SGLang 0.5.10 (`python3-sglang-0.5.10`) and the newest
 release (`python3`). Each description says what really happens and why, as the real release's
 rules decide it.
 """
@@ -20,7 +20,7 @@ MTP = [
 ]  # fmt: skip
 QWEN = "Qwen/Qwen3.6-27B"
 
-SGLANG_0_5_10 = "python-sglang-0.5.10"
+SGLANG_0_5_10 = "python3-sglang-0.5.10"
 
 DEMO_PRESETS = (
     PresetInput(

@@ -119,7 +119,7 @@ class SimHost:
     def prepare(self, *, authorized_key: str) -> None:
         """Creates the host key, home with the one authorized client key, and on PATH a `python3`
         that is this interpreter with the newest simulated SGLang, beside interpreters for the
-        older releases (`python-sglang-0.5.10`), as a host with one environment per release."""
+        older releases (`python3-sglang-0.5.10`), as a host with one environment per release."""
         self.authorized_keys_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.authorized_keys_path.write_text(authorized_key.strip() + "\n")
         self.bin_dir.mkdir(parents=True, exist_ok=True)
@@ -140,8 +140,7 @@ class SimHost:
                 link.unlink(missing_ok=True)
                 link.symlink_to(sys.executable)
         for release in OLDER_SGLANG_RELEASES:
-            for name in (f"python-sglang-{release}", f"python3-sglang-{release}"):
-                write_release_interpreter(self.bin_dir / name, release)
+            write_release_interpreter(self.bin_dir / f"python3-sglang-{release}", release)
 
     def _link_system_programs(self) -> None:
         """A bare host's PATH: this machine's programs (sh, coreutils, procps...) except any Python."""

@@ -1,7 +1,7 @@
 """Which SGLang release this simulated install plays: one per simulated Python environment.
 
 The simulated hosts offer the newest release as `python3` and older ones through wrapper
-interpreters (`python-sglang-0.5.10`) that set LAUNCHDECK_SIM_SGLANG_VERSION, which every child
+interpreters (`python3-sglang-0.5.10`) that set LAUNCHDECK_SIM_SGLANG_VERSION, which every child
 process (schedulers, preflight probes) inherits.
 """
 
