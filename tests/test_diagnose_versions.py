@@ -163,19 +163,19 @@ OLD_DUMP = (
 )
 
 
-def test_out_of_memory_with_extra_buffer_on_a_hybrid_model_names_the_doubled_mamba_cache() -> None:
+def test_out_of_memory_on_a_hybrid_model_names_the_mamba_state_cache() -> None:
     for log in (NEWEST_OOM_LOG, NEWEST_OOM_LOG.replace(f"server_args={NEWEST_ARGS!r}", OLD_DUMP)):
         result = diagnose(log)
         assert result.failure_class == "oom"
-        assert "extra_buffer" in result.hint and "double the mamba state cache" in result.hint
-        for fix in ("--max-mamba-cache-size", "--mamba-full-memory-ratio", "--mem-fraction-static"):
+        assert "mamba state cache" in result.hint and "extra_buffer does not add memory" in result.hint
+        for fix in ("--max-mamba-cache-size", "--mamba-full-memory-ratio", "lower --mem-fraction-static"):
             assert fix in result.hint
-        assert "no_buffer with --disable-radix-cache" in result.hint
-    # Out of memory with no mamba state cache in view (neither in the dump nor in the log) is the plain case.
+    # Out of memory with no hybrid model in view (dump, weights' type, mamba cache) is the plain case.
     no_mamba = "\n".join(line for line in NEWEST_OOM_LOG.split("\n") if "Mamba" not in line)
+    no_mamba = no_mamba.replace("type=Qwen3_5ForConditionalGeneration", "type=Qwen3ForCausalLM")
     no_mamba = no_mamba.replace("'uses_mamba_radix_cache': True", "'uses_mamba_radix_cache': False")
     plain = diagnose(no_mamba)
-    assert plain.failure_class == "oom" and "extra_buffer" not in plain.hint and "--mem-fraction-static" in plain.hint
+    assert plain.failure_class == "oom" and "mamba" not in plain.hint and "--mem-fraction-static" in plain.hint
 
 
 def test_the_no_buffer_refusal_says_whether_the_argv_asked_for_the_strategy() -> None:
@@ -254,8 +254,8 @@ def test_a_flag_the_newest_parser_does_not_know_is_named_with_its_replacement() 
     assert renamed.root_error == "sglang serve: error: unrecognized arguments: --mamba-scheduler-strategy extra_buffer"
     assert renamed.hint == (
         "The host's SGLang does not know --mamba-scheduler-strategy: a misspelling, or a flag its version renamed or "
-        "removed. --mamba-scheduler-strategy was renamed --mamba-radix-cache-strategy in 0.5.14 (the old name stayed "
-        "an alias until it was removed in 0.5.20): use --mamba-radix-cache-strategy."
+        "removed. --mamba-scheduler-strategy was renamed to --mamba-radix-cache-strategy in 0.5.14, removed in 0.5.20: "
+        "use --mamba-radix-cache-strategy."
     )
     split = diagnose(
         USAGE + "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
@@ -303,7 +303,8 @@ Exception: Capture cuda graph failed: operation failed due to a previous error d
 """
     newest = diagnose(f"[2026-11-22 11:00:01] server_args={NEWEST_ARGS!r}\n{capture}")
     assert newest.failure_class == "cuda-graph"
-    assert "--cuda-graph-backend-decode=disabled" in newest.hint and "--cuda-graph-max-bs-decode" in newest.hint
+    assert "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled" in newest.hint
+    assert "--cuda-graph-max-bs-decode" in newest.hint
     assert "--disable-cuda-graph" not in newest.hint
     oldest = diagnose(f"[2026-11-22 11:00:01] server_args=ServerArgs(model_path='m', cuda_graph_max_bs=32)\n{capture}")
     assert "--disable-cuda-graph to confirm" in oldest.hint and "-decode" not in oldest.hint

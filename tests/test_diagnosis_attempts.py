@@ -45,7 +45,8 @@ async def test_the_seed_story_is_diagnosed_filed_and_compared(api: AsyncClient, 
     )
     assert found["root_error"] in await log_line(api, oom_id, found["root_line"])
     assert found["memory"]["weights_gb"] > 40
-    assert "--mem-fraction-static" in found["hint"]
+    assert "raise --mem-fraction-static" in found["hint"]
+    assert "one mamba state per draft token for every running request" in found["hint"]
 
     # The refusal: the strategy was never requested; 0.5.10 turned auto into no_buffer.
     found = refused["diagnosis"]

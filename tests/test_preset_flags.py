@@ -11,12 +11,12 @@ from typing import Any
 from fastapi import FastAPI
 from httpx import AsyncClient
 
-from app.launch import flag_lint
+from app.diagnose import flag_history
 from tests.test_launch import FINAL, launch, wait_for
 from tests.test_pages import csrf_from, log_in
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
-SGLANG_0_5_10 = "python-sglang-0.5.10"  # the simulated hosts' interpreter with SGLang 0.5.10
+SGLANG_0_5_10 = "python3-sglang-0.5.10"  # the simulated hosts' interpreter with SGLang 0.5.10
 OLD_FLAGS = ["--mamba-scheduler-strategy", "extra_buffer", "--cuda-graph-max-bs", "8", "--disable-cuda-graph"]
 
 
@@ -72,7 +72,7 @@ async def test_preflight_blocks_flags_the_newest_release_removed(api: AsyncClien
     assert (await api.post("/api/presets", json=preset)).status_code == 201
     preflight = (await api.post("/api/preflight", json={"preset": "old-flags", "host": "b200-01", "gpus": [5]})).json()
     assert preflight["sglang_version"] == await host_version(running_app, "b200-01", "python3")
-    assert flag_lint.release(preflight["sglang_version"]) == (0, 5, 23)
+    assert flag_history.release(preflight["sglang_version"]) == (0, 5, 23)
     flags = check(preflight, "flags")
     assert (flags["ok"], flags["blocking"], preflight["blocked"]) == (False, True, True)
     found = {(f["flag"], f["change"], f["version"], f["blocking"]) for f in flags["detail"]["findings"]}
@@ -88,7 +88,7 @@ async def test_preflight_blocks_flags_the_newest_release_removed(api: AsyncClien
 
 
 async def test_preflight_on_sglang_0_5_10_refuses_the_new_name_and_accepts_the_old(api: AsyncClient) -> None:
-    """Needs the versioned simulator: `python-sglang-0.5.10` runs SGLang 0.5.10."""
+    """Needs the versioned simulator: `python3-sglang-0.5.10` runs SGLang 0.5.10."""
     for name, strategy in (("new-name", "--mamba-radix-cache-strategy"), ("old-name", "--mamba-scheduler-strategy")):
         preset = {"name": name, "model_path": LLAMA, "python": SGLANG_0_5_10, "args": [strategy, "extra_buffer"]}
         assert (await api.post("/api/presets", json=preset)).status_code == 201
@@ -106,7 +106,7 @@ async def test_the_api_rewrites_a_preset_to_a_new_audited_revision(api: AsyncCli
     preset = {"name": "to-rewrite", "model_path": LLAMA, "args": [*OLD_FLAGS, "--tp-size", "1"]}
     assert (await api.post("/api/presets", json=preset)).status_code == 201
     [report] = (await api.get("/api/presets/to-rewrite/flags")).json()  # no attempt yet: the newest release
-    assert (report["version"], report["hosts"]) == (flag_lint.newest_version(), [])
+    assert (report["version"], report["hosts"]) == (flag_history.newest_version(), [])
     assert [(f["flag"], f["blocking"]) for f in report["findings"]] == [
         ("--mamba-scheduler-strategy", True),
         ("--cuda-graph-max-bs", True),
@@ -144,7 +144,7 @@ async def test_the_preset_page_shows_the_lint_and_rewrites_with_its_csrf_token(a
     form = {"csrf_token": csrf, "name": "page-rewrite", "model_path": LLAMA, "cuda_graph_max_bs": "16"}
     assert (await app_client.post("/presets", data=form)).status_code == 303
     page = html.unescape((await app_client.get("/presets/page-rewrite")).text)
-    newest = flag_lint.newest_version()
+    newest = flag_history.newest_version()
     assert f"Against SGLang {newest}" in page and "no host has reported a version for <code>python3</code> yet" in page
     assert re.search(
         r'<li class="fail" data-flag="--cuda-graph-max-bs">✗ --cuda-graph-max-bs: renamed to '

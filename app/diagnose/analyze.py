@@ -16,7 +16,7 @@ from typing import Any
 
 from app.diagnose.drift import field_name
 from app.diagnose.figures import Figures
-from app.diagnose.hints import explain, in_release_spelling
+from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
 from app.diagnose.lines import Line, logical_lines
 
 # An exception line: a name that says it is one, or any class name qualified by its module
@@ -326,7 +326,7 @@ class Analyzer:
         self._capture_done = False  # a line that only comes once CUDA graph capture is over
         self._adjustments: list[Line] = []
         self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
-        self._hybrid_lines: list[str] = []  # the first line that shows a mamba state cache, if any
+        self._hybrid_lines: list[str] = []  # the first lines that show a hybrid (mamba) model, if any
         self._figures = Figures()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -413,7 +413,7 @@ class Analyzer:
         if not self._capture_done and CAPTURE_DONE.search(text):
             self._capture_done = True
         self._figures.see(text)
-        if not self._hybrid_lines and "Mamba Cache is allocated" in text:
+        if len(self._hybrid_lines) < 2 and HYBRID_SIGN.search(text):
             self._hybrid_lines.append(text)
         if "SGLANG_" in text and len(self._environment) < 50:
             self._environment.update(ENVIRONMENT.findall(text))

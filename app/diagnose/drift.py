@@ -7,10 +7,13 @@ of the error it then raises. These pure functions line the requested argv up wit
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+from app.diagnose import flag_history
 
 # A value quoted in a message: a word or a number; a sentence's full stop is not part of it, even
 # with no space after it (SGLang writes "no_buffer.To use ...").
@@ -34,9 +37,6 @@ IN_ERROR = re.compile(r"when using --([a-z][a-z0-9-]+) (" + VALUE + ")")
 # Settings the newest dump groups in a nested dict, named here by the flags that set them:
 # cuda_graph_config={'decode': {'max_bs': 8, ...}} is what --cuda-graph-max-bs-decode asked for.
 NESTED = {"cuda_graph_config": "cuda_graph_{setting}_{part}"}
-# Fields a later release renamed, read under the new name when a dump lacks the old one
-# (--mamba-scheduler-strategy became --mamba-radix-cache-strategy in 0.5.14).
-RENAMED = {"mamba_scheduler_strategy": "mamba_radix_cache_strategy"}
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,21 @@ def effective_fields(server_args: dict[str, Any] | None) -> dict[str, Any]:
         for part, settings in parts.items():
             if isinstance(settings, dict):
                 fields.update({name.format(setting=key, part=part): value for key, value in settings.items()})
-    for old, new in RENAMED.items():
+    for old, new in renamed_fields().items():
         if old not in fields and new in fields:
             fields[old] = fields[new]
     return fields
+
+
+@functools.cache
+def renamed_fields() -> dict[str, str]:
+    """Fields a later release renamed one for one, read under the new name when a dump lacks the old
+    one (--mamba-scheduler-strategy became --mamba-radix-cache-strategy in 0.5.14)."""
+    return {
+        field_name(row.flag): field_name(row.rewrite[0])
+        for row in flag_history.history()[1]
+        if row.change == "renamed" and row.rewrite and row.rewrite[1:] == ("{value}",) and not row.values
+    }
 
 
 def coerce(value: Any, like: Any) -> Any:

@@ -2,7 +2,7 @@
 rewrite SGLang itself advises.
 
 The facts come from flag_history.json, derived from the released packages' own parsers
-(tests/oracle/flag_history.py). A flag a release removed, or a choice it dropped, makes that
+(tests/oracle/derive_flag_history.py). A flag a release removed, or a choice it dropped, makes that
 release's argparse exit with status 2, so such a finding blocks; a renamed or deprecated flag
 still works there (with a warning), so it only warns. The other direction counts as well: a flag
 that is only the new name of an older one is unknown to the releases before the rename.
@@ -128,6 +128,17 @@ def rewrite(args: list[str], version: str) -> tuple[list[str], list[Finding]]:
             args = [*args[: finding.start], *finding.replacement, *args[finding.end :]]
         applied += findings
     return args, applied
+
+
+def story(flag: str) -> tuple[str, tuple[str, ...]] | None:
+    """What the releases did to `flag` ("renamed to --x in 0.5.14, removed in 0.5.20") and what the
+    newest release takes in its place (values left out; empty when nothing does), or None when the
+    history does not know the flag."""
+    rows = [row for row in history()[1] if row.flag == flag and row.change != "choice-removed"]
+    if not rows:
+        return None
+    instead = next((row.rewrite for row in reversed(rows) if row.rewrite), ())
+    return ", ".join(_event(row) for row in rows), tuple(token for token in instead if token != "{value}")
 
 
 def _release(version: str | None) -> tuple[int, ...]:

@@ -1,6 +1,6 @@
 """Hints that name a failure's real cause and its real fix where the error alone misleads, per
 SGLang version: the mamba cache strategies, flags a release renamed or removed, and the memory
-the mamba extra buffer takes.
+pools of hybrid models.
 
 Each rule is a kind of failure, not one log: it reads the root error, the effective arguments
 (the `server_args=` dump) and, where the caller knows it, the argv the attempt ran, which is
@@ -14,31 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.diagnose import flag_history
 from app.diagnose.drift import requested_args
 
 # The mamba strategy's flag, by release: renamed in 0.5.14, the old name an alias until 0.5.20.
 OLD_STRATEGY_FLAG, NEW_STRATEGY_FLAG = "--mamba-scheduler-strategy", "--mamba-radix-cache-strategy"
 STRATEGY_FIELDS = ("mamba_scheduler_strategy", "mamba_radix_cache_strategy")
-# Flags that releases after 0.5.10 renamed or removed, with what replaces them: the few whose
-# history is known here, until the flag-history table answers for every flag.
-FLAG_CHANGES = {
-    OLD_STRATEGY_FLAG: (
-        f"renamed {NEW_STRATEGY_FLAG} in 0.5.14 (the old name stayed an alias until it was removed in 0.5.20)",
-        NEW_STRATEGY_FLAG,
-    ),
-    "--cuda-graph-max-bs": (
-        "split into --cuda-graph-max-bs-decode and --cuda-graph-max-bs-prefill (0.5.10 has it, 0.5.23 does not)",
-        "--cuda-graph-max-bs-decode",
-    ),
-    "--cuda-graph-bs": (
-        "split into --cuda-graph-bs-decode and --cuda-graph-bs-prefill (0.5.10 has it, 0.5.23 does not)",
-        "--cuda-graph-bs-decode",
-    ),
-    "--disable-cuda-graph": (
-        "deprecated for --cuda-graph-backend-{decode,prefill}=disabled (0.5.23 still takes it, with a warning)",
-        "--cuda-graph-backend-decode=disabled",
-    ),
-}
 FLAG = re.compile(r"--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # argparse's refusals, after "<prog>: error: ".
 UNRECOGNIZED = re.compile(r": error: unrecognized arguments: (.+)$")
@@ -46,6 +27,12 @@ AMBIGUOUS = re.compile(r": error: ambiguous option: (--\S+?)(?:=\S*)? could matc
 INVALID_CHOICE = re.compile(r": error: argument (--[\w-]+)(?:/-\w+)?: invalid choice: '([^']*)'")
 NO_BUFFER_WITH_SPECULATIVE = re.compile(r"not compatible with radix cache when using --mamba-[\w-]+ no_buffer", re.I)
 EXTRA_BUFFER_WITHOUT_RADIX = re.compile(r"extra_buffer is not compatible with --disable-radix-cache", re.I)
+# A log line that shows a hybrid (mamba) model: its mamba state cache, or the weights of a hybrid
+# architecture ("Load weight end. ... type=Qwen3_5ForConditionalGeneration").
+HYBRID_SIGN = re.compile(
+    r"Mamba Cache is allocated|type=\w*(?:Qwen3Next|Qwen3_5|NemotronH|FalconH1|Jamba|Lfm2|KimiLinear|Mamba)"
+)
+POOL_DOES_NOT_FIT = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
 NO_BUFFER_REFUSES = re.compile(r"\bno_buffer (?:do|does) not support (.+?)[.]|\bno_buffer only supports (.+?)[.]", re.I)
 # Fields only a dump of one side has: the newest groups the CUDA-graph settings, 0.5.10 does not.
 NEWEST_FIELDS, OLDEST_FIELDS = ("cuda_graph_config", "cuda_graph_max_bs_decode"), ("cuda_graph_max_bs",)
@@ -93,7 +80,10 @@ def in_release_spelling(hint: str, server_args: dict[str, Any] | None) -> str:
     or both spellings when the log does not tell."""
     args = server_args or {}
     newest, oldest = any(f in args for f in NEWEST_FIELDS), any(f in args for f in OLDEST_FIELDS)
-    for old, (_, new) in FLAG_CHANGES.items():
+    for old in sorted(set(FLAG.findall(hint))):
+        if (found := flag_history.story(old)) is None or not found[1]:
+            continue
+        new = " ".join(found[1])
         spelled = new if newest else old if oldest else f"{old} ({new} in the newest releases)"
         hint = re.sub(re.escape(old) + r"(?![\w-])", spelled, hint)
     return hint
@@ -207,27 +197,59 @@ def _flag_not_known(evidence: Evidence) -> Explanation | None:
     else:
         return None
     known = [
-        f"{flag} was {FLAG_CHANGES[flag][0]}: use {FLAG_CHANGES[flag][1]}." for flag in flags if flag in FLAG_CHANGES
+        f"{flag} was {said}" + (f": use {' '.join(instead)}." if instead else ".")
+        for flag in flags
+        if (history := flag_history.story(flag)) is not None
+        for said, instead in [history]
     ]
     return Explanation("arg-conflict", " ".join([said, *known]))
 
 
-def _extra_buffer_out_of_memory(evidence: Evidence) -> Explanation | None:
-    """Out of memory on a hybrid (mamba) model with extra_buffer, which doubles the mamba state cache."""
-    if evidence.failure_class != "oom" or evidence.strategy_used() != "extra_buffer":
+def _pool_does_not_fit(evidence: Evidence) -> Explanation | None:
+    """SGLang's own refusal to build the memory pools: the static fraction leaves nothing for them
+    beside the weights. The fix is the opposite of a runtime out-of-memory's."""
+    if not POOL_DOES_NOT_FIT.search(evidence.message):
         return None
-    hybrid = evidence.server_args.get("uses_mamba_radix_cache") is True or "mamba" in evidence.context.lower()
-    if not hybrid:
-        return None
+    states = ""
+    if _hybrid(evidence) and _speculative(evidence):
+        states = (
+            " On a hybrid (mamba) model under speculative decoding, SGLang first sets aside one mamba state per "
+            "draft token for every running request (--max-running-requests, 48 by default there, times "
+            "--speculative-num-draft-tokens), before any cache."
+        )
     return Explanation(
         "oom",
-        "GPU memory ran out with the mamba strategy extra_buffer on a hybrid model: extra_buffer keeps ping-pong "
-        "copies of each running request's mamba state for the radix cache (one more, two with the overlap "
-        "scheduler), which can double the mamba state cache. Fix: set --max-mamba-cache-size below the size the "
-        "Mamba Cache line reports, or lower --mamba-full-memory-ratio (0.9 by default), lower "
-        "--mem-fraction-static, or use no_buffer with --disable-radix-cache "
-        f"({strategy_flag('no_buffer')}).",
+        "SGLang could not build its memory pools: the static memory (--mem-fraction-static of the GPU) leaves "
+        f"too little beside the weights.{states} Fix: raise --mem-fraction-static, as SGLang says, or lower "
+        "--max-running-requests" + (" or --speculative-num-draft-tokens" if states else "") + ", or raise --tp-size.",
     )
+
+
+def _hybrid_out_of_memory(evidence: Evidence) -> Explanation | None:
+    """Out of memory at run time on a hybrid (mamba) model, whose mamba state cache takes a share of
+    the memory after the weights that the generic advice does not name."""
+    if evidence.failure_class != "oom" or not _hybrid(evidence):
+        return None
+    buffer = (
+        " extra_buffer does not add memory: it spends more of those slots on each running request."
+        if evidence.strategy_used() == "extra_buffer"
+        else ""
+    )
+    return Explanation(
+        "oom",
+        "GPU memory ran out on a hybrid (mamba) model: after the weights, SGLang splits its static memory between "
+        f"the KV cache and the mamba state cache by --mamba-full-memory-ratio (0.9 by default).{buffer} Fix: lower "
+        "--mem-fraction-static to leave more for activations and CUDA graphs, lower --cuda-graph-max-bs or "
+        "--max-running-requests, or cap the mamba cache (--max-mamba-cache-size, --mamba-full-memory-ratio).",
+    )
+
+
+def _hybrid(evidence: Evidence) -> bool:
+    return evidence.server_args.get("uses_mamba_radix_cache") is True or bool(HYBRID_SIGN.search(evidence.context))
+
+
+def _speculative(evidence: Evidence) -> bool:
+    return bool(evidence.server_args.get("speculative_algorithm") or evidence.requested().get("speculative_algorithm"))
 
 
 RULES: tuple[Callable[[Evidence], Explanation | None], ...] = (
@@ -235,5 +257,6 @@ RULES: tuple[Callable[[Evidence], Explanation | None], ...] = (
     _extra_buffer_without_radix,
     _no_buffer_refuses,
     _flag_not_known,
-    _extra_buffer_out_of_memory,
+    _pool_does_not_fit,
+    _hybrid_out_of_memory,
 )

@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
+from app.diagnose import flag_history
 from app.errors import CommandTimedOut, HostError
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
-from app.launch import flag_lint, remote
+from app.launch import remote
 from app.ssh import HostConnection, HostState
 from app.ssh.connection import RunResult
 
@@ -170,7 +171,7 @@ async def run_preflight(
 def flags_check(args: list[str], version: str) -> Check:
     """The preset's flags against the flag history of the host's release: one it removed (or a
     choice it dropped) blocks, as its argparse would exit 2; a renamed or deprecated one warns."""
-    findings = flag_lint.lint(args, version)
+    findings = flag_history.lint(args, version)
     detail = {"version": version, "findings": [asdict(finding) for finding in findings]}
     if not findings:
         return Check("flags", True, f"no flag that SGLang {version} renamed, deprecated or removed", detail=detail)

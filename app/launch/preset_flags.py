@@ -1,5 +1,5 @@
 """A preset's flags against the SGLang releases it runs on, and the one-click rewrite to a new
-revision that follows SGLang's own advice (see flag_lint).
+revision that follows SGLang's own advice (see app.diagnose.flag_history).
 
 The editor checks a preset against the versions its Python reported on each host at the latest
 launch there (recorded on the attempt), one report per version, since hosts may run different
@@ -16,8 +16,8 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Attempt, Host, Preset, PresetRevision
+from app.diagnose import flag_history
 from app.errors import InvalidInput
-from app.launch import flag_lint
 from app.launch.presets import PresetInput, latest, revision_fields, save_preset
 
 
@@ -25,7 +25,7 @@ from app.launch.presets import PresetInput, latest, revision_fields, save_preset
 class FlagReport:
     version: str
     hosts: list[str]  # where the preset's Python last reported this version; empty: the newest assumed
-    findings: list[flag_lint.Finding]
+    findings: list[flag_history.Finding]
     rewritten: list[str] | None  # the arguments after the rewrite, or None when nothing can be rewritten
 
     @property
@@ -56,22 +56,22 @@ async def flag_reports(session: AsyncSession, revision: PresetRevision) -> list[
     for host, version in (await versions_seen(session, revision.python)).items():
         hosts_by_version.setdefault(version, []).append(host)
     if not hosts_by_version:
-        hosts_by_version[flag_lint.newest_version()] = []
+        hosts_by_version[flag_history.newest_version()] = []
     reports = []
-    for version, hosts in sorted(hosts_by_version.items(), key=lambda item: flag_lint.release(item[0]) or (0,)):
+    for version, hosts in sorted(hosts_by_version.items(), key=lambda item: flag_history.release(item[0]) or (0,)):
         args = list(revision.args)
-        rewritten, applied = flag_lint.rewrite(args, version)
-        reports.append(FlagReport(version, hosts, flag_lint.lint(args, version), rewritten if applied else None))
+        rewritten, applied = flag_history.rewrite(args, version)
+        reports.append(FlagReport(version, hosts, flag_history.lint(args, version), rewritten if applied else None))
     return reports
 
 
 async def rewrite_preset(session: AsyncSession, preset: Preset, *, version: str, actor: str) -> PresetRevision:
     """Saves the latest revision with every mechanical rewrite for `version` applied, as a new
     revision audited under the person who asked; one unit of work, committed here."""
-    if flag_lint.release(version) is None:
+    if flag_history.release(version) is None:
         raise InvalidInput(f"version: {version[:64]!r} is not an SGLang release number such as 0.5.23")
     current = latest(preset)
-    args, applied = flag_lint.rewrite(list(current.args), version)
+    args, applied = flag_history.rewrite(list(current.args), version)
     if not applied:
         raise InvalidInput(f"version: revision {current.number} has no flag to rewrite for SGLang {version}")
     data = PresetInput(name=preset.name, description=preset.description, **{**revision_fields(current), "args": args})

@@ -152,7 +152,7 @@ try:
         values = server_args.resolved_dict()
     else:
         values = dataclasses.asdict(server_args)
-    result["effective"] = {k: v for k, v in values.items() if isinstance(v, (str, int, float, bool, type(None)))}
+    result["effective"] = {k: v for k, v in values.items() if isinstance(v, (str, int, float, bool, type(None), dict))}
 except SystemExit:
     result["error"] = (said(captured) or ["argument error"])[-1]
 except BaseException as exc:
@@ -160,7 +160,7 @@ except BaseException as exc:
     module = type(exc).__module__
     result["error"] = f"{name if module == 'builtins' else module + '.' + name}: {exc}".splitlines()[0]
 result["warnings"] = said(captured)
-print(json.dumps(result))
+print(json.dumps(result, default=str))
 """
 
 # Runs on the host with the preset's Python; reads {"model_path", "args", "env"} as JSON on stdin,

@@ -1,6 +1,6 @@
-"""Derives app/launch/flag_history.json from the released SGLang packages themselves.
+"""Derives app/diagnose/flag_history.json from the released SGLang packages themselves.
 
-    python -m tests.oracle.flag_history [--first 0.5.10] [--last 0.5.23] [--oracle DIR]
+    python -m tests.oracle.derive_flag_history [--first 0.5.10] [--last 0.5.23] [--oracle DIR]
 
 For each release it downloads the wheel (`pip download --no-deps`), unpacks it, and asks that
 release's own parser (tests/oracle/sglang_parser.py, run by the oracle venv's interpreter) for its
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = ROOT / "app" / "launch" / "flag_history.json"
+TABLE = ROOT / "app" / "diagnose" / "flag_history.json"
 PARSER_SCRIPT = Path(__file__).with_name("sglang_parser.py")
 ORACLE = Path(os.environ.get("LAUNCHDECK_ORACLE_CACHE") or Path.home() / ".cache/launchdeck/sglang-oracle")
 DEPRECATED_ACTIONS = ("DeprecatedStoreTrueAction", "DeprecatedStoreConstAction", "DeprecatedAliasStoreAction")
@@ -193,8 +193,8 @@ def main() -> None:
         wheels.mkdir(parents=True, exist_ok=True)
         releases = {version: release_flags(version, wheels, chosen.oracle) for version in versions}
     table = {
-        "about": "How SGLang's server flags changed, release by release; derived by tests/oracle/flag_history.py "
-        "from the released wheels. Do not edit by hand: run it again.",
+        "about": "How SGLang's server flags changed, release by release; derived by "
+        "tests/oracle/derive_flag_history.py from the released wheels. Do not edit by hand: run it again.",
         "versions": versions,
         "changes": derive(releases),
     }

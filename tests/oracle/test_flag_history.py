@@ -1,4 +1,4 @@
-"""The flag history (app/launch/flag_history.json) against real SGLang 0.5.10 and 0.5.23: for
+"""The flag history (app/diagnose/flag_history.json) against real SGLang 0.5.10 and 0.5.23: for
 every flag, choice, rewrite and new name the table knows, each release's own parser refuses
 (argparse exit 2) exactly what the flag lint says that release refuses, accepts the rest, and
 warns of the flags the table says it warns of.
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from app.launch import flag_lint
+from app.diagnose import flag_history
 from tests.oracle.environment import ORACLE_VERSIONS, OracleEnvironment
 
 pytestmark = pytest.mark.oracle
@@ -50,12 +50,12 @@ def sample(option: str, known: dict[str, Any] | None, nargs: Any, value: str) ->
     return [option] if (known["nargs"] if known else nargs) == 0 else [option, value]
 
 
-def value_for(change: flag_lint.Change, known: list[dict[str, Any]]) -> str:
+def value_for(change: flag_history.Change, known: list[dict[str, Any]]) -> str:
     """A value both the flag and its other names take: the removed choice, one SGLang maps, or the
     first choice of the flag (else of its replacement or older name) in a release that knows it."""
     if change.choice or change.values:
         return change.choice or next(iter(change.values))
-    older_names = [row.flag for row in flag_lint.history()[1] if row.rewrite and row.rewrite[0] == change.flag]
+    older_names = [row.flag for row in flag_history.history()[1] if row.rewrite and row.rewrite[0] == change.flag]
     for option in (change.flag, *(change.rewrite or ())[:1], *older_names):
         for flags in known:
             if choices := (flags.get(option) or {}).get("choices"):
@@ -67,16 +67,16 @@ def cases(release: str, real_flags: dict[str, dict[str, Any]]) -> list[list[str]
     """Every argument list the table speaks of, that `release`'s parser or the lint has an opinion on."""
     flags = real_flags[release]
     argvs: list[list[str]] = []
-    for change in flag_lint.history()[1]:
+    for change in flag_history.history()[1]:
         value = value_for(change, [flags, *real_flags.values()])
         old = sample(change.flag, flags.get(change.flag), change.nargs, value)
         argvs.append(old)
-        argvs.append(flag_lint.rewrite(old, release)[0])
+        argvs.append(flag_history.rewrite(old, release)[0])
         if change.rewrite and change.change == "renamed":
             new = change.rewrite[0]
             argvs.append(sample(new, flags.get(new), change.nargs, change.values.get(value, value)))
     unique = {json.dumps(argv): argv for argv in argvs}.values()
-    return [argv for argv in unique if argv[0] in flags or flag_lint.lint(argv, release)]
+    return [argv for argv in unique if argv[0] in flags or flag_history.lint(argv, release)]
 
 
 def test_each_release_refuses_exactly_what_the_lint_says_it_refuses(
@@ -89,7 +89,7 @@ def test_each_release_refuses_exactly_what_the_lint_says_it_refuses(
         answers = run_parser(sglang_oracle, release, "parse", json.dumps([[*MODEL, *argv] for argv in argvs]))
         for argv, answer in zip(argvs, answers, strict=True):
             checked += 1
-            findings = flag_lint.lint(argv, release)
+            findings = flag_history.lint(argv, release)
             refused = any(finding.blocking for finding in findings)
             if (answer["exit"] == 2) != refused:
                 said = answer["said"].splitlines()[-1:] or [""]
@@ -100,7 +100,7 @@ def test_each_release_refuses_exactly_what_the_lint_says_it_refuses(
 
 def test_the_table_is_what_the_releases_parsers_declare(real_flags: dict[str, dict[str, Any]]) -> None:
     old, new = real_flags["0.5.10"], real_flags["0.5.23"]
-    changes = flag_lint.history()[1]
+    changes = flag_history.history()[1]
     for change in changes:
         if change.first_seen == "0.5.10":
             assert change.flag in old, change
@@ -121,7 +121,7 @@ def test_deprecated_flags_warn_as_the_table_says(
     newest = real_flags["0.5.23"]
     warned = [
         change
-        for change in flag_lint.history()[1]
+        for change in flag_history.history()[1]
         if change.warns and change.flag in newest and not newest[change.flag]["error_message"]
     ]
     assert {"--disable-cuda-graph", "--enable-dp-attention"} <= {change.flag for change in warned}
@@ -135,6 +135,6 @@ def _removed_by(flag: str, release: str) -> bool:
     return any(
         change.flag == flag
         and change.change == "removed"
-        and flag_lint.release(change.version) <= flag_lint.release(release)
-        for change in flag_lint.history()[1]
+        and flag_history.release(change.version) <= flag_history.release(release)
+        for change in flag_history.history()[1]
     )
