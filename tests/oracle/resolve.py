@@ -3,9 +3,21 @@
 One script for both sides of the oracle comparison, so both are asked the same way:
 
 - `python resolve.py --real`, run by the oracle venv's interpreter with one real SGLang release on
-  PYTHONPATH. Real SGLang needs a GPU to resolve its arguments; on a CPU only the GPU memory
-  capacity query and the platform checks for the mamba extra buffer are patched, `--device cuda`
-  is appended, and the hub stays offline.
+  PYTHONPATH. Real SGLang needs a GPU to resolve its arguments; on a CPU `--device cuda` is
+  appended, the hub stays offline, and only these are patched, each where argument resolution
+  reads it (kernel modules imported meanwhile keep the CPU's answers, or they would import CUDA
+  kernels):
+  - the GPU memory capacity query: the case's GPU size;
+  - "is this CUDA?" (`is_cuda()`): yes. 0.5.10 reads it in `server_args` (CUDA-only defaults,
+    the mamba extra buffer); 0.5.23 through `get_platform().is_cuda` (the mamba extra buffer,
+    among others) and in `cuda_graph_config.default_prefill_backend` (prefill CUDA graphs are
+    captured by default on CUDA only, which lowers the default static memory fraction);
+  - "is flashinfer installed?" (`is_flashinfer_available()`, 0.5.23's `has_flashinfer`): yes, as
+    on every GPU host, flashinfer being a dependency of both releases; it picks the default
+    attention and sampling backends (flashinfer rather than triton and pytorch).
+  The compute-capability probes are left as a CPU answers them (no SM), so the Hopper and
+  Blackwell branches (fa3, trtllm_mha on SM100) are not taken: the outcomes are those of a CUDA
+  GPU of no recognised architecture, the simulator's model of both demo GPUs.
 - `python resolve.py`, run by any Python 3.11 with the simulated package (app/demo/hostlib) on
   PYTHONPATH and LAUNCHDECK_SIM_SGLANG_VERSION naming the version; each case gets a simulated
   GPU state file holding its GPU.
@@ -66,15 +78,20 @@ class RealSGLang:
         self.gpu_mib = 0
         if hasattr(server_args.ServerArgs, "resolve_once"):
             import sglang.srt.utils.common
-            from sglang.srt.arg_groups import kv_shard_hook, mamba_hook, memory_hook
+            from sglang.srt.arg_groups import kv_shard_hook, memory_hook
             from sglang.srt.arg_groups.model_overrides import qwen3_vl
+            from sglang.srt.model_executor import cuda_graph_config
+            from sglang.srt.runtime_context import override_platform
 
             for module in (sglang.srt.utils.common, memory_hook, kv_shard_hook, qwen3_vl):
                 module.get_device_memory_capacity = self.gpu_memory_capacity  # type: ignore[attr-defined]
-            mamba_hook._platform_supports_mamba_cache_extra_buffer = lambda: True
+            # SGLang's own switch for telling argument resolution what machine this is.
+            override_platform(is_cuda=True, has_flashinfer=True).install()
+            cuda_graph_config.default_prefill_backend = answering_cuda(cuda_graph_config.default_prefill_backend)
         else:
             server_args.get_device_memory_capacity = self.gpu_memory_capacity  # type: ignore[attr-defined]
             server_args.is_cuda = lambda: True  # type: ignore[attr-defined]
+            server_args.is_flashinfer_available = lambda: True  # type: ignore[attr-defined]
 
     def gpu_memory_capacity(self, device: str | None = None) -> int:
         return self.gpu_mib
@@ -128,6 +145,22 @@ class SimulatedSGLang:
 
     def reset(self) -> None:
         pass
+
+
+def answering_cuda(function: Any) -> Any:
+    """`function` run with `sglang.srt.utils.is_cuda()` answering True. The probe is swapped for
+    the call only: kernel modules imported meanwhile would take CUDA imports from it."""
+    from sglang.srt import utils
+
+    def on_cuda(*args: Any, **kwargs: Any) -> Any:
+        probe = utils.is_cuda
+        utils.is_cuda = lambda: True
+        try:
+            return function(*args, **kwargs)
+        finally:
+            utils.is_cuda = probe
+
+    return on_cuda
 
 
 def import_torchvision_without_compiled_ops() -> None:
