@@ -76,7 +76,8 @@ class ServerArgs(ServerArgsRules, CommonFields):
         self._handle_piecewise_cuda_graph()
         self._handle_gpu_memory_settings(gpu_memory_capacity_mib(self.base_gpu_id))
         self._handle_model_specific_adjustments()
-        self.choose_attention_backend(values)
+        self.choose_kernel_backends(values)
+        self._check_kv4_attention_backend()
         if self.page_size is None:
             self.page_size = 1
         self._handle_speculative_decoding()
@@ -163,6 +164,15 @@ class ServerArgs(ServerArgsRules, CommonFields):
                 "try to use --disable-radix-cache if overlap schedule is necessary"
             )
             self.disable_overlap_schedule = True
+
+    def _check_kv4_attention_backend(self) -> None:
+        """An FP4 KV cache works only with the attention kernels that can read it (MHA models)."""
+        if self.kv_cache_dtype != "fp4_e2m1":
+            return
+        choices = ["triton", "torch_native", "flex_attention", "trtllm_mha"]
+        assert self.attention_backend in choices, (
+            f"KV4 MHA expects attention_backend to be one of {choices}, but got {self.attention_backend}"
+        )
 
     def _handle_speculative_decoding(self) -> None:
         if self.speculative_algorithm == "NEXTN":

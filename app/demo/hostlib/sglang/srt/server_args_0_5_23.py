@@ -8,8 +8,9 @@ What changed since 0.5.10, as far as the simulator models it:
   off, the strategy is left alone.
 - Speculative decoding keeps the overlap scheduler (spec v2) and reserves nothing extra.
 - CUDA graphs are configured per phase (`cuda_graph_config`); `--cuda-graph-max-bs` is gone
-  (`--cuda-graph-max-bs-decode`) and `--disable-cuda-graph` is deprecated. Prefill graphs stay
-  off unless asked for.
+  (`--cuda-graph-max-bs-decode`) and `--disable-cuda-graph` is deprecated. On CUDA, prefill
+  graphs are captured by default (the breakable backend), and their token sizes are reserved out of
+  the static memory fraction.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class ServerArgs(ServerArgsRules):
                 f"--mamba-radix-cache-strategy {values['mamba_radix_cache_strategy']} "
                 f"needs mamba state, got {self.get_model_config().architecture}."
             )
-        self.choose_attention_backend(values)
+        self.choose_kernel_backends(values)
         if values["page_size"] is None:
             values["page_size"] = 1
         self._handle_speculative_decoding(values)
@@ -149,7 +150,7 @@ class ServerArgs(ServerArgsRules):
             if self.max_running_requests is not None and decode_max_bs > self.max_running_requests:
                 decode_max_bs = self.max_running_requests
         decode_backend = self.cuda_graph_backend_decode or ("disabled" if self.disable_cuda_graph else "full")
-        prefill_backend = self.cuda_graph_backend_prefill or "disabled"
+        prefill_backend = self.cuda_graph_backend_prefill or ("disabled" if self.disable_cuda_graph else "breakable")
         prefill_max_bs = self.cuda_graph_max_bs_prefill or values["chunked_prefill_size"]
         if self.cuda_graph_max_bs_prefill is None and self.max_total_tokens is not None:
             prefill_max_bs = min(prefill_max_bs, self.max_total_tokens)

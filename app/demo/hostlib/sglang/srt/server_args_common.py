@@ -55,6 +55,7 @@ class CommonFields:
     decode_log_interval: int = 40
     served_model_name: str | None = None
     attention_backend: str | None = None
+    sampling_backend: str | None = None
     speculative_algorithm: str | None = None
     speculative_draft_model_path: str | None = None
     speculative_num_steps: int | None = None
@@ -116,11 +117,15 @@ class ServerArgsRules:
         adjustment = max(0.8, min(1.05, 1.0 - 0.1 * (complexity_ratio - 1.0)))
         return fraction * (0.95 * adjustment)
 
-    def choose_attention_backend(self, values: dict[str, Any]) -> None:
-        """The default outside Blackwell's SM100 branches, which the oracle cannot exercise."""
+    def choose_kernel_backends(self, values: dict[str, Any]) -> None:
+        """The defaults of a CUDA GPU with flashinfer (a dependency of every release) outside the
+        Hopper and Blackwell branches (fa3, trtllm_mha), whose compute-capability probes the oracle
+        leaves unanswered."""
+        if values["sampling_backend"] is None:
+            values["sampling_backend"] = "flashinfer"
         if values["attention_backend"] is None:
-            values["attention_backend"] = "triton"
-            logger.info("Attention backend not specified. Use triton backend by default.")
+            values["attention_backend"] = "flashinfer"
+            logger.info("Attention backend not specified. Use flashinfer backend by default.")
 
     def default_speculative_params(self, values: dict[str, Any]) -> tuple[int, int, int]:
         if values["speculative_algorithm"] != "STANDALONE" and self.get_model_config().architecture in (
