@@ -24,6 +24,7 @@ from sglang.srt.cli_flags import FLAGS_0_5_23, build_parser
 from sglang.srt.server_args_common import (
     FLA_CHUNK_SIZE,
     MAX_RUNNING_REQUESTS_WARNING,
+    TRTLLM_MOE_WARNING,
     CommonFields,
     GpuMemoryDefaults,
     ServerArgsRules,
@@ -47,6 +48,17 @@ PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
 SPECULATIVE_ALGORITHMS = frozenset(
     {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NONE", "NEXTN"}
 )
+# Architectures for which SGLang fuses all-reduce into flashinfer's kernels on tensor-parallel Hopper and B200.
+FLASHINFER_ALLREDUCE_FUSION_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GptOssForCausalLM",
+        "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM",
+        "Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM",
+        "Qwen4ExpForConditionalGeneration", "KimiK25ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM", "NemotronH_Omni_Reasoning_V3",
+    }
+)  # fmt: skip
 RESOLUTION_FAILED_ERROR = (
     "resolution already failed on this ServerArgs; the handlers that ran left their writes on the record, "
     "and a second pass would read that partial output as fresh input. Build a new record from the corrected "
@@ -124,6 +136,16 @@ class ServerArgs(ServerArgsRules):
         if values["mamba_full_memory_ratio"] is None:
             values["mamba_full_memory_ratio"] = 0.9
         self._handle_gpu_memory_settings(values, gpu_memory_capacity_mib(self.base_gpu_id))
+        architecture = self.get_model_config().architecture
+        if self.uses_trtllm_moe:
+            logger.info(f"Use flashinfer_trtllm as MoE runner backend on sm100 for {architecture}")
+        if self.is_hybrid_gdn and self.is_sm100 and values["attention_backend"] is None:
+            # Decided before the mamba strategy is: `auto` counts as no extra buffer here.
+            extra_buffer = (
+                not values["disable_radix_cache"] and values["mamba_radix_cache_strategy"] in EXTRA_BUFFER_STRATEGIES
+            )
+            values["attention_backend"] = self.hybrid_attention_backend(values, extra_buffer)
+            values["page_size"] = 64 if values["attention_backend"] == "trtllm_mha" else 1
         if self.is_hybrid_gdn:
             self._handle_mamba_radix_cache(values)
         elif not values["disable_radix_cache"] and values["mamba_radix_cache_strategy"] in EXTRA_BUFFER_STRATEGIES:
@@ -131,9 +153,19 @@ class ServerArgs(ServerArgsRules):
                 f"--mamba-radix-cache-strategy {values['mamba_radix_cache_strategy']} "
                 f"needs mamba state, got {self.get_model_config().architecture}."
             )
+        if self.is_sm100 and self.tp_size > 1 and architecture in FLASHINFER_ALLREDUCE_FUSION_ARCHITECTURES:
+            logger.info(f"Auto-enabling FlashInfer AllReduce Fusion (auto) for {architecture}")
         self.choose_kernel_backends(values)
+        if values["attention_backend"] == "trtllm_mha" and values["page_size"] not in (16, 32, 64, 128):
+            logger.warning(
+                "TensorRT-LLM MHA only supports page_size of 16, 32, 64 or 128, "
+                f"changing page_size from {values['page_size']} to 64."
+            )
+            values["page_size"] = 64
         if values["page_size"] is None:
             values["page_size"] = 1
+        if self.uses_trtllm_moe:
+            logger.warning(TRTLLM_MOE_WARNING)
         self._handle_speculative_decoding(values)
         return values
 
