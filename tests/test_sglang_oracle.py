@@ -49,17 +49,18 @@ def test_a_launch_field_the_simulator_leaves_out_is_a_disagreement() -> None:
     assert [(d.field, d.real, d.simulator) for d in found] == [("values.mem_fraction_static", 0.798, "(not reported)")]
 
 
-def test_the_seed_and_the_backends_a_cpu_picks_are_not_compared() -> None:
+def test_the_seed_is_not_compared_but_the_kernel_backends_are() -> None:
     real = outcome(
-        {"random_seed": 1, "attention_backend": "triton", "max_running_requests": 48},
-        ["[TIMESTAMP] Attention backend not specified. Use triton backend by default."],
+        {"random_seed": 1, "attention_backend": "flashinfer", "max_running_requests": 48},
+        ["[TIMESTAMP] Attention backend not specified. Use flashinfer backend by default."],
     )
     simulated = outcome(
-        {"random_seed": 2, "attention_backend": "fa3", "max_running_requests": 48.0},
-        ["[TIMESTAMP] Attention backend not specified. Use fa3 backend by default."],
+        {"random_seed": 2, "attention_backend": "triton", "max_running_requests": 48},
+        ["[TIMESTAMP] Attention backend not specified. Use triton backend by default."],
     )
     assert [(d.field, d.real, d.simulator) for d in disagreements([real], [simulated])] == [
-        ("values.max_running_requests", 48, 48.0)
+        ("warnings", real["warnings"], simulated["warnings"]),
+        ("values.attention_backend", "flashinfer", "triton"),
     ]
 
 

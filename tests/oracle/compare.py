@@ -12,7 +12,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -29,13 +28,8 @@ RESOLVER = Path(__file__).with_name("resolve.py")
 SIMULATED_PACKAGE = REPO / "app" / "demo" / "hostlib"
 VERSION_ENV = "LAUNCHDECK_SIM_SGLANG_VERSION"
 
-# Not compared: drawn at random whenever it is not given ...
+# Not compared: drawn at random whenever it is not given.
 NONDETERMINISTIC_FIELDS = frozenset({"random_seed"})
-# ... or chosen from the GPU's compute capability and the kernels installed beside SGLang, which
-# real SGLang on a CPU cannot see: there it picks triton and pytorch where a B200 would not.
-HARDWARE_DEPENDENT_FIELDS = frozenset({"attention_backend", "sampling_backend"})
-# The line that announces that choice is compared with the backend left out.
-HARDWARE_DEPENDENT_LINE = re.compile(r"(Attention backend not specified\. Use )\S+( backend by default\.)")
 
 # The effective values a launch's outcome turns on: where the real release has them, the
 # simulator must report them too, so that leaving one out cannot pass for agreeing on it.
@@ -45,6 +39,7 @@ REQUIRED_FIELDS = frozenset(
         "disable_radix_cache", "disable_overlap_schedule", "mamba_scheduler_strategy",
         "mamba_radix_cache_strategy", "speculative_algorithm", "speculative_num_steps",
         "speculative_eagle_topk", "speculative_num_draft_tokens", "cuda_graph_max_bs", "cuda_graph_config",
+        "attention_backend", "sampling_backend",
     }
 )  # fmt: skip
 
@@ -125,24 +120,19 @@ def case_disagreements(real: Outcome, simulated: Outcome) -> Iterable[Disagreeme
     for field in ("exit", "exception"):
         if real[field] != simulated[field]:
             yield Disagreement(case, field, real[field], simulated[field])
-    real_lines, simulated_lines = comparable_lines(real["warnings"]), comparable_lines(simulated["warnings"])
-    if real_lines != simulated_lines:
-        yield Disagreement(case, "warnings", real_lines, simulated_lines)
+    if real["warnings"] != simulated["warnings"]:
+        yield Disagreement(case, "warnings", real["warnings"], simulated["warnings"])
     if real["values"] is None or simulated["values"] is None:
         return
     for name in sorted(REQUIRED_FIELDS & real["values"].keys() - simulated["values"].keys()):
         yield Disagreement(case, f"values.{name}", real["values"][name], "(not reported)")
     for name, value in simulated["values"].items():
-        if name in NONDETERMINISTIC_FIELDS or name in HARDWARE_DEPENDENT_FIELDS:
+        if name in NONDETERMINISTIC_FIELDS:
             continue
         if name not in real["values"]:
             yield Disagreement(case, f"values.{name}", "(no such field)", value)
         elif not same_value(real["values"][name], value):
             yield Disagreement(case, f"values.{name}", real["values"][name], value)
-
-
-def comparable_lines(lines: list[str]) -> list[str]:
-    return [HARDWARE_DEPENDENT_LINE.sub(r"\1<backend>\2", line) for line in lines]
 
 
 def same_value(real: Any, simulated: Any) -> bool:

@@ -3,9 +3,23 @@
 One script for both sides of the oracle comparison, so both are asked the same way:
 
 - `python resolve.py --real`, run by the oracle venv's interpreter with one real SGLang release on
-  PYTHONPATH. Real SGLang needs a GPU to resolve its arguments; on a CPU only the GPU memory
-  capacity query and the platform checks for the mamba extra buffer are patched, `--device cuda`
-  is appended, and the hub stays offline.
+  PYTHONPATH. Real SGLang needs a GPU to resolve its arguments; on a CPU `--device cuda` is
+  appended, the hub stays offline, and only these are patched, each where argument resolution
+  reads it (kernel modules imported meanwhile keep the CPU's answers, or they would import CUDA
+  kernels):
+  - the GPU memory capacity query: the case's GPU size;
+  - "is this CUDA?" (`is_cuda()`): yes. 0.5.10 reads it in `server_args` (CUDA-only defaults,
+    the mamba extra buffer); 0.5.23 through `get_platform().is_cuda` (the mamba extra buffer,
+    among others) and in `cuda_graph_config.default_prefill_backend` (prefill CUDA graphs are
+    captured by default on CUDA only, which lowers the default static memory fraction);
+  - "is flashinfer installed?" (`is_flashinfer_available()`, 0.5.23's `has_flashinfer`): yes, as
+    on every GPU host, flashinfer being a dependency of both releases; it picks the default
+    attention and sampling backends (flashinfer rather than triton and pytorch);
+  - the architecture probes (SM 9.0/10.0/12.0, Blackwell, Hopper, the SM number): answered for the
+    case's GPU, SM 10.0 for a B200 and SM 12.0 for an RTX PRO 6000 Blackwell (CUDA 12.8 or later
+    assumed). 0.5.10 reads them in `server_args`; 0.5.23 through `get_platform()` and, for the MoE
+    runner, `moe_hook.is_sm100_supported`. On SM 10.0 SGLang takes its TensorRT-LLM kernels
+    (trtllm_mha attention with 64-token pages, the flashinfer_trtllm MoE runner).
 - `python resolve.py`, run by any Python 3.11 with the simulated package (app/demo/hostlib) on
   PYTHONPATH and LAUNCHDECK_SIM_SGLANG_VERSION naming the version; each case gets a simulated
   GPU state file holding its GPU.
@@ -35,6 +49,8 @@ from typing import Any
 
 TIMESTAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ")
 TIMESTAMP_TOKEN = "[TIMESTAMP] "
+# The compute capability (major * 10 + minor) of the simulated cluster's GPU models, by name.
+GPU_SM_VERSIONS = {"B200": 100, "RTX PRO 6000": 120}
 
 
 def main() -> None:
@@ -54,7 +70,8 @@ def main() -> None:
 
 
 class RealSGLang:
-    """The real package, imported once; each case sets the GPU memory the patched query reports."""
+    """The real package, imported once; each case sets the GPU memory and compute capability the
+    patched probes report."""
 
     def __init__(self) -> None:
         import_torchvision_without_compiled_ops()
@@ -64,24 +81,60 @@ class RealSGLang:
         self.version = sglang.__version__
         self.server_args = server_args
         self.gpu_mib = 0
+        self.sm_version = 0
         if hasattr(server_args.ServerArgs, "resolve_once"):
             import sglang.srt.utils.common
-            from sglang.srt.arg_groups import kv_shard_hook, mamba_hook, memory_hook
+            from sglang.srt.arg_groups import kv_shard_hook, memory_hook
             from sglang.srt.arg_groups.model_overrides import qwen3_vl
+            from sglang.srt.model_executor import cuda_graph_config
+            from sglang.srt.runtime_context import override_platform
 
             for module in (sglang.srt.utils.common, memory_hook, kv_shard_hook, qwen3_vl):
                 module.get_device_memory_capacity = self.gpu_memory_capacity  # type: ignore[attr-defined]
-            mamba_hook._platform_supports_mamba_cache_extra_buffer = lambda: True
+            # SGLang's own switch for telling argument resolution what machine this is.
+            override_platform(is_cuda=True, has_flashinfer=True).install()
+            cuda_graph_config.default_prefill_backend = answering_cuda(cuda_graph_config.default_prefill_backend)
         else:
             server_args.get_device_memory_capacity = self.gpu_memory_capacity  # type: ignore[attr-defined]
             server_args.is_cuda = lambda: True  # type: ignore[attr-defined]
+            server_args.is_flashinfer_available = lambda: True  # type: ignore[attr-defined]
 
     def gpu_memory_capacity(self, device: str | None = None) -> int:
         return self.gpu_mib
 
     def prepare(self, case: dict[str, Any]) -> list[str]:
         self.gpu_mib = case["gpu_mib"]
+        self.declare_compute_capability(sm_version(case["gpu_name"]))
         return [*case["argv"], "--device", "cuda"]
+
+    def declare_compute_capability(self, sm: int) -> None:
+        """The architecture probes (SM 9.0, 10.0, 12.0, Blackwell, Hopper) answered for the case's GPU."""
+        facts = {
+            "is_sm90": sm == 90,
+            "is_hopper_with_cuda_12_3": sm == 90,
+            "is_sm100": sm == 100,
+            "is_sm100_or_sm110": sm in (100, 110),
+            "is_sm110": sm == 110,
+            "is_sm120": sm == 120,
+            "is_blackwell": sm // 10 in (10, 11, 12),
+        }
+        if hasattr(self.server_args.ServerArgs, "resolve_once"):
+            from sglang.srt.arg_groups import moe_hook
+            from sglang.srt.runtime_context import override_platform
+
+            override_platform(**facts, device_sm=sm, device_capability=(sm // 10, sm % 10)).install()
+            moe_hook.is_sm100_supported = lambda: facts["is_sm100"]
+        else:
+            probes = {
+                "is_sm90_supported": "is_sm90",
+                "is_hopper_with_cuda_12_3": "is_hopper_with_cuda_12_3",
+                "is_sm100_supported": "is_sm100",
+                "is_sm120_supported": "is_sm120",
+                "is_blackwell_supported": "is_blackwell",
+            }
+            for probe, fact in probes.items():
+                setattr(self.server_args, probe, lambda answer=facts[fact]: answer)
+            self.server_args.get_device_sm = lambda: sm
 
     def reset(self) -> None:
         """Real SGLang sets some of its environment switches through module-level fields."""
@@ -128,6 +181,26 @@ class SimulatedSGLang:
 
     def reset(self) -> None:
         pass
+
+
+def sm_version(gpu_name: str) -> int:
+    return next(sm for model, sm in GPU_SM_VERSIONS.items() if model in gpu_name)
+
+
+def answering_cuda(function: Any) -> Any:
+    """`function` run with `sglang.srt.utils.is_cuda()` answering True. The probe is swapped for
+    the call only: kernel modules imported meanwhile would take CUDA imports from it."""
+    from sglang.srt import utils
+
+    def on_cuda(*args: Any, **kwargs: Any) -> Any:
+        probe = utils.is_cuda
+        utils.is_cuda = lambda: True
+        try:
+            return function(*args, **kwargs)
+        finally:
+            utils.is_cuda = probe
+
+    return on_cuda
 
 
 def import_torchvision_without_compiled_ops() -> None:

@@ -16,6 +16,7 @@ from sglang.srt.cli_flags import FLAGS_0_5_10, build_parser
 from sglang.srt.server_args_common import (
     FLA_CHUNK_SIZE,
     MAX_RUNNING_REQUESTS_WARNING,
+    TRTLLM_MOE_WARNING,
     CommonFields,
     GpuMemoryDefaults,
     ServerArgsRules,
@@ -76,9 +77,14 @@ class ServerArgs(ServerArgsRules, CommonFields):
         self._handle_piecewise_cuda_graph()
         self._handle_gpu_memory_settings(gpu_memory_capacity_mib(self.base_gpu_id))
         self._handle_model_specific_adjustments()
-        self.choose_attention_backend(values)
+        self.choose_kernel_backends(values)
+        self._handle_trtllm_mha_page_size()
+        self._check_kv4_attention_backend()
         if self.page_size is None:
             self.page_size = 1
+        if self.uses_trtllm_moe:
+            self.disable_piecewise_cuda_graph = True  # its bypassed top-k cannot be compiled
+            logger.warning(TRTLLM_MOE_WARNING)
         self._handle_speculative_decoding()
 
     def _handle_piecewise_cuda_graph(self) -> None:
@@ -139,6 +145,9 @@ class ServerArgs(ServerArgsRules, CommonFields):
 
     def _handle_mamba_radix_cache(self) -> None:
         arch = self.get_model_config().architecture
+        if self.is_sm100 and self.attention_backend is None:
+            extra_buffer = self.mamba_scheduler_strategy == "extra_buffer"
+            self.attention_backend = self.hybrid_attention_backend(vars(self), extra_buffer)
         if self.mamba_scheduler_strategy == "extra_buffer":
             if self.disable_radix_cache:
                 raise ValueError(EXTRA_BUFFER_WITHOUT_RADIX_CACHE_ERROR)
@@ -163,6 +172,23 @@ class ServerArgs(ServerArgsRules, CommonFields):
                 "try to use --disable-radix-cache if overlap schedule is necessary"
             )
             self.disable_overlap_schedule = True
+
+    def _handle_trtllm_mha_page_size(self) -> None:
+        if self.attention_backend == "trtllm_mha" and self.page_size not in (16, 32, 64):
+            logger.warning(
+                "TensorRT-LLM MHA only supports page_size of 16, 32 or 64, "
+                f"changing page_size from {self.page_size} to 64."
+            )
+            self.page_size = 64
+
+    def _check_kv4_attention_backend(self) -> None:
+        """An FP4 KV cache works only with the attention kernels that can read it (MHA models)."""
+        if self.kv_cache_dtype != "fp4_e2m1":
+            return
+        choices = ["triton", "torch_native", "flex_attention", "trtllm_mha"]
+        assert self.attention_backend in choices, (
+            f"KV4 MHA expects attention_backend to be one of {choices}, but got {self.attention_backend}"
+        )
 
     def _handle_speculative_decoding(self) -> None:
         if self.speculative_algorithm == "NEXTN":

@@ -8,8 +8,9 @@ What changed since 0.5.10, as far as the simulator models it:
   off, the strategy is left alone.
 - Speculative decoding keeps the overlap scheduler (spec v2) and reserves nothing extra.
 - CUDA graphs are configured per phase (`cuda_graph_config`); `--cuda-graph-max-bs` is gone
-  (`--cuda-graph-max-bs-decode`) and `--disable-cuda-graph` is deprecated. Prefill graphs stay
-  off unless asked for.
+  (`--cuda-graph-max-bs-decode`) and `--disable-cuda-graph` is deprecated. On CUDA, prefill
+  graphs are captured by default (the breakable backend), and their token sizes are reserved out of
+  the static memory fraction.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sglang.srt.cli_flags import FLAGS_0_5_23, build_parser
 from sglang.srt.server_args_common import (
     FLA_CHUNK_SIZE,
     MAX_RUNNING_REQUESTS_WARNING,
+    TRTLLM_MOE_WARNING,
     CommonFields,
     GpuMemoryDefaults,
     ServerArgsRules,
@@ -46,6 +48,17 @@ PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
 SPECULATIVE_ALGORITHMS = frozenset(
     {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NONE", "NEXTN"}
 )
+# Architectures for which SGLang fuses all-reduce into flashinfer's kernels on tensor-parallel Hopper and B200.
+FLASHINFER_ALLREDUCE_FUSION_ARCHITECTURES = frozenset(
+    {
+        "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM", "GptOssForCausalLM",
+        "GlmMoeDsaForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "MistralLarge3ForCausalLM",
+        "Qwen3MoeForCausalLM", "Qwen3VLMoeForConditionalGeneration", "Qwen3NextForCausalLM",
+        "Qwen4ExpForConditionalGeneration", "KimiK25ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration", "Qwen3_5ForConditionalGeneration", "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM", "NemotronH_Omni_Reasoning_V3",
+    }
+)  # fmt: skip
 RESOLUTION_FAILED_ERROR = (
     "resolution already failed on this ServerArgs; the handlers that ran left their writes on the record, "
     "and a second pass would read that partial output as fresh input. Build a new record from the corrected "
@@ -123,6 +136,16 @@ class ServerArgs(ServerArgsRules):
         if values["mamba_full_memory_ratio"] is None:
             values["mamba_full_memory_ratio"] = 0.9
         self._handle_gpu_memory_settings(values, gpu_memory_capacity_mib(self.base_gpu_id))
+        architecture = self.get_model_config().architecture
+        if self.uses_trtllm_moe:
+            logger.info(f"Use flashinfer_trtllm as MoE runner backend on sm100 for {architecture}")
+        if self.is_hybrid_gdn and self.is_sm100 and values["attention_backend"] is None:
+            # Decided before the mamba strategy is: `auto` counts as no extra buffer here.
+            extra_buffer = (
+                not values["disable_radix_cache"] and values["mamba_radix_cache_strategy"] in EXTRA_BUFFER_STRATEGIES
+            )
+            values["attention_backend"] = self.hybrid_attention_backend(values, extra_buffer)
+            values["page_size"] = 64 if values["attention_backend"] == "trtllm_mha" else 1
         if self.is_hybrid_gdn:
             self._handle_mamba_radix_cache(values)
         elif not values["disable_radix_cache"] and values["mamba_radix_cache_strategy"] in EXTRA_BUFFER_STRATEGIES:
@@ -130,9 +153,19 @@ class ServerArgs(ServerArgsRules):
                 f"--mamba-radix-cache-strategy {values['mamba_radix_cache_strategy']} "
                 f"needs mamba state, got {self.get_model_config().architecture}."
             )
-        self.choose_attention_backend(values)
+        if self.is_sm100 and self.tp_size > 1 and architecture in FLASHINFER_ALLREDUCE_FUSION_ARCHITECTURES:
+            logger.info(f"Auto-enabling FlashInfer AllReduce Fusion (auto) for {architecture}")
+        self.choose_kernel_backends(values)
+        if values["attention_backend"] == "trtllm_mha" and values["page_size"] not in (16, 32, 64, 128):
+            logger.warning(
+                "TensorRT-LLM MHA only supports page_size of 16, 32, 64 or 128, "
+                f"changing page_size from {values['page_size']} to 64."
+            )
+            values["page_size"] = 64
         if values["page_size"] is None:
             values["page_size"] = 1
+        if self.uses_trtllm_moe:
+            logger.warning(TRTLLM_MOE_WARNING)
         self._handle_speculative_decoding(values)
         return values
 
@@ -149,7 +182,7 @@ class ServerArgs(ServerArgsRules):
             if self.max_running_requests is not None and decode_max_bs > self.max_running_requests:
                 decode_max_bs = self.max_running_requests
         decode_backend = self.cuda_graph_backend_decode or ("disabled" if self.disable_cuda_graph else "full")
-        prefill_backend = self.cuda_graph_backend_prefill or "disabled"
+        prefill_backend = self.cuda_graph_backend_prefill or ("disabled" if self.disable_cuda_graph else "breakable")
         prefill_max_bs = self.cuda_graph_max_bs_prefill or values["chunked_prefill_size"]
         if self.cuda_graph_max_bs_prefill is None and self.max_total_tokens is not None:
             prefill_max_bs = min(prefill_max_bs, self.max_total_tokens)

@@ -1,6 +1,7 @@
 """What the modelled SGLang releases share in resolving server arguments: fields, message texts
 and the rules neither release changed (defaults, the static memory fraction and its reduction
-for vision models, the shape of EAGLE drafts)."""
+for vision models, the shape of EAGLE drafts, the kernels each GPU model gets: TensorRT-LLM's
+on a B200, flashinfer's on an RTX PRO 6000)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,17 @@ MAX_RUNNING_REQUESTS_WARNING = (
     "Max running requests is reset to 48 for speculative decoding. "
     "You can override this by explicitly setting --max-running-requests."
 )
+TRTLLM_MOE_WARNING = "FlashInfer TRTLLM MoE is enabled. --disable-shared-experts-fusion is automatically set."
+# Architectures whose MoE layers SGLang runs on flashinfer's TensorRT-LLM kernels on SM100 (B200).
+TRTLLM_MOE_ARCHITECTURES = (
+    "Qwen3MoeForCausalLM",
+    "Qwen3VLMoeForConditionalGeneration",
+    "Qwen3NextForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5ForConditionalGeneration",
+)
+# GPU models by name, with the compute capability (major * 10 + minor) SGLang reads from them.
+GPU_SM_VERSIONS = {"B200": 100, "RTX PRO 6000": 120}
 DRAFT_TOKENS_WARNING = (
     "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
 )
@@ -55,6 +67,7 @@ class CommonFields:
     decode_log_interval: int = 40
     served_model_name: str | None = None
     attention_backend: str | None = None
+    sampling_backend: str | None = None
     speculative_algorithm: str | None = None
     speculative_draft_model_path: str | None = None
     speculative_num_steps: int | None = None
@@ -74,6 +87,7 @@ class ServerArgsRules:
 
     NO_GPU_FRACTION: ClassVar[float] = 0.88  # the static fraction when no GPU memory can be read
     model_path: str
+    base_gpu_id: int
     context_length: int | None
 
     @classmethod
@@ -116,11 +130,40 @@ class ServerArgsRules:
         adjustment = max(0.8, min(1.05, 1.0 - 0.1 * (complexity_ratio - 1.0)))
         return fraction * (0.95 * adjustment)
 
-    def choose_attention_backend(self, values: dict[str, Any]) -> None:
-        """The default outside Blackwell's SM100 branches, which the oracle cannot exercise."""
+    @property
+    def is_sm100(self) -> bool:
+        """A B200: SGLang takes its TensorRT-LLM kernels there (attention and MoE)."""
+        return gpu_sm_version(self.base_gpu_id) == 100
+
+    @property
+    def uses_trtllm_moe(self) -> bool:
+        """The MoE runner SGLang picks on SM100 for its Qwen3 MoE family when none is asked for."""
+        return self.is_sm100 and self.get_model_config().architecture in TRTLLM_MOE_ARCHITECTURES
+
+    def default_attention_backend(self, values: dict[str, Any]) -> str:
+        """trtllm_mha on SM100 without tree drafts (top-k 1 is known, or no speculation); otherwise
+        flashinfer, a dependency of every release (fa3 is Hopper's, which no demo host has)."""
+        topk = values["speculative_eagle_topk"]
+        single_draft = topk is None or (topk == 1 and values["page_size"] in (1, None))
+        if self.is_sm100 and single_draft and (values["speculative_algorithm"] is None or topk is not None):
+            return "trtllm_mha"
+        return "flashinfer"
+
+    def hybrid_attention_backend(self, values: dict[str, Any], extra_buffer: bool) -> str:
+        """On SM100 a hybrid model takes trtllm_mha only where pages may be larger than one token:
+        not with the radix cache kept by no_buffer and no speculation."""
+        pages_fit = extra_buffer or values["disable_radix_cache"] or values["speculative_algorithm"] is not None
+        if self.default_attention_backend(values) == "trtllm_mha" and pages_fit:
+            return "trtllm_mha"
+        return "triton"
+
+    def choose_kernel_backends(self, values: dict[str, Any]) -> None:
+        """Sampling and attention kernels, where the arguments leave them to SGLang."""
+        if values["sampling_backend"] is None:
+            values["sampling_backend"] = "flashinfer"
         if values["attention_backend"] is None:
-            values["attention_backend"] = "triton"
-            logger.info("Attention backend not specified. Use triton backend by default.")
+            values["attention_backend"] = self.default_attention_backend(values)
+            logger.info(f"Attention backend not specified. Use {values['attention_backend']} backend by default.")
 
     def default_speculative_params(self, values: dict[str, Any]) -> tuple[int, int, int]:
         if values["speculative_algorithm"] != "STANDALONE" and self.get_model_config().architecture in (
@@ -160,6 +203,22 @@ def gpu_memory_capacity_mib(base_gpu_id: int) -> int | None:
     if base_gpu_id >= len(gpus):
         return None
     return int(next(g["memory_total_mib"] for g in state["gpus"] if g["index"] == gpus[base_gpu_id]))
+
+
+def gpu_sm_version(base_gpu_id: int) -> int:
+    """The compute capability of the first GPU this server would use; 0 for a model not known."""
+    try:
+        import simgpu
+        from sglang.srt.device import visible_gpus
+
+        gpus = visible_gpus()
+        state = simgpu.read()
+    except (RuntimeError, OSError, ValueError):
+        return 0
+    if base_gpu_id >= len(gpus):
+        return 0
+    name = next(g["name"] for g in state["gpus"] if g["index"] == gpus[base_gpu_id])
+    return next((sm for model, sm in GPU_SM_VERSIONS.items() if model in name), 0)
 
 
 def spec_v2_enabled() -> bool:
