@@ -188,6 +188,18 @@ def test_booking_is_a_compute_app_until_its_process_exits(state: Path, sleeper: 
     assert smi(state, "--query-gpu=memory.used", "--format=csv,noheader").stdout == "0 MiB\n0 MiB\n"
 
 
+def test_compute_capability_is_the_gpu_models_for_nvidia_smi_and_nvml(state: Path) -> None:
+    """The simulated SGLang picks kernels and defaults by it, as the real one does."""
+    result = smi(state, "--query-gpu=name,compute_cap", "--format=csv,noheader")
+    assert result.stdout == "NVIDIA B200, 10.0\nNVIDIA B200, 10.0\n"
+    script = """
+        import json, pynvml
+        pynvml.nvmlInit()
+        print(json.dumps(pynvml.nvmlDeviceGetCudaComputeCapability(pynvml.nvmlDeviceGetHandleByIndex(1))))
+    """
+    assert nvml(state, script) == [10, 0]
+
+
 def test_no_compute_apps_prints_nothing_without_header(state: Path) -> None:
     result = smi(state, "--query-compute-apps=pid,used_gpu_memory", "--format=csv,noheader")
 

@@ -13,10 +13,11 @@ class GpuModel:
     memory_total_mib: int
     power_limit_w: int
     idle_power_w: int
+    compute_cap: str  # as nvidia-smi reports it; SGLang picks kernels and defaults by it
 
 
-B200 = GpuModel("NVIDIA B200", 183359, 1000, 140)
-RTX_PRO_6000 = GpuModel("NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887, 600, 30)
+B200 = GpuModel("NVIDIA B200", 183359, 1000, 140, "10.0")
+RTX_PRO_6000 = GpuModel("NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887, 600, 30, "12.0")
 
 GPU_MODELS = {"b200": B200, "rtx-pro-6000": RTX_PRO_6000}
 
@@ -53,6 +54,7 @@ def gpu_entries(spec: SimHostSpec) -> list[dict[str, Any]]:
                 "memory_total_mib": model.memory_total_mib,
                 "power_limit_w": model.power_limit_w,
                 "idle_power_w": model.idle_power_w,
+                "compute_cap": model.compute_cap,
                 "temperature_c": 31 + index % 3,
             }
         )

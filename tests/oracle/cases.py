@@ -143,6 +143,7 @@ class OracleCase:
             "argv": self.argv,
             "gpu_mib": self.gpu.memory_total_mib,
             "gpu_name": self.gpu.name,
+            "gpu_compute_cap": self.gpu.compute_cap,
             "env": self.env,
         }
 

@@ -24,7 +24,7 @@ One script for both sides of the oracle comparison, so both are asked the same w
   PYTHONPATH and LAUNCHDECK_SIM_SGLANG_VERSION naming the version; each case gets a simulated
   GPU state file holding its GPU.
 
-stdin: a JSON list of cases `{"name", "argv", "gpu_mib", "gpu_name", "env"}`. stdout: a JSON list
+stdin: a JSON list of cases `{"name", "argv", "gpu_mib", "gpu_name", "gpu_compute_cap", "env"}`. stdout: a JSON list
 of outcomes `{"name", "version", "values", "warnings", "exception", "exit"}`: the effective
 arguments, the lines printed while resolving (a leading log timestamp replaced by `[TIMESTAMP]`),
 the exception raised (type and message), and for argparse refusals the exit code and the last
@@ -49,8 +49,6 @@ from typing import Any
 
 TIMESTAMP = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ")
 TIMESTAMP_TOKEN = "[TIMESTAMP] "
-# The compute capability (major * 10 + minor) of the simulated cluster's GPU models, by name.
-GPU_SM_VERSIONS = {"B200": 100, "RTX PRO 6000": 120}
 
 
 def main() -> None:
@@ -104,7 +102,7 @@ class RealSGLang:
 
     def prepare(self, case: dict[str, Any]) -> list[str]:
         self.gpu_mib = case["gpu_mib"]
-        self.declare_compute_capability(sm_version(case["gpu_name"]))
+        self.declare_compute_capability(sm_version(case["gpu_compute_cap"]))
         return [*case["argv"], "--device", "cuda"]
 
     def declare_compute_capability(self, sm: int) -> None:
@@ -171,6 +169,7 @@ class SimulatedSGLang:
                 "memory_total_mib": case["gpu_mib"],
                 "power_limit_w": 600,
                 "idle_power_w": 30,
+                "compute_cap": case["gpu_compute_cap"],
                 "temperature_c": 31,
             }
             for index in range(8)
@@ -183,8 +182,10 @@ class SimulatedSGLang:
         pass
 
 
-def sm_version(gpu_name: str) -> int:
-    return next(sm for model, sm in GPU_SM_VERSIONS.items() if model in gpu_name)
+def sm_version(compute_cap: str) -> int:
+    """SGLang's SM number: 100 for compute capability "10.0"."""
+    major, _, minor = compute_cap.partition(".")
+    return int(major) * 10 + int(minor)
 
 
 def answering_cuda(function: Any) -> Any:

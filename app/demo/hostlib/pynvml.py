@@ -262,6 +262,11 @@ def nvmlDeviceGetSerial(handle: c_nvmlDevice_t) -> str:
     return str(_gpu(handle)[1]["serial"])
 
 
+def nvmlDeviceGetCudaComputeCapability(handle: c_nvmlDevice_t) -> tuple[int, int]:
+    major, _, minor = str(_gpu(handle)[1]["compute_cap"]).partition(".")
+    return int(major), int(minor)
+
+
 def nvmlDeviceGetPciInfo(handle: c_nvmlDevice_t) -> nvmlPciInfo_t:
     bus_id = _gpu(handle)[1]["pci_bus_id"]
     domain, bus, device_function = bus_id.split(":")

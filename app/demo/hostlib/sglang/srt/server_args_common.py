@@ -30,8 +30,6 @@ TRTLLM_MOE_ARCHITECTURES = (
     "Qwen3_5MoeForConditionalGeneration",
     "Qwen3_5ForConditionalGeneration",
 )
-# GPU models by name, with the compute capability (major * 10 + minor) SGLang reads from them.
-GPU_SM_VERSIONS = {"B200": 100, "RTX PRO 6000": 120}
 DRAFT_TOKENS_WARNING = (
     "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
 )
@@ -206,7 +204,8 @@ def gpu_memory_capacity_mib(base_gpu_id: int) -> int | None:
 
 
 def gpu_sm_version(base_gpu_id: int) -> int:
-    """The compute capability of the first GPU this server would use; 0 for a model not known."""
+    """The compute capability (major * 10 + minor) of the first GPU this server would use; 0 where
+    the state does not say."""
     try:
         import simgpu
         from sglang.srt.device import visible_gpus
@@ -217,8 +216,9 @@ def gpu_sm_version(base_gpu_id: int) -> int:
         return 0
     if base_gpu_id >= len(gpus):
         return 0
-    name = next(g["name"] for g in state["gpus"] if g["index"] == gpus[base_gpu_id])
-    return next((sm for model, sm in GPU_SM_VERSIONS.items() if model in name), 0)
+    gpu = next(g for g in state["gpus"] if g["index"] == gpus[base_gpu_id])
+    major, _, minor = str(gpu.get("compute_cap", "0.0")).partition(".")
+    return int(major) * 10 + int(minor or 0)
 
 
 def spec_v2_enabled() -> bool:
