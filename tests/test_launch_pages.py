@@ -58,6 +58,25 @@ async def test_preset_editor_creates_validates_revises_and_diffs(app_client: Asy
     assert 'data-preset="llama-2"' in (await app_client.get("/presets?archived=true")).text
 
 
+async def test_the_editor_keeps_a_flag_spelled_as_the_newest_release_spells_it(app_client: AsyncClient) -> None:
+    """A preset for the newest SGLang shows --mamba-radix-cache-strategy in the mamba strategy field;
+    saving the page's form as it is shown changes nothing, so no flag is renamed behind the user."""
+    csrf = await log_in(app_client)
+    form = {"csrf_token": csrf, "name": "newest", "model_path": LLAMA, "port": "30000", "env": "",
+            "extra_args": "--mamba-radix-cache-strategy extra_buffer"}  # fmt: skip
+    assert (await app_client.post("/presets", data=form)).status_code == 303
+    page = html.unescape((await app_client.get("/presets/newest")).text)
+    editor = page[page.index('class="flags"') :]
+    assert re.search(r"<code>--mamba-radix-cache-strategy</code>\s*<select name=\"mamba_scheduler_strategy\">", editor)
+    assert "<option selected>extra_buffer</option>" in editor
+    assert 'name="extra_args" value=""' in editor
+    shown = dict(re.findall(r'<input type="hidden" name="([\w.]+)" value="([^"]*)"', editor))
+    assert shown == {"mamba_scheduler_strategy.flag": "--mamba-radix-cache-strategy"}
+    again = {**form, "extra_args": "", "mamba_scheduler_strategy": "extra_buffer", **shown}
+    saved = await app_client.post("/presets/newest", data=again)
+    assert saved.headers["location"] == "/presets/newest?saved=unchanged"
+
+
 async def test_forms_without_csrf_token_are_refused(app_client: AsyncClient) -> None:
     await log_in(app_client)
     response = await app_client.post("/presets", data={"name": "x", "model_path": LLAMA})

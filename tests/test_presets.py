@@ -108,6 +108,20 @@ def test_editor_fields_and_extra_arguments_round_trip() -> None:
         presets.args_from_form({}, "--served-model-name 'unclosed")
 
 
+def test_editor_fields_keep_the_spelling_the_revision_used() -> None:
+    """A field filled by an alias or by a later release's name for its flag is saved with that
+    name: saving from the editor never renames a flag under the host's SGLang."""
+    args = ["--tensor-parallel-size", "2", "--cuda-graph-max-bs", "8", "--mamba-radix-cache-strategy", "extra_buffer"]
+    fields, extra = presets.form_from_args(args)
+    assert (fields["tp_size"], fields["mamba_scheduler_strategy"], fields["cuda_graph_max_bs"], extra) == (
+        "2", "extra_buffer", "8", ""
+    )  # fmt: skip
+    assert presets.args_from_form(fields, extra) == args
+    assert presets.args_from_form({"tp_size": "2"}, "") == ["--tp-size", "2"]  # a new field: the flag's own name
+    with pytest.raises(presets.InvalidInput, match=r"tp_size\.flag: '--rm' is not a name of --tp-size"):
+        presets.args_from_form({"tp_size": "2", "tp_size.flag": "--rm"}, "")
+
+
 FAKE_SERVER = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('VALUE')]))"
 
 

@@ -22,6 +22,7 @@ from sqlalchemy.orm import selectinload
 from app import audit
 from app.clock import utcnow
 from app.db.models import Preset, PresetRevision
+from app.diagnose import flag_history
 from app.errors import InvalidInput, NotFound
 
 LAUNCHERS = ("python -m sglang.launch_server", "sglang serve")
@@ -41,6 +42,22 @@ class Flag:
     choices: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
 
+    @property
+    def spelling_key(self) -> str:
+        """The form field that carries the option this field is spelled with."""
+        return f"{self.name}.flag"
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """Every option that sets this field: its own, its aliases, and the names later SGLang
+        releases gave it (--mamba-scheduler-strategy became --mamba-radix-cache-strategy)."""
+        later = (
+            row.rewrite[0]
+            for row in flag_history.history()[1]
+            if row.flag == self.flag and row.change == "renamed" and row.rewrite and not row.values
+        )
+        return tuple(dict.fromkeys((self.flag, *self.aliases, *later)))
+
 
 FLAGS = (
     Flag("tp_size", "--tp-size", int, aliases=("--tensor-parallel-size",)),
@@ -59,6 +76,9 @@ FLAGS = (
     Flag("trust_remote_code", "--trust-remote-code", bool),
 )
 FLAG_BY_OPTION = {option: flag for flag in FLAGS for option in (flag.flag, *flag.aliases)}
+# The editor's fields by every option that fills them, a later release's name included: a field
+# keeps the spelling the revision used, so saving from the editor never renames a flag.
+FIELD_BY_OPTION = {option: flag for flag in FLAGS for option in flag.spellings}
 # Options that have their own preset field, so they cannot also appear among the arguments.
 OWN_FIELDS = {"--model-path": "model_path", "--model": "model_path", "--port": "port"}
 
@@ -187,11 +207,14 @@ def args_from_form(fields: dict[str, str], extra: str) -> list[str]:
     args: list[str] = []
     for flag in FLAGS:
         value = (fields.get(flag.name) or "").strip()
+        option = fields.get(flag.spelling_key) or flag.flag
+        if option not in flag.spellings:
+            raise InvalidInput(f"{flag.spelling_key}: {option!r} is not a name of {flag.flag}")
         if flag.kind is bool:
             if value in ("on", "true", "1"):
-                args.append(flag.flag)
+                args.append(option)
         elif value:
-            args += [flag.flag, value]
+            args += [option, value]
     try:
         args += shlex.split(extra)
     except ValueError as exc:
@@ -206,10 +229,14 @@ def form_from_args(args: list[str]) -> tuple[dict[str, str], str]:
     i = 0
     while i < len(args):
         option, has_value, inline = args[i].partition("=")
-        known = FLAG_BY_OPTION.get(option)
+        known = FIELD_BY_OPTION.get(option)
         if known is None or known.name in fields:
             extra.append(args[i])
-        elif known.kind is bool:
+            i += 1
+            continue
+        if option != known.flag:
+            fields[known.spelling_key] = option
+        if known.kind is bool:
             fields[known.name] = "on"
         elif has_value:
             fields[known.name] = inline
