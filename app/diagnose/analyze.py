@@ -413,7 +413,9 @@ class Analyzer:
         if not self._capture_done and CAPTURE_DONE.search(text):
             self._capture_done = True
         self._figures.see(text)
-        if len(self._hybrid_lines) < 2 and HYBRID_SIGN.search(text):
+        # The substring tests spare the regular expression on the many lines that cannot match.
+        hybrid_sign = "Mamba Cache" in text or "type=" in text
+        if hybrid_sign and len(self._hybrid_lines) < 2 and HYBRID_SIGN.search(text):
             self._hybrid_lines.append(text)
         if "SGLANG_" in text and len(self._environment) < 50:
             self._environment.update(ENVIRONMENT.findall(text))
