@@ -81,6 +81,8 @@ async def test_demo_presets_replay_the_seed_story(api: AsyncClient, running_app:
     )
     arguments = next(c for c in unset["preflight"]["checks"] if c["name"] == "arguments")
     assert arguments["message"].startswith("SGLang will refuse these arguments: ValueError: Speculative decoding")
+    memory = next(c for c in unset["preflight"]["checks"] if c["name"] == "memory")
+    assert "mem-fraction-static 0.95 of 95.6 GiB" in memory["message"]  # the refused launch's own fraction
     no_radix = results["qwen36-27b-mtp-no-radix"]
     assert no_radix["status"] == "failed" and no_radix["exit_code"] == 1
     assert "ValueError: mamba extra_buffer is not compatible with --disable-radix-cache" in await remote_log(

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from app.diagnose import flag_history
+from app.diagnose.drift import requested_args
 from app.errors import CommandTimedOut, HostError
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
 from app.launch import remote
@@ -163,7 +164,9 @@ async def run_preflight(
         checks.append(Check("arguments", True, message, blocking=False, detail={"warnings": warnings}))
 
     if not missing and gpus:
-        checks.append(_memory_check(found, result.effective_args, tp, [inventory[i] for i in gpus]))
+        # Where SGLang refused the arguments it named no fraction: the one asked for stands in.
+        fraction = result.effective_args.get("mem_fraction_static") or requested_fraction(args)
+        checks.append(_memory_check(found, fraction, tp, [inventory[i] for i in gpus]))
         checks.append(await _processes_check(steps, gpus, owners))
     return result
 
@@ -226,11 +229,18 @@ def _host_check_result(answer: object) -> dict[str, Any]:
     return found
 
 
-def _memory_check(found: dict[str, Any], effective: dict[str, Any], tp: int, gpus: list[Any]) -> Check:
+def requested_fraction(args: list[str]) -> float:
+    """The --mem-fraction-static the arguments ask for, else SGLang's usual 0.88."""
+    try:
+        return float(requested_args(args).get("mem_fraction_static") or 0.88)
+    except (TypeError, ValueError):
+        return 0.88
+
+
+def _memory_check(found: dict[str, Any], fraction: float, tp: int, gpus: list[Any]) -> Check:
     if "weight_bytes" not in found:
         return Check("memory", False, f"model size unknown: {found.get('weight_error', 'no index')}", blocking=False)
     weights = found["weight_bytes"] / max(tp, 1)
-    fraction = effective.get("mem_fraction_static") or 0.88
     short = []
     rows = []
     for gpu in gpus:
