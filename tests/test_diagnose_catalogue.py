@@ -15,6 +15,7 @@ import pytest
 
 from app.diagnose.analyze import Diagnosis, diagnose
 from tests.diagnose_corpus import Case, Pair, load_cases, load_pairs
+from tests.diagnose_corpus.score import same_line
 
 CASES = load_cases()
 SAME_CAUSE = load_pairs("same_cause")  # one cause in other numbers, paths, ranks, versions, wrappers
@@ -28,12 +29,6 @@ def result_of(case_id: str) -> Diagnosis:
     if case_id not in _RESULTS:
         _RESULTS[case_id] = diagnose(BY_ID[case_id].log)
     return _RESULTS[case_id]
-
-
-def same_line(got: str | None, expected: str | None) -> bool:
-    if got is None or expected is None:
-        return got is expected
-    return got.strip() == expected.strip()
 
 
 def missing_adjustments(made: Case, result: Diagnosis) -> list[str]:

@@ -67,8 +67,10 @@ def read_case(path: Path) -> Case:
     )
 
 
-def load_cases() -> list[Case]:
-    return [read_case(path) for path in sorted(CORPUS.glob("*/*.log"))]
+def load_cases(folder: Path = CORPUS) -> list[Case]:
+    """Every case under `folder`, one class folder deep: the corpus by default, or a folder in the
+    same format kept out of it (a batch of arrivals, the held-back split)."""
+    return [read_case(path) for path in sorted(folder.glob("*/*.log"))]
 
 
 def load_pairs(kind: str) -> list[Pair]:
