@@ -40,6 +40,7 @@ from app.diagnose.analyze import Analyzer
 from app.diagnose.lines import MAX_RECORD
 
 ROOT = Path(__file__).resolve().parents[1]
+GNU_TIME = "/usr/bin/time"
 SIZE, SMALL_SIZE, CHUNK = 200_000_000, 20_000_000, 64 * 1024
 RANDOM_SIZE, SMALL_RANDOM_SIZE, LINE_SIZE, SMALL_LINE_SIZE = 50_000_000, 5_000_000, 20_000_000, 2_000_000
 HOSTILE_GOAL_MB_S = 50
@@ -148,17 +149,23 @@ def _write_log(path: Path, size: int) -> None:
 
 
 def _run_child(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, bytes]:
-    """Wall seconds, peak RSS in MiB and stdout of one run of `command` (os.wait4 gives this child's own rusage)."""
-    with tempfile.TemporaryFile() as out:
+    """Wall seconds, peak RSS in MiB and stdout of one run of `command`. The peak is GNU time's
+    report where it is installed: a child of this process starts as a copy of it, and its own
+    rusage (os.wait4's, the fallback) counts those pages, so it never reads below this process's size."""
+    measured = [GNU_TIME, "-f", "%M", *command] if os.path.exists(GNU_TIME) else command
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         began = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, env=env, cwd=ROOT)
+        child = subprocess.Popen(measured, stdout=out, stderr=err, env=env, cwd=ROOT)
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - began
         child.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        errors = err.read().decode(errors="replace")
         if child.returncode:
-            raise RuntimeError(f"{command} exited with {child.returncode}")
+            raise RuntimeError(f"{command} exited with {child.returncode}: {errors[-500:]}")
+        peak_kib = int(errors.split()[-1]) if measured is not command else usage.ru_maxrss
         out.seek(0)
-        return seconds, usage.ru_maxrss / 1024, out.read()
+        return seconds, peak_kib / 1024, out.read()
 
 
 def _best_of_3(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, bytes]:
