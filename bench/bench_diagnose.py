@@ -11,6 +11,16 @@ access-log lines), and a scheduler traceback ending in torch.OutOfMemoryError.
   same shape. Anchor: `LC_ALL=C grep -c "Decode batch" FILE`, best of 3 after a warm-up.
 - diagnose_incremental: ms per MB to feed the same file in 64 KiB chunks to `Analyzer` in-process.
   Anchor: reading it in the same chunks and counting newlines.
+
+A log nobody can vouch for may hold anything; whatever it holds, the diagnosis must keep the same
+pace and memory. Two hostile inputs, generated from fixed seeds:
+
+- diagnose_hostile_random: MB/s of `launchdeck diagnose FILE --json` on 50 MB of random bytes, and
+  its peak RSS against the same on 5 MB. Its answer: no stage reached, no root error.
+- diagnose_hostile_line: the same on a short startup followed by a traceback whose exception line
+  runs on for 20 MB of printable characters and never ends (against 2 MB). Its answer: the stage
+  the startup reached, the exception as the root error, cut to the length of one record.
+  Anchor for both: `LC_ALL=C grep -c x FILE`, best of 3 after a warm-up.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import string
 import subprocess
 import sys
 import tempfile
@@ -26,9 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from app.diagnose.analyze import Analyzer
+from app.diagnose.lines import MAX_RECORD
 
 ROOT = Path(__file__).resolve().parents[1]
+GNU_TIME = "/usr/bin/time"
 SIZE, SMALL_SIZE, CHUNK = 200_000_000, 20_000_000, 64 * 1024
+RANDOM_SIZE, SMALL_RANDOM_SIZE, LINE_SIZE, SMALL_LINE_SIZE = 50_000_000, 5_000_000, 20_000_000, 2_000_000
+HOSTILE_GOAL_MB_S = 50
 MINUTES = 119  # of serving, 10:01 to 11:59; the traceback comes at 12:00:00
 ROOT_ERROR = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
@@ -91,7 +106,10 @@ def run() -> dict[str, dict[str, Any]]:
         size_mb = big.stat().st_size / 1e6
         small_mb, elapsed = small.stat().st_size / 1e6, time.perf_counter() - began
         _say(f"wrote {size_mb:.0f} MB and {small_mb:.0f} MB logs in {elapsed:.1f} s")
-        return {**_cli(big, small, size_mb), **_incremental(big, size_mb)}
+        results = {**_cli(big, small, size_mb), **_incremental(big, size_mb)}
+        big.unlink()
+        small.unlink()
+        return {**results, **_hostile(Path(tmp))}
 
 
 def _say(message: str) -> None:
@@ -131,17 +149,23 @@ def _write_log(path: Path, size: int) -> None:
 
 
 def _run_child(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, bytes]:
-    """Wall seconds, peak RSS in MiB and stdout of one run of `command` (os.wait4 gives this child's own rusage)."""
-    with tempfile.TemporaryFile() as out:
+    """Wall seconds, peak RSS in MiB and stdout of one run of `command`. The peak is GNU time's
+    report where it is installed: a child of this process starts as a copy of it, and its own
+    rusage (os.wait4's, the fallback) counts those pages, so it never reads below this process's size."""
+    measured = [GNU_TIME, "-f", "%M", *command] if os.path.exists(GNU_TIME) else command
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         began = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, env=env, cwd=ROOT)
+        child = subprocess.Popen(measured, stdout=out, stderr=err, env=env, cwd=ROOT)
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - began
         child.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        errors = err.read().decode(errors="replace")
         if child.returncode:
-            raise RuntimeError(f"{command} exited with {child.returncode}")
+            raise RuntimeError(f"{command} exited with {child.returncode}: {errors[-500:]}")
+        peak_kib = int(errors.split()[-1]) if measured is not command else usage.ru_maxrss
         out.seek(0)
-        return seconds, usage.ru_maxrss / 1024, out.read()
+        return seconds, peak_kib / 1024, out.read()
 
 
 def _best_of_3(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, bytes]:
@@ -233,6 +257,92 @@ def _incremental(path: Path, size_mb: float) -> dict[str, dict[str, Any]]:
             "correct": correct,
         }
     }
+
+
+def write_random_bytes(path: Path, size: int) -> None:
+    """`size` random bytes, the same for the same size: what a binary file written to the log looks like."""
+    rng = random.Random(15)
+    with open(path, "wb") as f:  # in pieces: a child started from a large parent would count its pages
+        for _ in range(size // 1_000_000):
+            f.write(rng.randbytes(1_000_000))
+
+
+def write_endless_line(path: Path, size: int) -> None:
+    """A startup, then a traceback whose exception line runs on for `size` printable characters
+    (a tensor or a request printed whole into a message) and never ends."""
+    rng = random.Random(15)
+    alphabet = (string.ascii_letters + string.digits + string.punctuation + " " * 10).encode()
+    header = ENDING.rsplit("\n", 2)[0] + "\nValueError: "
+    with open(path, "wb") as f:
+        f.write(STARTUP.encode() + header.encode())
+        for _ in range(size // 1_000_000):
+            f.write(bytes(rng.choices(alphabet, k=1_000_000)))
+
+
+def _hostile(tmp: Path) -> dict[str, dict[str, Any]]:
+    launchdeck = Path(sys.executable).with_name("launchdeck")
+    command = [str(launchdeck)] if launchdeck.exists() else [sys.executable, "-m", "app.cli"]
+    results = {}
+    for name, write, size, small_size, expected in (
+        ("diagnose_hostile_random", write_random_bytes, RANDOM_SIZE, SMALL_RANDOM_SIZE, _nothing_found),
+        ("diagnose_hostile_line", write_endless_line, LINE_SIZE, SMALL_LINE_SIZE, _cut_exception),
+    ):
+        big, small = tmp / f"{name}.log", tmp / f"{name}-small.log"
+        write(big, size)
+        write(small, small_size)
+        size_mb, small_mb = big.stat().st_size / 1e6, small.stat().st_size / 1e6
+        seconds, rss, out = _best_of_3([*command, "diagnose", str(big), "--json"])
+        small_seconds, small_rss, small_out = _best_of_3([*command, "diagnose", str(small), "--json"])
+        problems = expected(out) + [f"{small_mb:.0f} MB: {p}" for p in expected(small_out)]
+        grep_seconds, _, _ = _best_of_3(["grep", "-c", "x", str(big)], {**os.environ, "LC_ALL": "C"})
+        mb_s, flat = size_mb / seconds, rss <= max(1.25 * small_rss, small_rss + 20)
+        _say(f"{name}: CLI {seconds:.2f} s ({mb_s:.0f} MB/s), peak RSS {rss:.0f} MiB")
+        _say(f"{name}: {small_mb:.0f} MB: {small_seconds:.2f} s, peak RSS {small_rss:.0f} MiB")
+        _say(f"{name}: grep -c {grep_seconds:.3f} s")
+        for problem in problems:
+            _say(f"{name}: wrong answer: {problem}")
+        results[name] = {
+            "value": round(mb_s, 1),
+            "unit": f"MB/s (best of 3 after a warm-up), `launchdeck diagnose FILE --json` as a subprocess on "
+            f"{size_mb:.0f} MB of {'random bytes' if 'random' in name else 'log ending in a line without a newline'}"
+            f"; peak RSS {rss:.0f} MiB ({small_mb:.0f} MB: {small_rss:.0f} MiB); "
+            f"answer {'as expected' if not problems else 'WRONG'}",
+            "anchor": "LC_ALL=C grep -c x FILE (best of 3 after a warm-up)",
+            "anchor_value": round(grep_seconds, 3),
+            "ratio": round(seconds / grep_seconds, 2),
+            "goal": f">= {HOSTILE_GOAL_MB_S} MB/s and flat memory",
+            "met": mb_s >= HOSTILE_GOAL_MB_S and flat and not problems,
+            "seconds": round(seconds, 2),
+            "peak_rss_mib": round(rss, 1),
+            "peak_rss_mib_small": round(small_rss, 1),
+            "seconds_small": round(small_seconds, 2),
+            "memory_flat": flat,
+            "correct": not problems,
+        }
+        big.unlink()
+        small.unlink()
+    return results
+
+
+def _nothing_found(output: bytes) -> list[str]:
+    """Random bytes hold no stage and no error."""
+    result = json.loads(output)
+    expected = {"stage": "starting", "root_error": None, "adjustments": []}
+    return [
+        f"{key} is {result.get(key)!r}, expected {value!r}"
+        for key, value in expected.items()
+        if result.get(key) != value
+    ]
+
+
+def _cut_exception(output: bytes) -> list[str]:
+    """The startup's stage, and the exception cut to one record's length as the root error."""
+    result = json.loads(output)
+    root = result.get("root_error") or ""
+    problems = [] if result.get("stage") == "ready" else [f"stage is {result.get('stage')!r}, expected 'ready'"]
+    if not root.startswith("ValueError: ") or len(root) > MAX_RECORD:
+        problems.append(f"root error is {root[:80]!r}... ({len(root)} characters)")
+    return problems
 
 
 if __name__ == "__main__":

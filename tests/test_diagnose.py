@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.diagnose.analyze import Analyzer, Diagnosis, diagnose, fingerprint
+from app.diagnose.lines import MAX_RECORD
 
 ROOT = Path(__file__).resolve().parents[1]
 OOM = (
@@ -481,6 +483,58 @@ def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path
         text=True,
     )
     assert missing.returncode == 1 and "cannot read" in missing.stderr
+
+
+def random_bytes(size: int) -> bytes:
+    return random.Random(15).randbytes(size)
+
+
+def test_random_bytes_say_nothing_and_hide_no_error_written_after_them(tmp_path: Path) -> None:
+    """A binary file written into the log (here 2 MB of random bytes) is no log: no stage, no root
+    error, no adjustments read from it; the class reads "healthy", as for any log without a failure.
+    A failure the server logs after it is found as if it were not there."""
+    garbage = random_bytes(2_000_000)
+    alone = fed_in_pieces(garbage, list(range(0, len(garbage), 1 << 16)))
+    assert (alone.stage, alone.root_error, alone.adjustments) == ("starting", None, [])
+    log = tmp_path / "server.log"
+    log.write_bytes(garbage + b"\n" + kv_oom_log().encode())
+    answer = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "app.cli", "diagnose", str(log), "--json"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    )
+    clean = diagnose(kv_oom_log()).as_dict()
+    assert answer == clean and answer["class"] == "oom"
+
+
+def test_a_line_that_never_ends_is_read_for_its_first_record_and_the_rest_skipped(tmp_path: Path) -> None:
+    """An exception whose message runs on for 2 MB without a newline (a tensor printed whole) is the
+    root error, cut to the first MAX_RECORD characters, however the bytes arrive."""
+    endless = OOM.format(size="2.00", gpu=1) + " tensor([" + "0.1250, " * 250_000
+    log = tmp_path / "server.log"
+    before_the_error = kv_oom_log().split(OOM.format(size="2.00", gpu=1))[0]
+    log.write_bytes((before_the_error + endless).encode())
+    answer = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "app.cli", "diagnose", str(log), "--json"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    )
+    assert answer["class"] == "oom" and answer["root_error"] == endless[:MAX_RECORD].strip()
+    data = log.read_bytes()
+    assert fed_in_pieces(data, [100, 70_000, 70_001, 1_000_000]) == fed_in_pieces(data, []) == diagnose(data.decode())
+
+
+def test_a_progress_bar_redrawn_without_end_is_read_record_by_record() -> None:
+    """A capture bar redrawn with carriage returns far past one record's length, the log ending there:
+    each redraw is read, so the launch hangs at the bar's last figure."""
+    bar = "".join(
+        f"\rCapturing batches (bs=8 avail_mem=3.10 GB):  {i % 100:2d}%|#   | {i % 52}/52 [00:04<?]" for i in range(3000)
+    )
+    log = STUCK_CAPTURE + bar
+    result = diagnose(log)
+    assert (result.failure_class, result.stage, result.stage_percent) == ("timeout", "cuda graph capture", 99)
+    data = log.encode()
+    assert fed_in_pieces(data, list(range(0, len(data), 4096))) == result
 
 
 def test_cli_stops_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from app.diagnose.drift import field_name
 from app.diagnose.figures import Figures
 from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
-from app.diagnose.lines import Line, logical_lines
+from app.diagnose.lines import MAX_RECORD, Line, logical_lines, without_binary_records
 
 # An exception line: a name that says it is one, or any class name qualified by its module
 # ("triton.runtime.errors.OutOfResources: ...") with a message.
@@ -309,7 +309,9 @@ class _Traceback:
 
 class Analyzer:
     def __init__(self) -> None:
-        self._pending = ""
+        self._pending = ""  # the last line, until its newline arrives
+        self._partial = False  # its first records, ended by carriage returns, were read already
+        self._skipping = False  # the rest of a record longer than MAX_RECORD is being skipped
         self._number = 0
         self._stage_index = -1
         self.reached: list[str] = []  # the stages the log has shown, in order
@@ -331,35 +333,65 @@ class Analyzer:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed_bytes(self, chunk: bytes) -> None:
-        """Raw log bytes: a character split between chunks is joined, invalid bytes become U+FFFD."""
-        self.feed(self._decoder.decode(chunk))
+        """Raw log bytes: a character split between chunks is joined, invalid bytes become U+FFFD,
+        records of binary data are skipped."""
+        self.feed(self._decoder.decode(without_binary_records(chunk)))
 
     def feed(self, chunk: str) -> None:
+        if self._skipping:  # the rest of a record too long to read, up to its end
+            ends = [at for at in (chunk.find("\r"), chunk.find("\n")) if at >= 0]
+            if not ends:
+                return
+            chunk, self._skipping = chunk[min(ends) :], False
         text = self._pending + chunk
         physical = text.split("\n")
         self._pending = physical.pop()  # a line is read once its newline has arrived
+        if self._partial and physical:
+            self._partial = False  # the end of a line whose first records were read before it ended
+            self._read(physical.pop(0), self._number)
         for line in physical:
             self._number += 1
-            if self._stage_index == SERVING and (self._current is None or self._current.ended) and "\r" not in line:
+            # (a line too long for one record, or one with a NUL, is read as any other, the same
+            # whether it arrived whole or in pieces)
+            skim = "\r" not in line and len(line) <= MAX_RECORD
+            if skim and self._stage_index == SERVING and (self._current is None or self._current.ended):
                 decode = line.find(SKIMMED[0])
-                if decode >= 0 and line.find("[", decode + 1) < 0:
+                if decode >= 0 and line.find("[", decode + 1) < 0 and "\x00" not in line:
                     self._figures.see_decode(line)
                     continue
                 if any((at := line.find(marker)) >= 0 and line.find("[", at + 1) < 0 for marker in SKIMMED[1:]):
                     continue
-            for record in logical_lines(line, self._number):
-                self._see(record)
+            if line:
+                self._read(line, self._number)
+        if len(self._pending) > MAX_RECORD:
+            self._read_unfinished()
+
+    def _read(self, physical: str, number: int) -> None:
+        for record in logical_lines(physical, number):
+            self._see(record)
+
+    def _read_unfinished(self) -> None:
+        """A line longer than a record can be, still without its newline: the records that have
+        ended (at a carriage return) are read now, and one that is too long is cut (see MAX_RECORD)."""
+        if not self._partial:
+            self._number += 1
+            self._partial = True
+        ended, carriage_return, self._pending = self._pending.rpartition("\r")
+        if carriage_return:
+            self._read(ended, self._number)
+        if len(self._pending) > MAX_RECORD:
+            self._read(self._pending[:MAX_RECORD], self._number)
+            self._pending, self._skipping = "", True
 
     def finish(self, *, silence_is_hang: bool = True) -> Diagnosis:
         """The answer for the whole log. With `silence_is_hang`, a log that stops during CUDA graph
         capture with no error (the bar short of 100%) is a hang: how capture hangs look in a log
         nobody is still watching."""
-        self._pending += self._decoder.decode(b"", final=True)
-        if self._pending:
-            self._number += 1
-            for record in logical_lines(self._pending, self._number):
-                self._see(record)
-            self._pending = ""
+        self.feed(self._decoder.decode(b"", final=True))
+        if self._pending or self._partial:
+            self._number += 0 if self._partial else 1
+            self._read(self._pending, self._number)
+            self._pending, self._partial, self._skipping = "", False, False
         if self._current is not None and not self._current.exceptions:
             self._cut = self._current  # the log ends inside this traceback
         self._close_traceback()

@@ -35,6 +35,11 @@ LEVEL_AND_SOURCE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+\.p
 # Where a record starts in the middle of a physical line (after a progress bar redrawn with \r).
 # Or right after a progress bar's statistics ("[00:04<?, ?it/s]").
 GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?[ \]])|(?<=it/s\]|s/it\])(?=\S)")
+# The most of one record (a line, or a part of it between carriage returns) that is read: the
+# longest SGLang writes, the server_args dump, is some 20 kB. A longer record is read as its first
+# MAX_RECORD characters and the rest of it, up to the next carriage return or newline, is skipped,
+# so a line that never ends costs neither memory nor time in proportion to its length.
+MAX_RECORD = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -57,10 +62,41 @@ def strip_wrappers(text: str) -> str:
     return text
 
 
+def is_binary(record: str) -> bool:
+    """A record of binary data written to the log (a binary file, random bytes): it holds a NUL,
+    which no text does, or a quarter or more of it is undecodable. A few such characters in a line
+    of text leave it text."""
+    return "\x00" in record or record.count("\ufffd") * 4 >= len(record) > 0
+
+
+def without_binary_records(chunk: bytes) -> bytes:
+    """Raw log bytes with the records that hold a NUL emptied before they are decoded: decoding
+    random bytes costs more than all else the analyzer does with them. The result reads the same
+    as the chunk (`is_binary` skips those records anyway), and a chunk without NUL bytes, any log
+    of text, is returned as it is after one scan. The first and last pieces, which may be parts
+    of lines in the chunks around it, are left to `is_binary`."""
+    if b"\x00" not in chunk:
+        return chunk
+    lines = chunk.split(b"\n")
+    for index in range(1, len(lines) - 1):
+        line = lines[index]
+        if b"\x00" not in line:
+            continue
+        # A NUL within the first MAX_RECORD bytes lies within the first MAX_RECORD characters.
+        if b"\r" not in line:
+            lines[index] = b"" if b"\x00" in line[:MAX_RECORD] else line
+        else:
+            lines[index] = b"\r".join(b"" if b"\x00" in r[:MAX_RECORD] else r for r in line.split(b"\r"))
+    return b"\n".join(lines)
+
+
 def logical_lines(physical: str, number: int) -> list[Line]:
     """One physical line (without its newline) as the records in it."""
     lines = []
     for segment in physical.split("\r"):
+        segment = segment[:MAX_RECORD]
+        if is_binary(segment):
+            continue
         for piece in GLUED.split(segment):
             if not piece.strip():
                 continue
