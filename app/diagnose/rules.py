@@ -18,9 +18,10 @@ How rules decide, in one place (`RuleScanner.decide`):
 
 How a rule cannot stall diagnosis: Python's `re` cannot be interrupted, and no screening of patterns
 catches every slow one (`(a+)+$`, `(.*)(.*)\\2\\1x`), so a rule's regular expression runs on the
-`regex` package, whose matcher stops at a timeout. Each search may take `SEARCH_SECONDS`, and each
-rule `RULE_SECONDS` over a whole log; a rule that runs out is skipped for the rest of the log with a
-warning, and the diagnosis goes on without it. Lines are cut at `MAX_LINE` characters, which also
+`regex` package, whose matcher stops at a timeout. Each search may take `SEARCH_SECONDS`; over a
+whole log a rule may spend `RULE_SECONDS` plus `RULE_SECONDS_PER_CHARACTER` for each character it
+reads, so a slow rule costs at most time linear in the log. A rule that runs out is skipped for the
+rest of the log with a warning, and the diagnosis goes on without it. Lines are cut at `MAX_LINE` characters, which also
 bounds the memory a line without a newline takes. Fixed strings compile to an escaped `re` pattern,
 which runs in time linear in the line.
 """
@@ -40,8 +41,9 @@ import regex
 from app.diagnose.analyze import HINTS, Diagnosis
 from app.errors import InvalidInput
 
-SEARCH_SECONDS = 0.05
-RULE_SECONDS = 1.0
+SEARCH_SECONDS = 0.1  # one regular expression on one line
+RULE_SECONDS = 1.0  # what one rule may spend on a log, at first,
+RULE_SECONDS_PER_CHARACTER = 50e-9  # and more for each character it reads: 20 MB/s at the slowest
 MAX_LINE = 64 * 1024
 MAX_PATTERN = 2000
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
@@ -226,29 +228,34 @@ class RuleScanner:
         self._pending = ""
 
     def _see(self, line: str, number: int) -> None:
+        settled = False
         for watch in self._listening:
             if self._search(watch, line):
                 self._first_hit[watch.index] = (line.strip(), number)
-        # Once a rule has matched, it and every rule after it have nothing left to decide.
-        earliest = min(self._first_hit, default=len(self.rules))
-        self._listening = [w for w in self._listening if w.index < earliest and not w.skipped]
+                settled = True
+            settled = settled or watch.skipped
+        if settled:
+            # Once a rule has matched, it and every rule after it have nothing left to decide.
+            earliest = min(self._first_hit, default=len(self.rules))
+            self._listening = [w for w in self._listening if w.index < earliest and not w.skipped]
 
     def _search(self, watch: _Watch, line: str) -> bool:
         if watch.skipped or watch.pattern is None:
             return False
         if isinstance(watch.pattern, re.Pattern):
             return watch.pattern.search(line) is not None
+        watch.seconds_left += len(line) * RULE_SECONDS_PER_CHARACTER
+        timeout = min(SEARCH_SECONDS, watch.seconds_left)
         started = time.perf_counter()
         try:
-            found = watch.pattern.search(line, timeout=min(SEARCH_SECONDS, watch.seconds_left))
+            found = watch.pattern.search(line, timeout=timeout)
         except TimeoutError:
-            self._skip(
-                watch, f"its regular expression ran past {SEARCH_SECONDS:g} s on a line of {len(line)} characters"
-            )
+            if timeout < SEARCH_SECONDS:
+                self._skip(watch, "its regular expression used all the time it has on a log this long")
+            else:
+                self._skip(watch, f"its regular expression ran past {timeout:g} s on a line of {len(line)} characters")
             return False
         watch.seconds_left -= time.perf_counter() - started
-        if watch.seconds_left <= 0:
-            self._skip(watch, f"its regular expression used its {RULE_SECONDS:g} s on this log")
         return found is not None
 
     def _skip(self, watch: _Watch, why: str) -> None:
