@@ -63,6 +63,10 @@ def decided(rules_toml: str, log: str) -> tuple[str, str, str | None, str | None
             "rule 1: flag_aware must be true or false, not 1",
         ),
         (
+            '[[rule]]\nmatch = "a-b"\nregex = true\nflag_aware = true\nclass = "oom"\ntitle = "t"\n',
+            "rule 1: flag_aware applies to fixed strings; in a regular expression write [-_]",
+        ),
+        (
             '[[rule]]\nmatch = "a"\nscope = "all"\nclass = "oom"\ntitle = "t"\n',
             "rule 1: scope 'all' must be 'root' (the root error) or 'any' (any line)",
         ),

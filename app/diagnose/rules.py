@@ -14,7 +14,7 @@ How rules decide, in one place (`RuleScanner.decide`):
   of every other fingerprint. The first rule that lists a fingerprint decides where it goes.
 - `flag_aware` (fixed strings only, as in log search) makes `-` and `_` alike and a flag's leading
   `--` optional, so `--mamba-scheduler-strategy` finds `mamba_scheduler_strategy`; a regular
-  expression says what it means itself (`[-_]`).
+  expression says what it means itself (`[-_]`), and a rule asking for both is refused.
 
 How a rule cannot stall diagnosis: Python's `re` cannot be interrupted, and no screening of patterns
 catches every slow one (`(a+)+$`, `(.*)(.*)\\2\\1x`), so a rule's regular expression runs on the
@@ -141,6 +141,8 @@ def rule_from(table: dict[str, Any], *, where: str) -> Rule:
         raise InvalidInput(f"{where}: merge lists {bad!r}, which is not a fingerprint (16 hex digits)")
     if "match" in table or not merge:
         text("match", required=True)  # only a rule that merges may leave it out
+    if table.get("regex") is True and table.get("flag_aware") is True:
+        raise InvalidInput(f"{where}: flag_aware applies to fixed strings; in a regular expression write [-_]")
     rule = Rule(
         failure_class=failure_class,
         title=text("title", required=True).strip(),
