@@ -17,6 +17,7 @@ from app.errors import InvalidInput, LaunchdeckError
 
 if TYPE_CHECKING:
     from app.config import Settings
+    from app.diagnose.rules import Rule
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +70,9 @@ def _run(argv: list[str] | None) -> int:
     diagnose_parser = commands.add_parser("diagnose", help="read an SGLang log: stage, root error, class, hint")
     diagnose_parser.add_argument("logfile")
     diagnose_parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    diagnose_parser.add_argument(
+        "--rules", metavar="FILE", help="a TOML file of team rules that correct the built-in diagnosis"
+    )
     db_parser = commands.add_parser("db", help="database maintenance")
     db_commands = db_parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     db_commands.add_parser("upgrade", help="migrate the database to the latest schema")
@@ -81,7 +85,7 @@ def _run(argv: list[str] | None) -> int:
         parser.error("demo: --port needs exactly one --host")
 
     if args.command == "diagnose":
-        return diagnose_file(args.logfile, as_json=args.json)
+        return diagnose_file(args.logfile, as_json=args.json, rules_path=args.rules)
     # Imported only now: `diagnose` needs none of the dashboard and so starts at once.
     from pydantic import ValidationError
 
@@ -135,32 +139,63 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def diagnose_file(path: str, *, as_json: bool) -> int:
-    """Reads the log in chunks, so a log of any size takes bounded memory."""
+def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) -> int:
+    """Reads the log in chunks, so a log of any size takes bounded memory; team rules, when given,
+    read the same chunks and then decide over the built-in answer."""
     import json
 
     from app.diagnose.analyze import Analyzer
+    from app.diagnose.rules import RuleScanner
 
-    analyzer = Analyzer()
+    try:
+        rules = _read_rules(rules_path) if rules_path is not None else ()
+    except InvalidInput as exc:
+        print(f"launchdeck: rules file {rules_path}: {exc}", file=sys.stderr)
+        return 2
+    analyzer, scanner = Analyzer(), RuleScanner(rules)
     try:
         with open(path, "rb") as log:
             while chunk := log.read(1 << 20):
                 analyzer.feed_bytes(chunk)
+                scanner.feed_bytes(chunk)
     except OSError as exc:
         print(f"launchdeck: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    result = analyzer.finish().as_dict()
+    diagnosis, decision = scanner.decide(analyzer.finish())
+    for warning in scanner.warnings:
+        print(f"launchdeck: warning: {warning}", file=sys.stderr)
+    result = diagnosis.as_dict()
+    if rules_path is not None:
+        result |= decision.as_dict() if decision else {"rule": None, "built_in": None}
     if as_json:
         print(json.dumps(result, indent=2))
         return 0
+    if decision is not None:
+        author = f" (by {decision.rule.author})" if decision.rule.author else ""
+        print(f"{'team rule:':13} {decision.rule.title}{author}")
     for key in ("stage", "class", "root_error", "fingerprint", "hint"):
         print(f"{key + ':':13} {result[key] if result[key] is not None else '-'}")
+    if decision is not None:
+        built_in = decision.built_in
+        print(f"{'built-in:':13} {built_in.failure_class} ({built_in.fingerprint or '-'}): {built_in.hint or '-'}")
     adjustments = result["adjustments"]
     assert isinstance(adjustments, list)
     print(f"{'adjustments:':13} {len(adjustments) or '-'}")
     for line in adjustments:
         print(f"  {line}")
     return 0
+
+
+def _read_rules(path: str) -> tuple[Rule, ...]:
+    from app.diagnose.rules import parse_rules
+
+    try:
+        with open(path, "rb") as rules_file:
+            return parse_rules(rules_file.read().decode())
+    except OSError as exc:
+        raise InvalidInput(f"cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InvalidInput("not UTF-8 text") from None
 
 
 def _check_port(settings: Settings) -> None:
