@@ -153,6 +153,10 @@ def diagnose_file(path: str, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(result, indent=2))
         return 0
+    if not result["recognised"]:  # said beside the class, which stays one of the contracted names
+        result["class"] = (
+            f"{result['class']} ({'unrecognised failure' if result['root_error'] else 'not an SGLang log'})"
+        )
     for key in ("stage", "class", "root_error", "fingerprint", "hint"):
         print(f"{key + ':':13} {result[key] if result[key] is not None else '-'}")
     adjustments = result["adjustments"]
