@@ -173,6 +173,10 @@ def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) ->
     if decision is not None:
         author = f" (by {decision.rule.author})" if decision.rule.author else ""
         print(f"{'team rule:':13} {decision.rule.title}{author}")
+    if not result["recognised"]:  # said beside the class, which stays one of the contracted names
+        result["class"] = (
+            f"{result['class']} ({'unrecognised failure' if result['root_error'] else 'not an SGLang log'})"
+        )
     for key in ("stage", "class", "root_error", "fingerprint", "hint"):
         print(f"{key + ':':13} {result[key] if result[key] is not None else '-'}")
     if decision is not None:

@@ -474,8 +474,9 @@ def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path
     )
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
-    assert set(answer) == {"stage", "class", "root_error", "fingerprint", "hint", "adjustments"}
+    assert set(answer) == {"stage", "class", "root_error", "fingerprint", "hint", "adjustments", "recognised"}
     assert answer["class"] == "oom" and answer["root_error"] == OOM.format(size="2.00", gpu=1)
+    assert answer["recognised"] is True
     missing = subprocess.run(
         [sys.executable, "-m", "app.cli", "diagnose", str(tmp_path / "nope.log")],
         cwd=ROOT,
@@ -491,11 +492,13 @@ def random_bytes(size: int) -> bytes:
 
 def test_random_bytes_say_nothing_and_hide_no_error_written_after_them(tmp_path: Path) -> None:
     """A binary file written into the log (here 2 MB of random bytes) is no log: no stage, no root
-    error, no adjustments read from it; the class reads "healthy", as for any log without a failure.
-    A failure the server logs after it is found as if it were not there."""
+    error, no adjustments read from it, and alone it is not called healthy (see
+    test_input_that_is_no_sglang_log_says_so). A failure the server logs after it is found as if it
+    were not there."""
     garbage = random_bytes(2_000_000)
     alone = fed_in_pieces(garbage, list(range(0, len(garbage), 1 << 16)))
     assert (alone.stage, alone.root_error, alone.adjustments) == ("starting", None, [])
+    assert (alone.failure_class, alone.recognised) == ("other", False)
     log = tmp_path / "server.log"
     log.write_bytes(garbage + b"\n" + kv_oom_log().encode())
     answer = json.loads(
@@ -549,3 +552,72 @@ def test_cli_stops_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
     finally:
         os.close(write_end)
     assert result.returncode == 141 and result.stderr == b""
+
+
+NGINX_ACCESS_LOG = "".join(
+    f'10.1.2.{n} - - [03/Dec/2026:10:00:0{n} +0000] "POST /v1/chat/completions HTTP/1.1" 200 {400 + n} "-" '
+    '"python-httpx/0.27.0"\n'
+    for n in range(5)
+)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [random_bytes(300_000), NGINX_ACCESS_LOG.encode(), b"", b"\n\n   \n"],
+    ids=["random bytes", "nginx access log", "empty file", "blank lines"],
+)
+def test_input_that_is_no_sglang_log_says_so(tmp_path: Path, content: bytes) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(content)
+    answer = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "app.cli", "diagnose", str(log), "--json"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    )
+    assert answer["class"] == "other" and answer["recognised"] is False
+    assert (answer["root_error"], answer["fingerprint"], answer["stage"]) == (None, None, "starting")
+    assert answer["hint"].startswith("This does not look like an SGLang log")
+    text = subprocess.run(
+        [sys.executable, "-m", "app.cli", "diagnose", str(log)], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert "class:        other (not an SGLang log)\n" in text and "healthy" not in text
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        "[2026-01-05 10:00:01] Downloading the model from the hub\n",  # SGLang's prefix: still starting
+        "server_args=ServerArgs(model_path='acme/Lark-8B', tp_size=1)\n",
+        "INFO:     Started server process [4242]\nINFO:     Waiting for application startup.\n",
+        "$ python3 -m sglang.launch_server --model-path acme/Lark-8B --port 30000\n",
+        "/opt/venv/lib/python3.12/site-packages/torch/cuda/__init__.py:61: FutureWarning: pynvml is deprecated\n",
+    ],
+    ids=["prefixed line", "server_args dump", "uvicorn", "sglang's command line", "a python warning"],
+)
+def test_an_sglang_log_without_a_failure_stays_healthy(log: str) -> None:
+    result = diagnose(NGINX_ACCESS_LOG + log)
+    assert (result.failure_class, result.recognised, result.root_error) == ("healthy", True, None)
+
+
+def test_a_failure_no_rule_places_says_it_is_unrecognised(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(
+        "[2026-02-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/managers/scheduler.py", line 10, in event_loop\n'
+        "ValueError: the wibble of the frobnicator is out of phase\n"
+    )
+    answer = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "app.cli", "diagnose", str(log), "--json"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    )
+    assert (answer["class"], answer["recognised"]) == ("other", False)
+    assert answer["root_error"] == "ValueError: the wibble of the frobnicator is out of phase"
+    assert answer["hint"].startswith("Unrecognised failure: launchdeck has no rule for this error yet.")
+    assert answer["fingerprint"] is not None  # it still groups with its like, to be taught once
+    text = subprocess.run(
+        [sys.executable, "-m", "app.cli", "diagnose", str(log)], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert "class:        other (unrecognised failure)\n" in text
+    placed = diagnose(log.read_text().replace("the wibble of", "CUDA out of memory; the wibble of"))
+    assert (placed.failure_class, placed.recognised) == ("oom", True)

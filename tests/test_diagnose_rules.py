@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.diagnose.analyze import diagnose
+from app.diagnose.analyze import HINTS, diagnose
 from app.diagnose.rules import MAX_LINE, RuleScanner, apply_rules, parse_rules
 from app.errors import InvalidInput
 
@@ -90,7 +90,7 @@ def test_a_bad_rules_file_is_refused_with_a_sentence_naming_the_rule_and_field(r
 def test_an_empty_rules_file_leaves_the_built_in_diagnosis() -> None:
     log = hybrid_log()
     assert parse_rules("") == ()
-    assert decided("", log) == ("other", "See the root error.", diagnose(log).fingerprint, None)
+    assert decided("", log) == ("other", HINTS["other"], diagnose(log).fingerprint, None)
 
 
 def test_a_matching_rule_decides_class_and_hint_and_keeps_the_built_in_answer() -> None:
@@ -111,8 +111,9 @@ def test_a_matching_rule_decides_class_and_hint_and_keeps_the_built_in_answer() 
             "scope": "root",
             "matched": MAMBA_ERROR,
         },
-        "built_in": {"class": "other", "hint": "See the root error.", "fingerprint": built_in.fingerprint},
+        "built_in": {"class": "other", "hint": HINTS["other"], "fingerprint": built_in.fingerprint},
     }
+    assert (built_in.recognised, result.recognised) == (False, True)  # a person placed what no rule could
 
 
 def test_a_rule_without_a_hint_gives_its_class_hint() -> None:

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from app.db.models import Attempt, Host, Preset, PresetRevision
 from app.diagnose.analyze import diagnose
-from app.launch.diagnosis import stored
+from app.launch.diagnosis import assign_signature, stored
 from app.launch.record import Pace
 from tests.support import free_port
 from tests.test_diagnose_versions import MODEL, NEWEST_ARGV, NEWEST_OOM_LOG
@@ -170,3 +170,64 @@ async def test_attempt_page_shows_drift_from_the_newest_releases_dict_dump(
     side = compared[compared.index('id="drift"') :]
     assert re.search(r'data-arg="cuda_graph_backend_prefill"><td><code>--cuda-graph-backend-prefill</code></td>'
                      r"<td>breakable</td><td><b>disabled</b></td>", side)  # fmt: skip
+
+
+UNPLACED_LOG = """[2026-02-01 10:00:00] server_args=ServerArgs(model_path='acme/Lark-8B', tp_size=1)
+[2026-02-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/x/sglang/srt/managers/scheduler.py", line 10, in event_loop
+ValueError: the wibble of the frobnicator is out of phase
+"""
+
+
+async def test_a_failure_no_rule_places_says_unrecognised_on_its_attempt_and_its_group(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    attempts = {}
+    async with running_app.state.runtime.sessions.write() as session:
+        revision = PresetRevision(preset=Preset(name="lark"), number=1, model_path="acme/Lark-8B")
+        host = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
+        assert host is not None
+        session.add(revision)
+        await session.flush()
+        for name, log, status in [
+            ("unplaced", UNPLACED_LOG, "failed"),
+            (
+                "nginx",
+                '10.1.2.3 - - [03/Dec/2026:10:00:00 +0000] "GET / HTTP/1.1" 200 12 "-" "curl/8.5.0"\n',
+                "stopped",
+            ),
+            ("starting", "", "starting"),
+        ]:
+            attempt = Attempt(
+                host_id=host.id,
+                preset_revision_id=revision.id,
+                argv=[],
+                status=status,
+                diagnosis=stored(diagnose(log), []),
+            )
+            session.add(attempt)
+            await session.flush()
+            await assign_signature(session, attempt)
+            attempts[name] = attempt
+        await session.commit()
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempts['unplaced'].id}")).text)
+    card = page[page.index('id="root-error"') :]
+    assert "unrecognised failure" in card and "the wibble of the frobnicator" in card
+    assert "Unrecognised failure: launchdeck has no rule for this error yet." in card
+    fingerprint = attempts["unplaced"].diagnosis["fingerprint"]
+    group = html.unescape((await app_client.get(f"/errors/{fingerprint}")).text)
+    assert "Unrecognised failure</strong>: launchdeck has no rule for this error yet" in group
+    listed = html.unescape((await app_client.get("/errors")).text)
+    row = listed[listed.index(f'data-fingerprint="{fingerprint}"') :]
+    assert '<span class="unrecognised">unrecognised</span>' in row[: row.index("</tr>")]
+    # A log that is no SGLang log is not called healthy, nor given an error, and the attempt's
+    # status stays what its host said.
+    other = html.unescape((await app_client.get(f"/attempts/{attempts['nginx'].id}")).text)
+    assert "This does not look like an SGLang log: no line launchdeck recognises" in other
+    assert 'id="root-error"' not in other and "no error in the log" not in other
+    assert attempts["nginx"].signature_id is None
+    assert (await app_client.get(f"/api/attempts/{attempts['nginx'].id}")).json()["status"] == "stopped"
+    # Before its server wrote a line, a launch's log is not called foreign.
+    starting = html.unescape((await app_client.get(f"/attempts/{attempts['starting'].id}")).text)
+    assert "no line from SGLang in the log yet" in starting and "not an SGLang log" not in starting

@@ -207,9 +207,22 @@ HINTS = {
     "import-error": "A library does not load: sglang, sgl_kernel, torch and CUDA versions do not match.",
     "driver": "The GPU, driver or CUDA build does not support what runs: check the compute capability and versions.",
     "timeout": "Nothing progressed for too long: look at the last stage and the ranks that stopped logging.",
-    "other": "See the root error.",
+    "other": "Unrecognised failure: launchdeck has no rule for this error yet. The root error is shown as the log "
+    "wrote it; once you know the cause, teach launchdeck (a team rule) so the next log like it is placed.",
     "healthy": "",
 }
+# The answer for input in which no line reads like a server's log: no class fits it, and no
+# failure may be read into it, nor health.
+NOT_A_LOG_HINT = (
+    "This does not look like an SGLang log: no line launchdeck recognises (SGLang's [time] prefix, a server_args "
+    "dump, a Python traceback or exception, SGLang's or uvicorn's messages)."
+)
+# A line that shows the input is a server's log, beside SGLang's prefix and its stages (checked
+# apart): the argument dump, Python's tracebacks and warnings, uvicorn's levels, SGLang by name.
+RECOGNISABLE = re.compile(
+    r"^server_args=|Traceback \(most recent call last\)|^\s*File \"|\b[A-Z]\w*Warning: |"
+    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): +\S|\b(?:sglang|sgl_kernel)[./]|\bSGLang\b"
+)
 # An import-error of its own kind: what the server needs is not installed where the preset says.
 CANNOT_RUN_HINT = (
     "The shell could not run the server's command: check the preset's python (the path of an interpreter with "
@@ -288,6 +301,9 @@ class Diagnosis:
     # What the log says around the root error (its traceback, lines that tell the model's kind),
     # for hints that also weigh the argv the attempt ran.
     evidence: str = ""
+    # False when no rule placed the failure (class `other`) or the input is no SGLang log at all
+    # (no root error): the answer then says it does not know, rather than a class or "healthy".
+    recognised: bool = True
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -297,6 +313,7 @@ class Diagnosis:
             "fingerprint": self.fingerprint,
             "hint": self.hint,
             "adjustments": self.adjustments,
+            "recognised": self.recognised,
         }
 
 
@@ -330,6 +347,7 @@ class Analyzer:
         self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
         self._hybrid_lines: list[str] = []  # the first lines that show a hybrid (mamba) model, if any
         self._figures = Figures()
+        self._recognisable = False  # a line read so far shows the input is a server's log
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed_bytes(self, chunk: bytes) -> None:
@@ -442,6 +460,8 @@ class Analyzer:
     def _see(self, line: Line) -> None:
         text = line.text.strip()
         self._track_stage(line, text)
+        if not self._recognisable:
+            self._recognisable = line.prefixed or self._stage_index >= 0 or _recognisable(line, text)
         if not self._capture_done and CAPTURE_DONE.search(text):
             self._capture_done = True
         self._figures.see(text)
@@ -533,6 +553,8 @@ class Analyzer:
             result.stage = STAGES[self._stage_index][0]
             result.stage_percent = self._percent
         if root is None:
+            if not self._recognisable:
+                result.failure_class, result.hint, result.recognised = "other", NOT_A_LOG_HINT, False
             return result
         line, context = root
         message = signed = line.text.strip()
@@ -558,6 +580,7 @@ class Analyzer:
         result.frames = list(frames)
         result.root_line = line.number
         result.hint = hint
+        result.recognised = result.failure_class != "other"  # `other` is what no rule above placed
         result.fingerprint = fingerprint(result.failure_class, signed)
         result.error_type, result.error_message = signature_parts(signed)
         return result
@@ -594,6 +617,12 @@ def _root_of(tb: _Traceback) -> tuple[tuple[Line, str], list[str]] | None:
         root = next((line for line in after if DETAIL.match(line.text.strip()) and line not in tb.exceptions), root)
     context, frames = _context(tb, root)
     return (root, context), _sglang_frames(frames)
+
+
+def _recognisable(line: Line, text: str) -> bool:
+    """A line that shows the input is a server's log (see RECOGNISABLE), or an exception's. (A
+    fatal line need not be looked for: it becomes the root error, which no log of nothing has.)"""
+    return bool(RECOGNISABLE.search(text) or EXCEPTION.match(text) or FRAME.match(line.text))
 
 
 def _stopped(exceptions: list[Line]) -> bool:

@@ -280,6 +280,7 @@ class RuleScanner:
             failure_class=rule.failure_class,
             hint=rule.hint or HINTS[rule.failure_class],
             fingerprint=merged,
+            recognised=True,  # a person placed it, even as `other`
         )
         return decided, decision
 

@@ -5,6 +5,7 @@ lined up with those asked for and those preflight predicted."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,8 @@ def stored(result: Diagnosis, argv: list[str]) -> dict[str, Any]:
             "root_line": result.root_line,
             "fingerprint": result.fingerprint,
             "hint": hint,
+            # a failure the argv placed (above) is recognised, whatever the log alone left it
+            "recognised": result.recognised or failure_class != "other",
             "adjustments": result.adjustments,
             "frames": result.frames,
             "error_type": result.error_type,
@@ -85,6 +88,19 @@ def stored(result: Diagnosis, argv: list[str]) -> dict[str, Any]:
         }
     )
     return kept
+
+
+def unrecognised(found: Mapping[str, Any]) -> bool:
+    """A stored diagnosis that says it does not know: a failure no rule placed, or a log that is no
+    SGLang log. One stored before it said so carries no `recognised`: its `other` could only come
+    from no rule matching."""
+    return found.get("recognised", found.get("class") != "other") is False
+
+
+def signature_unrecognised(signature: Signature) -> bool:
+    """A failure signature that no rule placed: its class is its first attempt's, and `other` is
+    the class of a failure no rule placed."""
+    return unrecognised({"class": signature.failure_class})
 
 
 def drift_of(attempt: Attempt) -> list[Drift]:
@@ -154,6 +170,10 @@ class SignatureGroup:
     signature: Signature
     hosts: list[str]
     presets: list[str]
+
+    @property
+    def unrecognised(self) -> bool:
+        return signature_unrecognised(self.signature)
 
 
 async def signature_groups(

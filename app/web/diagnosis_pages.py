@@ -43,6 +43,7 @@ async def diagnosis_context(db: ReadDb, attempt: Attempt) -> dict[str, Any]:
         earlier = list((await db.scalars(query)).all())
     return {
         "diagnosis": found,
+        "unrecognised": diagnosis.unrecognised(found),
         "drift": diagnosis.drift_of(attempt),
         "same_signature": same,
         "earlier": earlier,
@@ -97,6 +98,7 @@ async def error_group_page(
     context = {
         "user": user,
         "signature": signature,
+        "unrecognised": diagnosis.signature_unrecognised(signature),
         "attempts": rows[:page_size],
         "older": rows[page_size - 1].id if len(rows) > page_size else None,
     }
