@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.diagnose.analyze import Analyzer, Diagnosis, diagnose, fingerprint
+from app.diagnose.analyze import Analyzer, Diagnosis, diagnose
+from app.diagnose.fingerprint import fingerprint
 from app.diagnose.lines import MAX_RECORD
 
 ROOT = Path(__file__).resolve().parents[1]

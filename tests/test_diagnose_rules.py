@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.diagnose.analyze import HINTS, diagnose
+from app.diagnose.analyze import diagnose
+from app.diagnose.lexicon import HINTS
 from app.diagnose.rules import MAX_LINE, RuleScanner, apply_rules, parse_rules
 from app.errors import InvalidInput
 

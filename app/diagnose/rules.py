@@ -38,7 +38,8 @@ from typing import Any
 
 import regex
 
-from app.diagnose.analyze import HINTS, Diagnosis
+from app.diagnose.analyze import Diagnosis
+from app.diagnose.lexicon import HINTS
 from app.errors import InvalidInput
 
 SEARCH_SECONDS = 0.1  # one regular expression on one line

@@ -1,0 +1,107 @@
+"""The events a log is made of, as Python and the shell print them: exception blocks (a traceback,
+its frames and the exception lines that end it) and fatal lines printed outside any traceback.
+
+Separate because every later decision reads these shapes and none of them changes them: the root
+is chosen among these events (root.py), classified by their words (lexicon.py) and fingerprinted
+by their message (fingerprint.py). This module decides what a line *is* (an exception line, a
+frame, a fatal line, a precursor of one), and what a traceback says around one of its lines.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from app.diagnose.lines import Line
+
+# An exception line: a name that says it is one, or any class name qualified by its module
+# ("triton.runtime.errors.OutOfResources: ...") with a message.
+EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*"
+    r"([A-Za-z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|(?<=\.)[A-Z]\w*(?=: ))(?:: ?(.*))?$"
+)
+ARGPARSE_ERROR = re.compile(r"^[\w./ -]+: error: (.+)$")
+FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
+PACKAGE_NAMES = ("sglang/", "sgl_kernel/")
+# The package in a frame's path: the last such folder, for a source checkout at /x/sglang/python/sglang/srt.
+PACKAGE = re.compile(rf"\b(?:{'|'.join(PACKAGE_NAMES)})(?!.*\b(?:{'|'.join(PACKAGE_NAMES)}))")
+# The shell could not run the server's command at all (an interpreter path that does not exist,
+# a file that is not executable): dash's and ash's "<script>: 12: <command>: not found", bash's
+# "<script>: line 12: <command>: No such file or directory" or "command not found", and the like.
+CANNOT_RUN = re.compile(
+    r"^[^:]+: (?:line )?\d+: (?:exec: )?\S[^:]*(?:: \S[^:]*: bad interpreter)?: (?:(?:command )?not found|"
+    r"No such file or directory|Permission denied|Exec format error|cannot execute(?: binary file)?(?:: .*)?)$"
+)
+FATAL_LINES = (  # fatal messages that are not Python exceptions
+    CANNOT_RUN,
+    re.compile(r"CUDA error \(.*\): .+|^CUDA Error: .+"),
+    re.compile(r"\[torch_memory_saver\.cpp\] cudaError error: .+"),
+    re.compile(r"ERROR: +\[Errno \d+\] error while attempting to bind on address .+"),
+    re.compile(r"Watchdog caught collective operation timeout: .+"),
+    re.compile(r"\bwatchdog timeout \(.+\)", re.I),
+    # logged, not raised
+    re.compile(r"\b(?:CUDA|HIP|NPU|XPU) out of memory\. Tried to allocate"),
+    re.compile(r"^Failed to \w+ [^:]*: (?:NCCL error|CUDA error|CUDA out of memory)"),
+    re.compile(r"\bfailed\b.* with exception [\w.]*(?:Error|Exception)\b"),  # a request's failure
+    re.compile(r"^what\(\): +\S"),  # a C++ exception that ended the process ("terminate called after ...")
+    re.compile(r"^(?:Cannot access gated repo|Repository Not Found) for url"),  # the hub's refusal, printed
+    re.compile(r"^Fatal Python error: \w|\bCaught signal \d+ \(|^Segmentation fault"),  # a crash below Python
+    re.compile(r"^Memory access fault by GPU|^Failed: Cuda error \S"),  # the ROCm runtime's, a CUDA check's
+    # a library that does not load, in a wrapper's one-line error
+    re.compile(r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"),
+)
+# A fatal line that announces the error after it: the root only when no exception follows.
+PRECURSOR = re.compile(r"is larger than the profiled value -\d+")  # the weights left no room for the KV cache
+MAX_TRACEBACK_LINES = 400
+
+
+@dataclass
+class Traceback:
+    """One exception block as read so far: its lines (at most MAX_TRACEBACK_LINES), its exception
+    lines, and whether the log has moved on past it."""
+
+    lines: list[Line] = field(default_factory=list)
+    exceptions: list[Line] = field(default_factory=list)
+    ended: bool = False
+
+
+def stopped(exceptions: list[Line]) -> bool:
+    """Exceptions that start with Ctrl-C: someone stopped the process, which is no failure of its own."""
+    found = EXCEPTION.match(exceptions[0].text.strip()) if exceptions else None
+    return found is not None and found.group(1) == "KeyboardInterrupt"
+
+
+def traceback_context(tb: Traceback, root: Line | None) -> tuple[str, list[str]]:
+    """What else a traceback says that can name the kind of failure (its exceptions, its last lines,
+    and last the frames that led to `root`, innermost at the end), with those frames."""
+    frames = frames_before(tb.lines, root)
+    return "\n".join([*(line.text for line in [*tb.exceptions, *tb.lines[-12:]]), "frames:", *frames]), frames
+
+
+def sglang_frames(frames: list[str], keep: int = 3) -> list[str]:
+    return [frame for frame in frames if frame.startswith(PACKAGE_NAMES)][-keep:]
+
+
+def frames_before(lines: list[Line], root: Line | None) -> list[str]:
+    """The frames that led to `root`, outermost first, as "<path>:<function>"; SGLang's paths cut
+    at the package ("sglang/srt/..."), so they read the same on every host and install."""
+    frames: list[str] = []
+    for line in lines:
+        if line is root:
+            break
+        text = line.text.strip()
+        if "Traceback (most recent call last)" in text or text.startswith(("During handling", "The above")):
+            frames = []  # a new exception's frames start here
+        elif match := FRAME.match(line.text):
+            path = match.group(1)
+            package = PACKAGE.search(path)
+            frames.append(f"{path[package.start() :] if package else path}:{match.group(2)}")
+    return frames
+
+
+def exception_message(line: Line) -> str:
+    """The exception's message; empty too for a wrapper that announces a cause it does not give
+    ("Capture cuda graph failed: ")."""
+    match = EXCEPTION.match(line.text.strip())
+    message = (match.group(2) or "").strip() if match else ""
+    return "" if message.endswith(":") else message

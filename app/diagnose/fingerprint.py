@@ -1,0 +1,67 @@
+"""The fingerprint of a root error: what groups one cause across attempts, hosts and runs.
+
+Separate because it decides sameness, not kind: what in a message varies between runs (addresses,
+ids, paths, sizes, numbers, quoted text but not quoted names) and is erased, which causes SGLang
+words differently and are signed by name, and the exception type and normalised message that the
+pages show and the fingerprint hashes together with the class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+
+from app.diagnose.events import EXCEPTION
+
+OOM_ACCOUNTING = re.compile(r"(?<=out of memory)\..*", re.I)
+EXCEPTION_REPR = re.compile(r"^(?:[\w]+\.)*([A-Za-z]\w*(?:Error|Exception))\((['\"])(.*)\2\)$")
+QUOTED_NAME = re.compile(r"[\w.<>-]+")
+
+
+def _quoted(found: re.Match[str]) -> str:
+    """Quoted text is erased, but not quoted names (a parameter, an architecture): they tell causes apart."""
+    return found[0] if QUOTED_NAME.fullmatch(found[0][1:-1]) else "<str>"
+
+
+NORMALISE: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\b|\b[0-9a-f]{16,}\b"), "<id>"),
+    (re.compile(r"(?:/[\w.@+-]+)+/?"), "<path>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\s*(?:[KMGT]i?B|bytes)\b"), "<size>"),
+    (re.compile(r"\b\d+(?:\.\d+)?\b"), "<n>"),
+    (re.compile(r"'[^'\n]*'|\"[^\"\n]*\""), _quoted),
+    (re.compile(r"dict_keys\(\[.*\]\)"), "<list>"),
+)
+# One cause that SGLang words differently across versions or stages: signed by its name, so its
+# attempts group under one fingerprint whichever wording a log shows.
+CAUSES = (
+    # The weights left no room for the KV cache: a negative profiled budget, then the refusal.
+    ("no memory for the KV cache", re.compile(r"profiled value -\d|Not enought? memory\. Please try to increase")),
+)
+
+
+def normalise(message: str) -> str:
+    for pattern, replacement in NORMALISE:
+        message = pattern.sub(replacement, message)
+    return re.sub(r"\s+", " ", message).strip()[:500]
+
+
+def signature_parts(message: str) -> tuple[str, str]:
+    """The exception type (empty for a fatal line that is not an exception) and the message with
+    everything that varies between runs replaced. A cause given as a detail line ("- KeyError: x")
+    or as a repr (`KeyError('x')`) is read as the exception it names."""
+    message = message.removeprefix("- ")
+    if (as_repr := EXCEPTION_REPR.match(message)) is not None:
+        message = f"{as_repr[1]}: {as_repr[3]}"
+    match = EXCEPTION.match(message)
+    kind = match.group(1) if match else ""
+    detail = match.group(2) or "" if match else message
+    # After "out of memory" comes the allocator's accounting, worded differently by each torch version.
+    return kind, normalise(OOM_ACCOUNTING.sub("", detail))
+
+
+def fingerprint(failure_class: str, message: str) -> str:
+    cause = next((name for name, pattern in CAUSES if pattern.search(message)), None)
+    kind, detail = ("", cause) if cause else signature_parts(message)
+    return hashlib.sha256(f"{failure_class}|{kind}|{detail}".encode()).hexdigest()[:16]
