@@ -33,12 +33,7 @@ from app.diagnose.events import (
 from app.diagnose.figures import Figures
 from app.diagnose.fingerprint import fingerprint, signature_parts
 from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
-from app.diagnose.lexicon import ASSERT_SOURCE, NOT_A_LOG_HINT, classify
-
-# The next two are re-exported only for app.web.diagnosis_pages and app.launch.diagnosis, which import them
-# from here still: their home is lexicon.py, where all else imports them from; drop them once those two do.
-from app.diagnose.lexicon import HINTS as HINTS
-from app.diagnose.lexicon import hint_for as hint_for
+from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, classify, hint_for
 from app.diagnose.lines import MAX_RECORD, Line, logical_lines, without_binary_records
 from app.diagnose.root import SECONDARY, root_of
 

@@ -14,9 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
-from app.diagnose.analyze import Analyzer, Diagnosis, hint_for
+from app.diagnose.analyze import Analyzer, Diagnosis
 from app.diagnose.drift import Drift, drift
 from app.diagnose.hints import explain
+from app.diagnose.lexicon import hint_for
 from app.errors import NotFound
 
 # The timeline's name for a log stage where it differs: the ready line alone is not "ready",

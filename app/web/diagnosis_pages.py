@@ -10,7 +10,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import load_only
 
 from app.db.models import Attempt
-from app.diagnose.analyze import HINTS, STAGES
+from app.diagnose.analyze import STAGES
+from app.diagnose.lexicon import HINTS
 from app.launch import compare, diagnosis, history
 from app.web.deps import PageUser, ReadDb, RuntimeDep
 from app.web.log_pages import lines_html
