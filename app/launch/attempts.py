@@ -68,7 +68,7 @@ class AttemptService:
         self.tracking = Tracking()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
-        self._signatures = asyncio.Lock()  # one attempt at a time files its failure under a signature
+        self.signatures = asyncio.Lock()  # one attempt at a time files its failure under a signature
 
     async def start(self) -> None:
         """Resumes following every attempt a previous run left unfinished, and mirroring the logs
@@ -248,7 +248,7 @@ class AttemptService:
             mirrors=self.mirrors,
             tracking=self.tracking,
             pace=self.pace,
-            signatures=self._signatures,
+            signatures=self.signatures,
         )
         delay = self.pace.retry
         while True:

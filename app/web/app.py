@@ -20,6 +20,7 @@ from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.record import Pace
+from app.launch.rediagnose import Rediagnosis
 from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
@@ -123,6 +124,8 @@ def create_app(settings: Settings) -> FastAPI:
             gpu_snapshot=gpus.snapshot_of,
         )
         await attempts.start()
+        rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
+        rediagnosis.start()
         versions = frontend_versions()
         app.state.runtime = Runtime(
             settings=settings,
@@ -131,6 +134,7 @@ def create_app(settings: Settings) -> FastAPI:
             sessions=sessions,
             ssh=ssh,
             attempts=attempts,
+            rediagnosis=rediagnosis,
             gpus=gpus,
             logs=logs,
             mirrors=mirrors,
@@ -148,6 +152,7 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             yield
         finally:
+            await rediagnosis.close()
             await attempts.close()
             await mirrors.close()
             await gpus.close()

@@ -1,0 +1,172 @@
+"""The team's rules applied to stored diagnoses: on each write of a live attempt's diagnosis, and
+to past attempts in the background after the rules change.
+
+What is kept: the diagnosis as the rules decide it, with `built_in` (the class, hint and fingerprint
+launchdeck gave by itself) and `rule` (which rule decided, by whom, on what line) beside it, so the
+page can show both. Deciding again always starts from `built_in`, so editing or deleting a rule
+undoes what it did.
+
+Scope `root` rules and merges decide from the stored root error and fingerprint alone. Scope `any`
+rules need the log: the background pass reads the attempt's local copy, at most `MAX_LOG_BYTES` of
+it; a live write, which never reads files inside its transaction, keeps the line an `any` rule
+matched before (a log only grows, so that line is still there).
+
+The background pass never holds a session while it reads logs: it reads a batch of attempts,
+decides them outside any transaction, then writes only those whose diagnosis changed, in one
+short transaction per batch, skipping any that a live follower rewrote meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db import Sessions
+from app.db.models import Attempt
+from app.diagnose.analyze import Diagnosis
+from app.diagnose.rules import Rule, RuleScanner, RuleScope
+from app.launch.diagnosis import assign_signature
+from app.launch.team_rules import active_rules
+from app.logs.store import LogStore
+
+log = logging.getLogger(__name__)
+
+BATCH = 100  # attempts read, decided and written together
+BATCH_PAUSE = 0.05  # seconds between batches, so a pass never crowds out live work
+MAX_LOG_BYTES = 16 << 20  # of each log, read for scope `any` rules
+DECIDED_KEYS = ("class", "hint", "fingerprint")
+
+
+def built_in_of(found: dict[str, Any]) -> dict[str, Any]:
+    return found.get("built_in") or {key: found.get(key) for key in DECIDED_KEYS}
+
+
+def decide(found: dict[str, Any], rules: list[tuple[int, Rule]], *, log_path: Path | None = None) -> dict[str, Any]:
+    """The stored diagnosis `found` as the rules decide it. With `log_path`, scope `any` rules read
+    the log; without it they keep the line they matched before."""
+    if not found or not found.get("stage"):
+        return found
+    built_in = built_in_of(found)
+    kept = {key: value for key, value in found.items() if key not in ("built_in", "rule")}
+    kept.update(built_in)
+    if not rules:
+        return kept
+    scanner = RuleScanner(tuple(rule for _, rule in rules))
+    previous = found.get("rule") or {}
+    if log_path is not None and any(rule.scope == RuleScope.ANY for _, rule in rules):
+        with contextlib.suppress(OSError), open(log_path, "rb") as f:
+            left = MAX_LOG_BYTES
+            while left > 0 and (block := f.read(min(1 << 20, left))):
+                scanner.feed_bytes(block)
+                left -= len(block)
+    elif previous.get("scope") == RuleScope.ANY and previous.get("matched"):
+        scanner.feed(previous["matched"] + "\n")
+    base = Diagnosis(
+        failure_class=built_in["class"],
+        hint=built_in["hint"] or "",
+        fingerprint=built_in["fingerprint"],
+        root_error=found.get("root_error"),
+        root_line=found.get("root_line"),
+    )
+    decided, decision = scanner.decide(base)
+    kept.update({"class": decided.failure_class, "hint": decided.hint, "fingerprint": decided.fingerprint})
+    if decision is None and decided.fingerprint == built_in["fingerprint"]:
+        return kept
+    kept["built_in"] = built_in
+    if decision is not None:
+        rule_id = next(rule_id for rule_id, rule in rules if rule is decision.rule)
+        line = decision.line
+        if log_path is None and previous.get("scope") == RuleScope.ANY and decision.rule.scope == RuleScope.ANY:
+            line = previous.get("line")
+        named: dict[str, Any] = decision.as_dict()["rule"]  # type: ignore[assignment]
+        kept["rule"] = {**named, "id": rule_id, "class": decision.rule.failure_class, "line": line}
+    return kept
+
+
+async def decide_live(session: AsyncSession, attempt: Attempt, earlier: dict[str, Any]) -> None:
+    """The rules over the diagnosis a live attempt's follower just wrote (`earlier` is the one it
+    replaced, which knows the line a scope `any` rule matched), in the follower's transaction."""
+    found = attempt.diagnosis
+    if found and "rule" not in found and "rule" in earlier:
+        found = {**found, "rule": earlier["rule"]}
+    if found:
+        attempt.diagnosis = decide(found, await active_rules(session))
+
+
+class Rediagnosis:
+    """Decides stored attempts again after the rules change: `request()` asks for a pass; one pass
+    runs at a time, and a change during a pass starts it over once it ends its batch."""
+
+    def __init__(self, sessions: Sessions, logs: LogStore, signatures: asyncio.Lock):
+        self.sessions = sessions
+        self.logs = logs
+        self.signatures = signatures  # the lock under which attempts are filed under signatures
+        self._wanted = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.passes = 0  # passes completed, for the page and the tests
+        self.changed = 0  # attempts whose diagnosis the last pass changed
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="rediagnosis")
+
+    def request(self) -> None:
+        self._wanted.set()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._wanted.wait()
+            self._wanted.clear()
+            try:
+                self.changed = await self.run_pass()
+            except Exception:
+                log.exception("re-diagnosis with the team's rules failed; it runs again at the next change")
+            self.passes += 1
+
+    async def run_pass(self) -> int:
+        """One pass over every attempt with a diagnosis, oldest first; the number it changed."""
+        after, changed = 0, 0
+        while not self._wanted.is_set():
+            async with self.sessions.read() as session:
+                rules = await active_rules(session)
+                query = select(Attempt.id, Attempt.diagnosis).where(Attempt.id > after).order_by(Attempt.id)
+                rows = list((await session.execute(query.limit(BATCH))).all())
+            if not rows:
+                break
+            after = rows[-1][0]
+            decided = await asyncio.to_thread(self._decide_batch, rows, rules)
+            if decided:
+                async with self.signatures, self.sessions.write.begin() as session:
+                    for attempt_id, (before, now) in decided.items():
+                        attempt = await session.get(Attempt, attempt_id)
+                        if attempt is None or attempt.diagnosis != before:
+                            continue  # gone, or rewritten by its follower, which applies the rules itself
+                        attempt.diagnosis = now
+                        await assign_signature(session, attempt)
+                        changed += 1
+            await asyncio.sleep(BATCH_PAUSE)
+        return changed
+
+    def _decide_batch(
+        self, rows: list[Any], rules: list[tuple[int, Rule]]
+    ) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
+        changes = {}
+        paths = self.logs.paths([attempt_id for attempt_id, _ in rows])
+        for attempt_id, found in rows:
+            if not found:
+                continue
+            now = decide(found, rules, log_path=paths[attempt_id])
+            if now != found:
+                changes[attempt_id] = (found, now)
+        return changes
