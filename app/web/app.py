@@ -39,6 +39,7 @@ from app.web import (
     log_pages,
     pages,
     preset_pages,
+    rule_pages,
 )
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
@@ -191,5 +192,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(attempt_pages.router)
     app.include_router(log_pages.router)
     app.include_router(diagnosis_pages.router)
+    app.include_router(rule_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
