@@ -33,6 +33,7 @@ from app.web import (
     api_diagnosis,
     api_logs,
     api_presets,
+    api_rules,
     attempt_pages,
     diagnosis_pages,
     host_pages,
@@ -186,6 +187,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api_attempts.router)
     app.include_router(api_logs.router)
     app.include_router(api_diagnosis.router)
+    app.include_router(api_rules.router)
     app.include_router(pages.router)
     app.include_router(host_pages.router)
     app.include_router(preset_pages.router)
