@@ -174,3 +174,23 @@ async def test_rules_export_and_import_round_trip_and_a_bad_file_writes_nothing(
             await team_rules.import_toml(session, bad, actor="ana")
     async with sessions.read() as session:
         assert len(await team_rules.list_rules(session)) == 3
+
+
+async def test_the_background_pass_reads_a_past_attempts_log_for_a_rule_on_any_line(
+    sessions: db.Sessions, tmp_path: Path
+) -> None:
+    past = await add_attempt(sessions, STORED)
+    logs = LogStore(tmp_path / "logs")
+    logs.directory.mkdir(parents=True)
+    logs.paths([past])[past].write_text("loading\n[2026-12-03 10:00:00] the-flag was ignored\n" + ROOT + "\n")
+    async with sessions.write() as session:
+        await team_rules.create_rule(
+            session, {"match": "--the-flag", "scope": "any", "class": "arg-override", "title": "T"}, actor="ana"
+        )
+    rediagnosis = Rediagnosis(sessions, logs, asyncio.Lock())
+    assert await rediagnosis.run_pass() == 1
+    async with sessions.read() as session:
+        attempt = await session.get(Attempt, past)
+        assert attempt is not None and attempt.diagnosis["class"] == "arg-override"
+        assert attempt.diagnosis["rule"]["line"] == 2
+    assert await rediagnosis.run_pass() == 0  # decided already: nothing to write

@@ -8,7 +8,8 @@ undoes what it did.
 
 Scope `root` rules and merges decide from the stored root error and fingerprint alone. Scope `any`
 rules need the log: the background pass reads the attempt's local copy, at most `MAX_LOG_BYTES` of
-it; a live write, which never reads files inside its transaction, keeps the line an `any` rule
+it and `PASS_LOG_BYTES` of all logs in one pass (past that, as for a live write, they keep the
+line they matched before); a live write, which never reads files inside its transaction, keeps the line an `any` rule
 matched before (a log only grows, so that line is still there).
 
 The background pass never holds a session while it reads logs: it reads a batch of attempts,
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 BATCH = 100  # attempts read, decided and written together
 BATCH_PAUSE = 0.05  # seconds between batches, so a pass never crowds out live work
 MAX_LOG_BYTES = 16 << 20  # of each log, read for scope `any` rules
+PASS_LOG_BYTES = 4 << 30  # of all logs in one pass; past it, `any` rules keep the lines they matched
 DECIDED_KEYS = ("class", "hint", "fingerprint")
 
 
@@ -111,6 +113,7 @@ class Rediagnosis:
         self._task: asyncio.Task[None] | None = None
         self.passes = 0  # passes completed, for the page and the tests
         self.changed = 0  # attempts whose diagnosis the last pass changed
+        self._log_budget = PASS_LOG_BYTES  # log bytes the pass under way may still read
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="rediagnosis")
@@ -137,6 +140,7 @@ class Rediagnosis:
     async def run_pass(self) -> int:
         """One pass over every attempt with a diagnosis, oldest first; the number it changed."""
         after, changed = 0, 0
+        self._log_budget = PASS_LOG_BYTES
         while not self._wanted.is_set():
             async with self.sessions.read() as session:
                 rules = await active_rules(session)
@@ -163,10 +167,16 @@ class Rediagnosis:
     ) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
         changes = {}
         paths = self.logs.paths([attempt_id for attempt_id, _ in rows])
+        reads_logs = any(rule.scope == RuleScope.ANY for _, rule in rules)
         for attempt_id, found in rows:
             if not found:
                 continue
-            now = decide(found, rules, log_path=paths[attempt_id])
+            path = paths[attempt_id]
+            if reads_logs and self._log_budget > 0 and path.exists():
+                self._log_budget -= min(path.stat().st_size, MAX_LOG_BYTES)
+                now = decide(found, rules, log_path=path)
+            else:
+                now = decide(found, rules)
             if now != found:
                 changes[attempt_id] = (found, now)
         return changes

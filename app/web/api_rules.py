@@ -42,7 +42,8 @@ class RulePublic(BaseModel):
         return cls.model_validate(row, from_attributes=True)
 
 
-RuleBody = Body(examples=[{"match": "Not enough memory", "class": "oom", "title": "KV pool too small"}])
+# A missing body is an empty rule, so what is wrong with it is said by the one check of rules.
+RuleBody = Body(default={}, examples=[{"match": "Not enough memory", "class": "oom", "title": "KV pool too small"}])
 
 
 def _remote(request: Request) -> str:
