@@ -66,6 +66,11 @@ async def test_teach_a_rule_on_a_failure_and_see_past_and_later_attempts_take_it
     assert "<script>alert" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page
     assert '<a href="https://docs.example/kv?a=1&amp;b=2" rel="noopener noreferrer">' in page
 
+    group = (await api.get(f"/errors/{decided['diagnosis']['fingerprint']}")).text
+    assert 'class="failure-class">arg-conflict</span>' in group and "team rule by admin" in group
+    signatures = (await api.get("/api/signatures", params={"failure_class": "arg-conflict"})).json()
+    assert [s["fingerprint"] for s in signatures] == [decided["diagnosis"]["fingerprint"]]
+
     later_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [1])
     later = await wait_for(api, later_id, FINAL)
     assert later["diagnosis"]["class"] == "arg-conflict"  # decided as it was written
