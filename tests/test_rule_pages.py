@@ -104,3 +104,15 @@ async def test_a_rule_the_form_cannot_save_says_why_and_keeps_what_was_typed(
     assert "match is not a valid regular expression" in response.text
     assert "&lt;b&gt;kept&lt;/b&gt;</textarea>" in response.text
     assert "No team rules yet" in (await api.get("/rules")).text
+
+
+async def test_a_rule_on_any_line_decides_a_new_attempt_once_its_log_has_ended(
+    api: AsyncClient, running_app: FastAPI
+) -> None:
+    rule = {"match": "Not enough memory", "scope": "any", "class": "timeout", "title": "Seen anywhere"}
+    assert (await api.post("/api/rules", json=rule)).status_code == 201
+    attempt_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [2])
+    await wait_for(api, attempt_id, FINAL)
+    decided = await wait_for_rule(api, attempt_id, present=True)
+    assert decided["diagnosis"]["class"] == "timeout" and decided["diagnosis"]["rule"]["scope"] == "any"
+    assert decided["diagnosis"]["rule"]["line"] >= 1

@@ -7,10 +7,11 @@ page can show both. Deciding again always starts from `built_in`, so editing or 
 undoes what it did.
 
 Scope `root` rules and merges decide from the stored root error and fingerprint alone. Scope `any`
-rules need the log: the background pass reads the attempt's local copy, at most `MAX_LOG_BYTES` of
-it and `PASS_LOG_BYTES` of all logs in one pass (past that, as for a live write, they keep the
-line they matched before); a live write, which never reads files inside its transaction, keeps the line an `any` rule
-matched before (a log only grows, so that line is still there).
+rules need the log. A live write, which never reads files inside its transaction, keeps the line
+such a rule matched before (a log only grows, so that line is still there); once an attempt's
+following has ended, it is decided again from its whole log; and a pass after a rule change reads
+each attempt's local copy. Each read takes at most `MAX_LOG_BYTES` of a log and `PASS_LOG_BYTES`
+of all logs in one pass; past that, rules keep the lines they matched before.
 
 The background pass never holds a session while it reads logs: it reads a batch of attempts,
 decides them outside any transaction, then writes only those whose diagnosis changed, in one
@@ -102,16 +103,19 @@ async def decide_live(session: AsyncSession, attempt: Attempt, earlier: dict[str
 
 
 class Rediagnosis:
-    """Decides stored attempts again after the rules change: `request()` asks for a pass; one pass
-    runs at a time, and a change during a pass starts it over once it ends its batch."""
+    """Decides stored attempts again: `request()` after the rules change asks for a pass over every
+    attempt; `attempt_ended(id)` asks for one attempt, read whole now that its log is. One pass runs
+    at a time, and a change during a pass starts it over once it ends its batch."""
 
     def __init__(self, sessions: Sessions, logs: LogStore, signatures: asyncio.Lock):
         self.sessions = sessions
         self.logs = logs
         self.signatures = signatures  # the lock under which attempts are filed under signatures
-        self._wanted = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._everything = False  # a pass over every attempt is wanted
+        self._ended: set[int] = set()  # attempts to decide from their whole log
         self._task: asyncio.Task[None] | None = None
-        self.passes = 0  # passes completed, for the page and the tests
+        self.passes = 0  # passes completed, for the tests
         self.changed = 0  # attempts whose diagnosis the last pass changed
         self._log_budget = PASS_LOG_BYTES  # log bytes the pass under way may still read
 
@@ -119,7 +123,12 @@ class Rediagnosis:
         self._task = asyncio.create_task(self._run(), name="rediagnosis")
 
     def request(self) -> None:
-        self._wanted.set()
+        self._everything = True
+        self._wake.set()
+
+    def attempt_ended(self, attempt_id: int) -> None:
+        self._ended.add(attempt_id)
+        self._wake.set()
 
     async def close(self) -> None:
         if self._task is not None:
@@ -129,10 +138,15 @@ class Rediagnosis:
 
     async def _run(self) -> None:
         while True:
-            await self._wanted.wait()
-            self._wanted.clear()
+            await self._wake.wait()
+            self._wake.clear()
+            everything, self._everything = self._everything, False
+            ended, self._ended = sorted(self._ended), set()
             try:
-                self.changed = await self.run_pass()
+                if everything:
+                    self.changed = await self.run_pass()
+                elif ended:
+                    self.changed = await self.run_on(ended)
             except Exception:
                 log.exception("re-diagnosis with the team's rules failed; it runs again at the next change")
             self.passes += 1
@@ -141,7 +155,7 @@ class Rediagnosis:
         """One pass over every attempt with a diagnosis, oldest first; the number it changed."""
         after, changed = 0, 0
         self._log_budget = PASS_LOG_BYTES
-        while not self._wanted.is_set():
+        while not self._everything:
             async with self.sessions.read() as session:
                 rules = await active_rules(session)
                 query = select(Attempt.id, Attempt.diagnosis).where(Attempt.id > after).order_by(Attempt.id)
@@ -149,17 +163,38 @@ class Rediagnosis:
             if not rows:
                 break
             after = rows[-1][0]
-            decided = await asyncio.to_thread(self._decide_batch, rows, rules)
-            if decided:
-                async with self.signatures, self.sessions.write.begin() as session:
-                    for attempt_id, (before, now) in decided.items():
-                        attempt = await session.get(Attempt, attempt_id)
-                        if attempt is None or attempt.diagnosis != before:
-                            continue  # gone, or rewritten by its follower, which applies the rules itself
-                        attempt.diagnosis = now
-                        await assign_signature(session, attempt)
-                        changed += 1
+            changed += await self._decide_and_write(rows, rules)
             await asyncio.sleep(BATCH_PAUSE)
+        return changed
+
+    async def run_on(self, attempt_ids: list[int]) -> int:
+        """The attempts whose following ended, if a rule reads any line (the others the follower
+        decided as it wrote)."""
+        changed = 0
+        self._log_budget = PASS_LOG_BYTES
+        for start in range(0, len(attempt_ids), BATCH):
+            async with self.sessions.read() as session:
+                rules = await active_rules(session)
+                if not any(rule.scope == RuleScope.ANY for _, rule in rules):
+                    return changed
+                query = select(Attempt.id, Attempt.diagnosis).where(Attempt.id.in_(attempt_ids[start : start + BATCH]))
+                rows = list((await session.execute(query)).all())
+            changed += await self._decide_and_write(rows, rules)
+        return changed
+
+    async def _decide_and_write(self, rows: list[Any], rules: list[tuple[int, Rule]]) -> int:
+        """Decides outside any transaction, then writes those that changed in one short one."""
+        decided = await asyncio.to_thread(self._decide_batch, rows, rules)
+        changed = 0
+        if decided:
+            async with self.signatures, self.sessions.write.begin() as session:
+                for attempt_id, (before, now) in decided.items():
+                    attempt = await session.get(Attempt, attempt_id)
+                    if attempt is None or attempt.diagnosis != before:
+                        continue  # gone, or rewritten by its follower, which applies the rules itself
+                    attempt.diagnosis = now
+                    await assign_signature(session, attempt)
+                    changed += 1
         return changed
 
     def _decide_batch(

@@ -128,6 +128,7 @@ def create_app(settings: Settings) -> FastAPI:
         await attempts.start()
         rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
         rediagnosis.start()
+        attempts.on_followed = rediagnosis.attempt_ended
         versions = frontend_versions()
         app.state.runtime = Runtime(
             settings=settings,
