@@ -17,6 +17,7 @@ from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
 from app.diagnose.rules import parse_rules
 from app.errors import InvalidInput, NotFound
 from app.launch import team_rules
+from app.launch.diagnosis import assign_signature
 from app.launch.rediagnose import Rediagnosis, decide
 from app.logs.store import LogStore
 
@@ -50,6 +51,7 @@ async def add_attempt(sessions: db.Sessions, diagnosis: dict[str, Any]) -> int:
         attempt = Attempt(host=host, revision=revision, diagnosis=diagnosis)
         session.add(attempt)
         await session.flush()
+        await assign_signature(session, attempt)
         return attempt.id
 
 
@@ -194,3 +196,27 @@ async def test_the_background_pass_reads_a_past_attempts_log_for_a_rule_on_any_l
         assert attempt is not None and attempt.diagnosis["class"] == "arg-override"
         assert attempt.diagnosis["rule"]["line"] == 2
     assert await rediagnosis.run_pass() == 0  # decided already: nothing to write
+
+
+async def test_a_rule_that_merges_two_signatures_files_both_causes_under_the_first(
+    sessions: db.Sessions, tmp_path: Path
+) -> None:
+    first = await add_attempt(sessions, STORED)
+    second = await add_attempt(
+        sessions, {**STORED, "root_error": "RuntimeError: out of pool", "fingerprint": "fedcba9876543210"}
+    )
+    rediagnosis = Rediagnosis(sessions, LogStore(tmp_path / "logs"), asyncio.Lock())
+    async with sessions.write() as session:
+        await team_rules.create_rule(
+            session, {"class": "oom", "title": "One pool", "merge": ["0123456789abcdef", "fedcba9876543210"]},
+            actor="ana",
+        )  # fmt: skip
+    assert await rediagnosis.run_pass() == 2  # the first is now decided by the rule too
+    async with sessions.read() as session:
+        attempts = [await session.get(Attempt, attempt_id) for attempt_id in (first, second)]
+        assert [a.diagnosis["fingerprint"] for a in attempts if a] == ["0123456789abcdef"] * 2
+        assert [a.diagnosis["built_in"]["fingerprint"] for a in attempts if a] == [
+            "0123456789abcdef", "fedcba9876543210"
+        ]  # fmt: skip
+        counts = dict((await session.execute(select(Signature.fingerprint, Signature.count))).all())
+    assert counts == {"0123456789abcdef": 2, "fedcba9876543210": 0}
