@@ -38,6 +38,7 @@ async def test_teach_a_rule_on_a_failure_and_see_past_and_later_attempts_take_it
 
     page = (await api.get(f"/attempts/{past_id}")).text
     assert 'id="teach"' in page and 'action="/rules"' in page
+    assert f'name="attempt" value="{past_id}"' in page
     assert f'name="match" value="{html.escape(past["diagnosis"]["root_error"])}"' in page  # pre-filled
     fingerprint = past["diagnosis"]["fingerprint"]
     group = (await api.get(f"/errors/{fingerprint}")).text
@@ -51,6 +52,7 @@ async def test_teach_a_rule_on_a_failure_and_see_past_and_later_attempts_take_it
         "flag_aware": "on",
         "merge": "",
         "next": f"/attempts/{past_id}",
+        "attempt": str(past_id),  # decided before the other stored attempts
     }
     refused = await api.post("/rules", data=form, headers={"Authorization": ""})
     assert refused.status_code == 403  # no CSRF token

@@ -114,6 +114,7 @@ class Rediagnosis:
         self._wake = asyncio.Event()
         self._everything = False  # a pass over every attempt is wanted
         self._ended: set[int] = set()  # attempts to decide from their whole log
+        self._first: set[int] = set()  # attempts the next pass decides before the rest
         self._task: asyncio.Task[None] | None = None
         self.passes = 0  # passes completed, for the tests
         self.changed = 0  # attempts whose diagnosis the last pass changed
@@ -122,8 +123,12 @@ class Rediagnosis:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="rediagnosis")
 
-    def request(self) -> None:
+    def request(self, *, first: int | None = None) -> None:
+        """A pass over every attempt; `first` (the attempt a rule was taught on) is decided before
+        the rest, so its page shows the rule at once."""
         self._everything = True
+        if first is not None:
+            self._first.add(first)
         self._wake.set()
 
     def attempt_ended(self, attempt_id: int) -> None:
@@ -142,9 +147,10 @@ class Rediagnosis:
             self._wake.clear()
             everything, self._everything = self._everything, False
             ended, self._ended = sorted(self._ended), set()
+            first, self._first = sorted(self._first), set()
             try:
                 if everything:
-                    self.changed = await self.run_pass()
+                    self.changed = await self.run_on(first, every_rule=True) + await self.run_pass()
                 elif ended:
                     self.changed = await self.run_on(ended)
             except Exception:
@@ -167,15 +173,15 @@ class Rediagnosis:
             await asyncio.sleep(BATCH_PAUSE)
         return changed
 
-    async def run_on(self, attempt_ids: list[int]) -> int:
-        """The attempts whose following ended, if a rule reads any line (the others the follower
-        decided as it wrote)."""
+    async def run_on(self, attempt_ids: list[int], *, every_rule: bool = False) -> int:
+        """Those attempts: after a rule change, or, when their following ended, only if a rule
+        reads any line (the follower applied the others as it wrote)."""
         changed = 0
         self._log_budget = PASS_LOG_BYTES
         for start in range(0, len(attempt_ids), BATCH):
             async with self.sessions.read() as session:
                 rules = await active_rules(session)
-                if not any(rule.scope == RuleScope.ANY for _, rule in rules):
+                if not every_rule and not any(rule.scope == RuleScope.ANY for _, rule in rules):
                     return changed
                 query = select(Attempt.id, Attempt.diagnosis).where(Attempt.id.in_(attempt_ids[start : start + BATCH]))
                 rows = list((await session.execute(query)).all())

@@ -69,7 +69,8 @@ async def create_rule(request: Request, db: WriteDb, runtime: RuntimeDep, user: 
     except InvalidInput as exc:
         context = await rules_page_context(db, user, error=str(exc), values=values_of(table), next=back_to(form))
         return render(request, "rules.html", context, status_code=422)
-    runtime.rediagnosis.request()
+    taught_on = str(form.get("attempt", ""))
+    runtime.rediagnosis.request(first=int(taught_on) if taught_on.isdigit() and len(taught_on) < 19 else None)
     return RedirectResponse(back_to(form), status_code=303)
 
 
