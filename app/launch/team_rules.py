@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
 from app.db.models import DiagnosisRule
-from app.diagnose.rules import Rule, parse_rules, rule_from
+from app.diagnose.rules import Rule, RuleScope, parse_rules, rule_from
 from app.errors import InvalidInput, NotFound
 
 ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -28,7 +28,7 @@ def rule_of(row: DiagnosisRule) -> Rule:
         match=row.match,
         regex=row.regex,
         hint=row.hint,
-        scope=row.scope,  # type: ignore[arg-type]  # a RuleScope value, checked when it was written
+        scope=RuleScope(row.scope),
         flag_aware=row.flag_aware,
         merge=tuple(row.merge),
         author=row.author,
