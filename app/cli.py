@@ -73,6 +73,14 @@ def _run(argv: list[str] | None) -> int:
     diagnose_parser.add_argument(
         "--rules", metavar="FILE", help="a TOML file of team rules that correct the built-in diagnosis"
     )
+    rules_parser = commands.add_parser("rules", help="the team's diagnosis rules in the dashboard, as a TOML file")
+    rules_commands = rules_parser.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
+    export_parser = rules_commands.add_parser("export", help="write the dashboard's rules as a rules file")
+    export_parser.add_argument("file", nargs="?", help="where to write it (default: standard output)")
+    import_parser = rules_commands.add_parser("import", help="add a rules file's rules (all checked first)")
+    import_parser.add_argument("file")
+    for rules_command in (export_parser, import_parser):
+        rules_command.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
     db_parser = commands.add_parser("db", help="database maintenance")
     db_commands = db_parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     db_commands.add_parser("upgrade", help="migrate the database to the latest schema")
@@ -86,6 +94,13 @@ def _run(argv: list[str] | None) -> int:
 
     if args.command == "diagnose":
         return diagnose_file(args.logfile, as_json=args.json, rules_path=args.rules)
+    rules_text = None
+    if args.command == "rules" and args.rules_command == "import":
+        try:
+            rules_text = _checked_rules_text(args.file)
+        except InvalidInput as exc:
+            print(f"launchdeck: rules file {args.file}: {exc}; nothing was imported", file=sys.stderr)
+            return 2
     # Imported only now: `diagnose` needs none of the dashboard and so starts at once.
     from pydantic import ValidationError
 
@@ -127,6 +142,11 @@ def _run(argv: list[str] | None) -> int:
                     api, args.attempt, args.grep, regex=args.regex, ignore_case=args.ignore_case, err=_stderr
                 )
             return client.show_log(api, args.attempt, follow=args.follow, out=sys.stdout.buffer, err=_stderr)
+        if args.command == "rules":
+            api = client.ApiClient(settings, args.url)
+            if rules_text is not None:
+                return client.import_rules(api, rules_text, name=args.file)
+            return client.export_rules(api, args.file)
         db.upgrade(settings.resolved_database_url())
         print(f"launchdeck: database at {_redacted(settings.resolved_database_url())} is up to date")
         return 0
@@ -193,13 +213,28 @@ def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) ->
 def _read_rules(path: str) -> tuple[Rule, ...]:
     from app.diagnose.rules import parse_rules
 
+    return parse_rules(_read_rules_text(path))
+
+
+def _read_rules_text(path: str) -> str:
     try:
         with open(path, "rb") as rules_file:
-            return parse_rules(rules_file.read().decode())
+            text = rules_file.read().decode()
     except OSError as exc:
         raise InvalidInput(f"cannot read it: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise InvalidInput("not UTF-8 text") from None
+    return text
+
+
+def _checked_rules_text(path: str) -> str:
+    """A rules file to import, checked here first: `InvalidInput` says what is wrong with it."""
+    from app.diagnose.rules import parse_rules
+
+    text = _read_rules_text(path)
+    if not parse_rules(text):
+        raise InvalidInput("it holds no [[rule]] table")
+    return text
 
 
 def _check_port(settings: Settings) -> None:

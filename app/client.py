@@ -117,6 +117,32 @@ def launch(
     return 1
 
 
+def export_rules(client: ApiClient, path: str | None, *, out: Callable[[str], None] = print) -> int:
+    """The dashboard's rules as a rules file, written to `path` or printed."""
+    text = client.request("GET", "/api/rules/export").text
+    if path is None:
+        out(text.rstrip("\n"))
+        return 0
+    try:
+        with open(path, "w", encoding="utf-8") as rules_file:
+            rules_file.write(text)
+    except OSError as exc:
+        raise LaunchdeckError(f"cannot write {path}: {exc.strerror or exc}") from None
+    count = text.count("[[rule]]")
+    out(f"{count} rule{'s' if count != 1 else ''} written to {path}")
+    return 0
+
+
+def import_rules(client: ApiClient, text: str, *, name: str, out: Callable[[str], None] = print) -> int:
+    """Adds the rules of a rules file (already checked here) to the dashboard's, after them."""
+    added = client.call(
+        "POST", "/api/rules/import", content=text.encode(), headers={"Content-Type": "application/toml"}
+    )
+    ids = ", ".join(str(rule["id"]) for rule in added)
+    out(f"{len(added)} rule{'s' if len(added) != 1 else ''} imported from {name} (ids {ids})")
+    return 0
+
+
 def list_attempts(client: ApiClient, *, params: dict[str, Any], out: Callable[[str], None] = print) -> int:
     rows = client.call("GET", "/api/attempts", params={k: v for k, v in params.items() if v})
     if not rows:

@@ -264,3 +264,23 @@ class AuditEvent(Base):
     target: Mapped[str] = mapped_column(String(255), default="")
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
     remote_addr: Mapped[str] = mapped_column(String(64), default="")
+
+
+class DiagnosisRule(Base):
+    """A team rule (the knowledge base): what to look for in a log and what it means. The fields
+    are those of a `[[rule]]` table in a rules file; rules apply in the order they were made."""
+
+    __tablename__ = "diagnosis_rule"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    match: Mapped[str] = mapped_column(Text, default="")
+    regex: Mapped[bool] = mapped_column(default=False)
+    failure_class: Mapped[str] = mapped_column(String(32))
+    title: Mapped[str] = mapped_column(Text)
+    hint: Mapped[str] = mapped_column(Text, default="")
+    scope: Mapped[str] = mapped_column(String(8), default="root")
+    flag_aware: Mapped[bool] = mapped_column(default=True)
+    merge: Mapped[list[Any]] = mapped_column(default=list)
+    author: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

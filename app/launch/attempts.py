@@ -68,7 +68,10 @@ class AttemptService:
         self.tracking = Tracking()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
-        self._signatures = asyncio.Lock()  # one attempt at a time files its failure under a signature
+        self.signatures = asyncio.Lock()  # one attempt at a time files its failure under a signature
+        # Told of each attempt whose following ended (the lifespan sets it: re-diagnosis with the
+        # team's rules that read the whole log).
+        self.on_followed: Callable[[int], None] = lambda attempt_id: None
 
     async def start(self) -> None:
         """Resumes following every attempt a previous run left unfinished, and mirroring the logs
@@ -248,7 +251,7 @@ class AttemptService:
             mirrors=self.mirrors,
             tracking=self.tracking,
             pace=self.pace,
-            signatures=self._signatures,
+            signatures=self.signatures,
         )
         delay = self.pace.retry
         while True:
@@ -259,6 +262,7 @@ class AttemptService:
                         return
                 await Follower(self, record).run()
                 self.tracking.resumed(attempt_id)
+                self.on_followed(attempt_id)
                 return
             except asyncio.CancelledError:
                 raise

@@ -119,11 +119,14 @@ def drift_of(attempt: Attempt) -> list[Drift]:
 
 async def assign_signature(session: AsyncSession, attempt: Attempt) -> None:
     """Files the attempt under the Signature of its diagnosis (created the first time a cause is
-    seen), moving it if its diagnosis changed; each attempt counts once."""
+    seen), moving it if its diagnosis changed; each attempt counts once. The group takes the class
+    its latest attempt was given, so a team rule that reclassifies a cause reclassifies its group."""
     found = attempt.diagnosis or {}
     fingerprint = found.get("fingerprint")
     current = await session.get(Signature, attempt.signature_id) if attempt.signature_id else None
     if (current.fingerprint if current else None) == fingerprint:
+        if current is not None and found.get("class") and current.failure_class != found["class"]:
+            current.failure_class = found["class"]
         return
     if current is not None:
         current.count -= 1
@@ -148,6 +151,7 @@ async def assign_signature(session: AsyncSession, attempt: Attempt) -> None:
     else:
         signature.count += 1
         signature.last_seen = now
+        signature.failure_class = found["class"]
     attempt.signature_id = signature.id
 
 

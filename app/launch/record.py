@@ -25,6 +25,7 @@ from app.db import Sessions
 from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus
 from app.errors import DiskFull
 from app.launch.diagnosis import assign_signature
+from app.launch.rediagnose import decide_live
 from app.logs.mirror import Mirrors
 
 log = logging.getLogger(__name__)
@@ -129,11 +130,13 @@ class AttemptRecord:
             self.mirrors.store.forget(self.attempt_id)
 
     async def progress(self, change: Callable[[Attempt], None]) -> None:
-        """Applies what the log showed (stages, size, diagnosis) and files the attempt under the
-        signature of its failure, if it has one."""
+        """Applies what the log showed (stages, size, diagnosis), lets the team's rules decide over
+        the diagnosis, and files the attempt under the signature of its failure, if it has one."""
 
         async def write(attempt: Attempt, session: AsyncSession) -> None:
+            earlier = attempt.diagnosis or {}
             change(attempt)
+            await decide_live(session, attempt, earlier)
             await assign_signature(session, attempt)
 
         await self._write(write, lock=self.signatures)

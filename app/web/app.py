@@ -20,6 +20,7 @@ from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.record import Pace
+from app.launch.rediagnose import Rediagnosis
 from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
@@ -32,12 +33,14 @@ from app.web import (
     api_diagnosis,
     api_logs,
     api_presets,
+    api_rules,
     attempt_pages,
     diagnosis_pages,
     host_pages,
     log_pages,
     pages,
     preset_pages,
+    rule_pages,
 )
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
@@ -123,6 +126,9 @@ def create_app(settings: Settings) -> FastAPI:
             gpu_snapshot=gpus.snapshot_of,
         )
         await attempts.start()
+        rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
+        rediagnosis.start()
+        attempts.on_followed = rediagnosis.attempt_ended
         versions = frontend_versions()
         app.state.runtime = Runtime(
             settings=settings,
@@ -131,6 +137,7 @@ def create_app(settings: Settings) -> FastAPI:
             sessions=sessions,
             ssh=ssh,
             attempts=attempts,
+            rediagnosis=rediagnosis,
             gpus=gpus,
             logs=logs,
             mirrors=mirrors,
@@ -148,6 +155,7 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             yield
         finally:
+            await rediagnosis.close()
             await attempts.close()
             await mirrors.close()
             await gpus.close()
@@ -180,11 +188,13 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api_attempts.router)
     app.include_router(api_logs.router)
     app.include_router(api_diagnosis.router)
+    app.include_router(api_rules.router)
     app.include_router(pages.router)
     app.include_router(host_pages.router)
     app.include_router(preset_pages.router)
     app.include_router(attempt_pages.router)
     app.include_router(log_pages.router)
     app.include_router(diagnosis_pages.router)
+    app.include_router(rule_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -25,6 +25,7 @@ from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.history import load_attempt
+from app.launch.rediagnose import Rediagnosis
 from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
@@ -45,6 +46,7 @@ class Runtime:
     sessions: Sessions
     ssh: SSHManager
     attempts: AttemptService
+    rediagnosis: Rediagnosis
     gpus: GpuMonitor
     logs: LogStore
     mirrors: Mirrors

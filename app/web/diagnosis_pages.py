@@ -50,6 +50,7 @@ async def diagnosis_context(db: ReadDb, attempt: Attempt) -> dict[str, Any]:
         "earlier": earlier,
         "charts": charts(found.get("decode", [])),
         "stage_names": [name for name, _ in STAGES],
+        "rule_classes": list(HINTS),  # the "teach launchdeck" form's choices
     }
 
 
@@ -102,6 +103,7 @@ async def error_group_page(
         "unrecognised": diagnosis.signature_unrecognised(signature),
         "attempts": rows[:page_size],
         "older": rows[page_size - 1].id if len(rows) > page_size else None,
+        "rule_classes": list(HINTS),
     }
     return render(request, "error_group.html", context)
 

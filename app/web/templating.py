@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
 
 from app.db.models import AttemptStatus
 from app.web.deps import csrf_token, get_runtime
@@ -20,8 +22,27 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
 )
 
+LINK = re.compile(r"https?://[^\s<>\"']+[^\s<>\"'.,;:!?)\]]")
+
+
+def linkify(text: str | None) -> Markup:
+    """Plain text (a hint a person wrote) as HTML: everything escaped, its http(s) addresses links."""
+    text = text or ""
+    pieces, last = [], 0
+    for found in LINK.finditer(text):
+        url = escape(found.group())
+        pieces += [
+            escape(text[last : found.start()]),
+            Markup('<a href="{0}" rel="noopener noreferrer">{0}</a>').format(url),
+        ]
+        last = found.end()
+    pieces.append(escape(text[last:]))
+    return Markup("").join(pieces)
+
+
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["AttemptStatus"] = AttemptStatus  # pages compare statuses with the enum
+templates.env.filters["linkify"] = linkify
 
 
 def wants_fragment(request: Request) -> bool:
