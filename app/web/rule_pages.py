@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import FormData
 
-from app.diagnose.analyze import HINTS
+from app.diagnose.lexicon import HINTS
 from app.errors import InvalidInput
 from app.launch import team_rules
 from app.web.deps import PageUser, ReadDb, RuntimeDep, WriteDb
