@@ -10,7 +10,7 @@ from app.diagnose.analyze import diagnose
 from app.diagnose.drift import Drift, drift, effective_fields
 from app.diagnose.figures import parse_server_args
 from app.diagnose.lines import logical_lines
-from app.launch.diagnosis import stored
+from app.launch.failure_signatures import stored
 
 MODEL = "Qwen/Qwen3.6-27B"
 # What the newest release's resolved_dict() gives for a hybrid model with EAGLE on two GPUs: the

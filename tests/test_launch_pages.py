@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from app.db.models import Attempt, Host, Preset, PresetRevision
 from app.diagnose.analyze import diagnose
-from app.launch.diagnosis import assign_signature, stored
+from app.launch.failure_signatures import assign_signature, stored
 from app.launch.record import Pace
 from tests.support import free_port
 from tests.test_diagnose_versions import MODEL, NEWEST_ARGV, NEWEST_OOM_LOG

@@ -17,7 +17,7 @@ from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
 from app.diagnose.rules import parse_rules
 from app.errors import InvalidInput, NotFound
 from app.launch import team_rules
-from app.launch.diagnosis import assign_signature
+from app.launch.failure_signatures import assign_signature
 from app.launch.rediagnose import Rediagnosis, decide
 from app.logs.store import LogStore
 

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Attempt, PresetRevision
 from app.diagnose.drift import Drift, requested_args
 from app.errors import NotFound
-from app.launch.diagnosis import drift_of, unrecognised
+from app.launch.failure_signatures import drift_of, unrecognised
 from app.launch.history import durations, load_attempt
 from app.logs.store import Line, LogStore
 
@@ -44,7 +44,7 @@ class Side:
     exit_code: int | None
     error: str
     failure_class: str
-    recognised: bool  # False where the diagnosis says it does not know (see diagnosis.unrecognised)
+    recognised: bool  # False where the diagnosis says it does not know (see failure_signatures.unrecognised)
     fingerprint: str | None
     root_error: str | None
     root_line: int | None

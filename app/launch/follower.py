@@ -20,7 +20,7 @@ from app.db import Sessions
 from app.db.models import UNSTARTED_STATUSES, Attempt, AttemptStatus
 from app.errors import HostError
 from app.launch import remote
-from app.launch.diagnosis import LiveDiagnosis, stored
+from app.launch.failure_signatures import LiveDiagnosis, stored
 from app.launch.history import load_attempt
 from app.launch.record import AttemptRecord, Pace
 from app.logs.mirror import LogMirror

@@ -24,7 +24,7 @@ from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus
 from app.errors import DiskFull
-from app.launch.diagnosis import assign_signature
+from app.launch.failure_signatures import assign_signature
 from app.launch.rediagnose import decide_live
 from app.logs.mirror import Mirrors
 

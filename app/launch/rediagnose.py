@@ -33,7 +33,7 @@ from app.db import Sessions
 from app.db.models import Attempt
 from app.diagnose.analyze import Diagnosis
 from app.diagnose.rules import Rule, RuleScanner, RuleScope
-from app.launch.diagnosis import assign_signature
+from app.launch.failure_signatures import assign_signature
 from app.launch.team_rules import active_rules
 from app.logs.store import LogStore
 

@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 
 from app import audit
 from app.db.models import Attempt, AttemptStatus
-from app.launch import diagnosis, history
-from app.launch.diagnosis import drift_of
+from app.launch import failure_signatures, history
+from app.launch.failure_signatures import drift_of
 from app.web.deps import ApiUser, ReadDb, RuntimeDep
 from app.web.paging import link_next
 from app.web.params import Int64
@@ -137,7 +137,7 @@ class AttemptSummary(AttemptListed):
     fingerprint: str | None
 
     @classmethod
-    def of(cls, attempt: Attempt, failure: diagnosis.Failure | None) -> AttemptSummary:
+    def of(cls, attempt: Attempt, failure: failure_signatures.Failure | None) -> AttemptSummary:
         return cls(
             **cls.fields_of(attempt),
             failure_class=failure.failure_class if failure else None,
@@ -200,7 +200,7 @@ async def list_attempts(
     limit = max(1, min(limit, 500))
     rows = await history.list_attempts(db, host=host, preset=preset, status=status, before=before, limit=limit + 1)
     link_next(request, response, rows[limit - 1].id if len(rows) > limit else None)
-    failures = await diagnosis.failures_of(db, [row.id for row in rows[:limit]])
+    failures = await failure_signatures.failures_of(db, [row.id for row in rows[:limit]])
     return [AttemptSummary.of(row, failures.get(row.id)) for row in rows[:limit]]
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
 from app.db.models import Attempt
-from app.launch import compare, diagnosis
+from app.launch import compare, failure_signatures
 from app.web.deps import ApiUser, ReadDb, RuntimeDep
 from app.web.paging import link_next
 from app.web.params import Int64
@@ -51,7 +51,7 @@ async def signatures(
     `limit` (at most 200) at a time, the `Link` header's rel="next" being the next page (`before`
     is the fingerprint of the last cause sent)."""
     limit = max(1, min(limit, 200))
-    groups = await diagnosis.signature_groups(db, failure_class=failure_class, before=before, limit=limit + 1)
+    groups = await failure_signatures.signature_groups(db, failure_class=failure_class, before=before, limit=limit + 1)
     link_next(request, response, groups[limit - 1].signature.fingerprint if len(groups) > limit else None)
     return [
         SignaturePublic.model_validate(group.signature, from_attributes=True).model_copy(
@@ -73,9 +73,11 @@ async def signature_attempts(
 ) -> list[int]:
     """Ids of the attempts that failed this way, newest first, `limit` (at most 1000) at a time;
     the `Link` header's rel="next" is the next page."""
-    signature = await diagnosis.get_signature(db, fingerprint)
+    signature = await failure_signatures.get_signature(db, fingerprint)
     limit = max(1, min(limit, 1000))
-    query = diagnosis.with_signature(signature.id, before=before).with_only_columns(Attempt.id).limit(limit + 1)
+    query = (
+        failure_signatures.with_signature(signature.id, before=before).with_only_columns(Attempt.id).limit(limit + 1)
+    )
     ids = list((await db.scalars(query)).all())
     link_next(request, response, ids[limit - 1] if len(ids) > limit else None)
     return ids[:limit]

@@ -12,7 +12,7 @@ from app import audit
 from app.db.models import ACTIVE_STATUSES, AttemptStatus
 from app.errors import HostError, InvalidInput, LaunchdeckError
 from app.gpu.overview import current_overview
-from app.launch import diagnosis, history, presets
+from app.launch import failure_signatures, history, presets
 from app.logs.live import tail
 from app.web.deps import PageUser, ReadDb, Runtime, RuntimeDep
 from app.web.diagnosis_pages import diagnosis_context
@@ -123,7 +123,7 @@ async def attempts_page(
     context = {
         "user": user,
         "attempts": rows[:PAGE_SIZE],
-        "failures": await diagnosis.failures_of(db, [row.id for row in rows[:PAGE_SIZE]]),
+        "failures": await failure_signatures.failures_of(db, [row.id for row in rows[:PAGE_SIZE]]),
         "older": rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None,
         "before": before,
         "filters": {"host": host, "preset": preset, "status": status},

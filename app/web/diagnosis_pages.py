@@ -12,7 +12,7 @@ from sqlalchemy.orm import load_only
 from app.db.models import Attempt
 from app.diagnose.analyze import STAGES
 from app.diagnose.lexicon import HINTS
-from app.launch import compare, diagnosis, history
+from app.launch import compare, failure_signatures, history
 from app.web.deps import PageUser, ReadDb, RuntimeDep
 from app.web.log_pages import lines_html
 from app.web.params import Int64
@@ -38,14 +38,14 @@ async def diagnosis_context(db: ReadDb, attempt: Attempt) -> dict[str, Any]:
     earlier: list[Attempt] = []
     same = 0
     if attempt.signature_id is not None:
-        same = await diagnosis.count_with_signature(db, attempt.signature_id, before=attempt.id)
-        query = diagnosis.with_signature(attempt.signature_id, before=attempt.id).limit(SAME_SIGNATURE_SHOWN)
+        same = await failure_signatures.count_with_signature(db, attempt.signature_id, before=attempt.id)
+        query = failure_signatures.with_signature(attempt.signature_id, before=attempt.id).limit(SAME_SIGNATURE_SHOWN)
         query = query.options(load_only(Attempt.id))  # links only: no need for their whole rows
         earlier = list((await db.scalars(query)).all())
     return {
         "diagnosis": found,
-        "unrecognised": diagnosis.unrecognised(found),
-        "drift": diagnosis.drift_of(attempt),
+        "unrecognised": failure_signatures.unrecognised(found),
+        "drift": failure_signatures.drift_of(attempt),
         "same_signature": same,
         "earlier": earlier,
         "charts": charts(found.get("decode", [])),
@@ -76,7 +76,7 @@ def charts(samples: list[dict[str, float]]) -> list[dict[str, Any]]:
 async def errors_page(
     request: Request, db: ReadDb, user: PageUser, failure_class: str = "", before: str = ""
 ) -> Response:
-    groups = await diagnosis.signature_groups(
+    groups = await failure_signatures.signature_groups(
         db, failure_class=failure_class or None, before=before or None, limit=ERROR_GROUPS_SHOWN + 1
     )
     context = {
@@ -93,14 +93,14 @@ async def errors_page(
 async def error_group_page(
     request: Request, fingerprint: str, db: ReadDb, user: PageUser, before: Int64 | None = None
 ) -> Response:
-    signature = await diagnosis.get_signature(db, fingerprint)
+    signature = await failure_signatures.get_signature(db, fingerprint)
     page_size = 50
-    query = diagnosis.with_signature(signature.id, before=before).limit(page_size + 1)
+    query = failure_signatures.with_signature(signature.id, before=before).limit(page_size + 1)
     rows = list((await db.scalars(query.options(*history.ATTEMPT_RELATIONS))).all())
     context = {
         "user": user,
         "signature": signature,
-        "unrecognised": diagnosis.signature_unrecognised(signature),
+        "unrecognised": failure_signatures.signature_unrecognised(signature),
         "attempts": rows[:page_size],
         "older": rows[page_size - 1].id if len(rows) > page_size else None,
         "rule_classes": list(HINTS),
