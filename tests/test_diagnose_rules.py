@@ -12,13 +12,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.diagnose.analyze import diagnose
+from app.diagnose.analyze import Diagnosis, diagnose
 from app.diagnose.lexicon import HINTS
-from app.diagnose.rules import MAX_LINE, RuleScanner, apply_rules, parse_rules
+from app.diagnose.rules import MAX_LINE, Rule, RuleDecision, RuleScanner, parse_rules
 from app.errors import InvalidInput
 
 ROOT = Path(__file__).resolve().parents[1]
 MAMBA_ERROR = "ValueError: speculative decoding needs mamba_scheduler_strategy extra_buffer, got no_buffer"
+
+
+def apply_rules(rules: tuple[Rule, ...], text: str, diagnosis: Diagnosis) -> tuple[Diagnosis, RuleDecision | None]:
+    """The rules over a log held whole, deciding `diagnosis`, as the CLI and the dashboard feed them."""
+    scanner = RuleScanner(rules)
+    scanner.feed(text)
+    return scanner.decide(diagnosis)
 
 
 def hybrid_log(error: str = MAMBA_ERROR) -> str:

@@ -295,10 +295,3 @@ class RuleScanner:
         if root is not None and self._search(watch, root[:MAX_LINE]):
             return RuleDecision(watch.rule, root, diagnosis.root_line, diagnosis)
         return None
-
-
-def apply_rules(rules: tuple[Rule, ...], text: str, diagnosis: Diagnosis) -> tuple[Diagnosis, RuleDecision | None]:
-    """For a log held whole (a test, a stored excerpt): the rules over `text`, deciding `diagnosis`."""
-    scanner = RuleScanner(rules)
-    scanner.feed(text)
-    return scanner.decide(diagnosis)

@@ -10,6 +10,7 @@ each is one unit of work, and none of them waits on anything but the database.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ class Flag:
         """The form field that carries the option this field is spelled with."""
         return f"{self.name}.flag"
 
-    @property
+    @functools.cached_property
     def spellings(self) -> tuple[str, ...]:
         """Every option that sets this field: its own, its aliases, and the names later SGLang
         releases gave it (--mamba-scheduler-strategy became --mamba-radix-cache-strategy)."""
