@@ -475,7 +475,8 @@ def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path
     )
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
-    assert set(answer) == {"stage", "class", "root_error", "fingerprint", "hint", "adjustments", "recognised"}
+    contracted = {"stage", "class", "concept", "root_error", "fingerprint", "hint", "adjustments", "recognised"}
+    assert set(answer) == contracted
     assert answer["class"] == "oom" and answer["root_error"] == OOM.format(size="2.00", gpu=1)
     assert answer["recognised"] is True
     missing = subprocess.run(
@@ -622,3 +623,37 @@ def test_a_failure_no_rule_places_says_it_is_unrecognised(tmp_path: Path) -> Non
     assert "class:        other (unrecognised failure)\n" in text
     placed = diagnose(log.read_text().replace("the wibble of", "CUDA out of memory; the wibble of"))
     assert (placed.failure_class, placed.recognised) == ("oom", True)
+
+
+def test_a_kernel_fault_is_named_though_no_class_fits_it_better_than_other() -> None:
+    """`other` placed by a concept is an answer (its own hint), not "unrecognised"."""
+    log = (
+        "[2026-02-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/layers/sampler.py", line 10, in forward\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    result = diagnose(log)
+    assert (result.failure_class, result.concept, result.recognised) == ("other", "GPU kernel fault", True)
+    assert result.hint.startswith("A GPU kernel faulted") and "CUDA_LAUNCH_BLOCKING=1" in result.hint
+
+
+def test_the_most_specific_concept_in_a_chain_wins_wherever_it_is() -> None:
+    """An out-of-memory inside capture, an address in use inside a distributed store: the chain's
+    most specific concept places the failure, whichever exception carries it."""
+    capture = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/model_executor/cuda_graph_runner.py", line 40, in capture\n'
+        "RuntimeError: CUDA error: out of memory\n"
+        "\nDuring handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/model_executor/cuda_graph_runner.py", line 20, in __init__\n'
+        "Exception: Capture cuda graph failed: CUDA error: out of memory\n"
+    )
+    assert (diagnose(capture).failure_class, diagnose(capture).concept) == ("oom", "memory exhausted")
+    store = (
+        "Traceback (most recent call last):\n"
+        '  File "/x/torch/distributed/rendezvous.py", line 9, in _create_c10d_store\n'
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n"
+    )
+    assert diagnose(store).failure_class == "port-in-use"

@@ -24,6 +24,7 @@ from app.diagnose.events import (
     FRAME,
     MAX_TRACEBACK_LINES,
     PRECURSOR,
+    Evidence,
     Traceback,
     exception_message,
     sglang_frames,
@@ -33,9 +34,9 @@ from app.diagnose.events import (
 from app.diagnose.figures import Figures
 from app.diagnose.fingerprint import fingerprint, signature_parts
 from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
-from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, classify, hint_for
+from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, hint_for, place
 from app.diagnose.lines import MAX_RECORD, Line, logical_lines, without_binary_records
-from app.diagnose.root import SECONDARY, root_of
+from app.diagnose.root import SECONDARY, is_wrapper, root_of
 
 CAPTURE_DONE = re.compile(r"graph end|^(?:Decode|Prefill) batch|max_total_num_tokens=")
 HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance might be sub-optimal|^Skipping ", re.I)
@@ -80,6 +81,7 @@ class Diagnosis:
     stage: str = "starting"
     stage_percent: int | None = None
     failure_class: str = "healthy"
+    concept: str = ""  # the lexicon's name for the kind of failure; empty when none placed it
     root_error: str | None = None
     root_line: int | None = None
     fingerprint: str | None = None
@@ -100,6 +102,7 @@ class Diagnosis:
         return {
             "stage": self.stage if self.stage_percent is None else f"{self.stage} ({self.stage_percent}%)",
             "class": self.failure_class,
+            "concept": self.concept,
             "root_error": self.root_error,
             "fingerprint": self.fingerprint,
             "hint": self.hint,
@@ -118,10 +121,9 @@ class Analyzer:
         self.reached: list[str] = []  # the stages the log has shown, in order
         self._percent: int | None = None
         self._current: Traceback | None = None
-        self._root: tuple[Line, str] | None = None  # the first fatal exception, with the lines before it
+        self._root: tuple[Line, Evidence] | None = None  # the first fatal exception, with what its traceback says
         self._orphan = False  # the root is an exception line seen without its traceback
-        self._secondary: tuple[Line, str] | None = None  # a rank's error caused by another's failure
-        self._frames: list[str] = []
+        self._secondary: tuple[Line, Evidence] | None = None  # a rank's error caused by another's failure
         self._fatal_line: Line | None = None  # the first fatal line that is not an exception
         self._precursor: Line | None = None
         self._cut: Traceback | None = None  # a traceback the log ended in, before its exception
@@ -206,18 +208,17 @@ class Analyzer:
 
     def snapshot(self) -> Diagnosis:
         """The answer so far, for a log that is still growing; the analyzer reads on unchanged."""
-        root, frames = self._root, self._frames
-        current = self._current
-        if root is None and current is not None and not stopped(current.exceptions) and (found := root_of(current)):
-            root, frames = found
+        root, current = self._root, self._current
+        if current is not None and not stopped(current.exceptions) and (found := root_of(current)):
+            root = _preferred(root, found)
         fatal = self._fatal_line
-        if fatal is not None and (root is None or fatal.number < root[0].number):
-            root, frames = (fatal, fatal.text), []  # a fatal line logged before any exception
+        if fatal is not None and (root is None or fatal.number < root[0].number or is_wrapper(root[0])):
+            root = (fatal, Evidence())  # a fatal line logged before any exception, or what a wrapper reports
         if root is None and self._precursor is not None:
-            root = (self._precursor, self._precursor.text)
+            root = (self._precursor, Evidence())
         if root is None and self._cut is not None:
             return self._cut_off(self._cut)
-        return self._diagnosis(root or self._secondary, frames)
+        return self._diagnosis(root or self._secondary)
 
     def hung(self) -> Diagnosis:
         """The answer for a launch that stopped making progress: rooted in its last progress line."""
@@ -236,10 +237,10 @@ class Analyzer:
         """A log that ends inside a traceback, before its exception (a window cut short, a process
         killed while printing): the traceback's first line stands for the error, known by the
         frame where it was cut off."""
-        context, frames = traceback_context(tb, None)
+        evidence = traceback_context(tb, None)
         header = tb.lines[0]
-        named = replace(header, text=f"{header.text.strip()} (cut off in {frames[-1] if frames else 'no frame'})")
-        return self._diagnosis((named, context), sglang_frames(frames))
+        cut_in = evidence.frames[-1] if evidence.frames else "no frame"
+        return self._diagnosis((replace(header, text=f"{header.text.strip()} (cut off in {cut_in})"), evidence))
 
     def _see(self, line: Line) -> None:
         text = line.text.strip()
@@ -284,10 +285,10 @@ class Analyzer:
             # An exception line whose traceback lies outside the window; one with an empty message
             # may give its cause in the lines below, read as the rest of its traceback.
             self._close_traceback()  # a traceback that ended before it comes first
-            if self._root is not None:
+            if self._root is not None and not is_wrapper(self._root[0]):
                 return
             if exception_message(line) and not stopped([line]):
-                self._root, self._orphan = (line, text), True
+                self._root, self._orphan = _preferred(self._root, (line, Evidence())), True
             else:
                 self._current = Traceback([line], [line])
             return
@@ -301,16 +302,15 @@ class Analyzer:
         tb, self._current = self._current, None
         if tb is None or (found := root_of(tb)) is None or stopped(tb.exceptions):
             return
-        if self._root is not None:
+        if SECONDARY.search(found[0].text):
+            self._secondary = self._secondary or found
+            return
+        if self._orphan and self._root is not None and found[0].text.strip() == self._root[0].text.strip():
             # An exception line printed before its own traceback (output of several processes
             # interleaved): the traceback, with its frames, takes the root's place.
-            if not (self._orphan and found[0][0].text.strip() == self._root[0].text.strip()):
-                return
-            self._orphan = False
-        if SECONDARY.search(found[0][0].text):
-            self._secondary = self._secondary or found[0]
+            self._root, self._orphan = found, False
             return
-        self._root, self._frames = found
+        self._root = _preferred(self._root, found)
 
     def _track_stage(self, line: Line, text: str) -> None:
         if text.startswith("Prefill batch") and self._stage_index == READY_STAGE:
@@ -330,7 +330,7 @@ class Analyzer:
                     self._percent = int(percent.group(1))
                     self._progress = line
 
-    def _diagnosis(self, root: tuple[Line, str] | None, frames: list[str]) -> Diagnosis:
+    def _diagnosis(self, root: tuple[Line, Evidence] | None) -> Diagnosis:
         figures = replace(self._figures, memory=dict(self._figures.memory), decode=list(self._figures.decode))
         result = Diagnosis(adjustments=[line.text.strip() for line in self._adjustments], figures=figures)
         if self._stage_index >= 0:
@@ -340,20 +340,23 @@ class Analyzer:
             if not self._recognisable:
                 result.failure_class, result.hint, result.recognised = "other", NOT_A_LOG_HINT, False
             return result
-        line, context = root
+        line, evidence = root
+        frames = sglang_frames(list(evidence.frames))
         message = signed = line.text.strip()
-        result.failure_class = classify(message, context)
+        concept = place(message, evidence)
+        result.failure_class = concept.failure_class if concept else "other"
+        result.concept = concept.name if concept else ""
+        hint = hint_for(concept, result.failure_class)
         if result.failure_class in ("arg-conflict", "other") and (override := self._override_behind(message)):
             # The failure names an argument SGLang changed on its own: the change is the cause.
             line, message, result.failure_class = override, override.text.strip(), "arg-override"
-            signed = message
-        elif not exception_message(line) and (source := ASSERT_SOURCE.search(context)):
+            signed, hint = message, HINTS["arg-override"]
+        elif not exception_message(line) and (source := ASSERT_SOURCE.search(evidence.where)):
             signed = f"{message} {source.group(0)}"  # a bare assertion is known by its assert
-        hint = hint_for(result.failure_class, message)
         if result.failure_class in ("other", "cuda-graph") and (conflict := self._known_conflict(frames)):
             result.failure_class = "arg-conflict"
             hint = f"SGLang accepts {conflict} at start-up but fails with it later: change one of them."
-        result.evidence = "\n".join([context, *self._hybrid_lines])
+        result.evidence = "\n".join([message, evidence.text(), *self._hybrid_lines])
         if explained := explain(
             message, result.failure_class, server_args=figures.server_args, context=result.evidence
         ):
@@ -364,7 +367,7 @@ class Analyzer:
         result.frames = list(frames)
         result.root_line = line.number
         result.hint = hint
-        result.recognised = result.failure_class != "other"  # `other` is what no rule above placed
+        result.recognised = concept is not None or result.failure_class != "other"
         result.fingerprint = fingerprint(result.failure_class, signed)
         result.error_type, result.error_message = signature_parts(signed)
         return result
@@ -391,3 +394,11 @@ def diagnose(text: str) -> Diagnosis:
     analyzer = Analyzer()
     analyzer.feed(text)
     return analyzer.finish()
+
+
+def _preferred(root: tuple[Line, Evidence] | None, found: tuple[Line, Evidence]) -> tuple[Line, Evidence]:
+    """The root error once another fatal exception is seen after it: the first stays, unless it
+    only reports a failure that the later one is (root.py's precedence)."""
+    if root is None or (is_wrapper(root[0]) and not is_wrapper(found[0])):
+        return found
+    return root

@@ -18,7 +18,7 @@ from app.diagnose.lines import Line
 # ("triton.runtime.errors.OutOfResources: ...") with a message.
 EXCEPTION = re.compile(
     r"^(?:[A-Za-z_][\w]*\.)*"
-    r"([A-Za-z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|(?<=\.)[A-Z]\w*(?=: ))(?:: ?(.*))?$"
+    r"([A-Za-z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|(?<=\.)[A-Z]\w*(?=: ))(?:\([\w.]+\))?(?:: ?(.*))?$"
 )
 ARGPARSE_ERROR = re.compile(r"^[\w./ -]+: error: (.+)$")
 FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
@@ -53,6 +53,8 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
 # A fatal line that announces the error after it: the root only when no exception follows.
 PRECURSOR = re.compile(r"is larger than the profiled value -\d+")  # the weights left no room for the KV cache
 MAX_TRACEBACK_LINES = 400
+SEPARATORS = ("During handling of the above exception", "The above exception was the direct cause")
+CARETS = re.compile(r"^[~^]+$")  # Python 3.11's markers under a frame's source
 
 
 @dataclass
@@ -71,11 +73,44 @@ def stopped(exceptions: list[Line]) -> bool:
     return found is not None and found.group(1) == "KeyboardInterrupt"
 
 
-def traceback_context(tb: Traceback, root: Line | None) -> tuple[str, list[str]]:
-    """What else a traceback says that can name the kind of failure (its exceptions, its last lines,
-    and last the frames that led to `root`, innermost at the end), with those frames."""
+@dataclass(frozen=True)
+class Evidence:
+    """What a traceback says around its root error, in the layers the lexicon weighs: what the
+    failure *says* (the chain: the other exceptions, the wrappers and causes, and the lines that
+    continue their messages) and *where* it was raised (the frames and their source lines)."""
+
+    chain: tuple[str, ...] = ()
+    chain_types: tuple[str, ...] = ()  # the exception types of the chain
+    where: str = ""
+    frames: tuple[str, ...] = ()  # "<path>:<function>" that led to the root, outermost first
+
+    def text(self) -> str:
+        return "\n".join([*self.chain, self.where])
+
+
+def traceback_context(tb: Traceback, root: Line | None) -> Evidence:
+    """What else a traceback says that can name the kind of failure: its other exceptions and the
+    lines that continue messages (a loader's report, CUDA's trailer), and the frames that led to
+    `root` with their source lines."""
+    chain: list[str] = []
+    types: list[str] = []
+    where: list[str] = []
+    after_frame = False
+    for line in tb.lines:
+        text = line.text.strip()
+        if line is root or not text or text.startswith(SEPARATORS) or "Traceback (most recent" in text:
+            after_frame = False
+        elif FRAME.match(line.text):
+            after_frame = True
+        elif after_frame or CARETS.match(text):
+            where.append(text)  # the frame's source line
+            after_frame = False
+        else:
+            chain.append(text)
+            if line in tb.exceptions and (found := EXCEPTION.match(text)):
+                types.append(found.group(1))
     frames = frames_before(tb.lines, root)
-    return "\n".join([*(line.text for line in [*tb.exceptions, *tb.lines[-12:]]), "frames:", *frames]), frames
+    return Evidence(tuple(chain), tuple(types), "\n".join([*frames, *where]), tuple(frames))
 
 
 def sglang_frames(frames: list[str], keep: int = 3) -> list[str]:
@@ -90,7 +125,7 @@ def frames_before(lines: list[Line], root: Line | None) -> list[str]:
         if line is root:
             break
         text = line.text.strip()
-        if "Traceback (most recent call last)" in text or text.startswith(("During handling", "The above")):
+        if "Traceback (most recent call last)" in text or text.startswith(SEPARATORS):
             frames = []  # a new exception's frames start here
         elif match := FRAME.match(line.text):
             path = match.group(1)

@@ -1,99 +1,258 @@
-"""The kinds of failure launchdeck names, the words each is recognised by, and what to do about each.
+"""The kinds of failure launchdeck names: a taxonomy of concepts, each a few words and exception
+types, in one order of specificity, with the class and hint each stands for.
 
-Separate because it is the taxonomy a person reviews: the failure classes in their order of
-precedence (the first that matches wins), which classes an error's traceback may tell by the
-error's type, and each class's hint. It decides the class of a root error from its message and
-what its traceback says; where the root error came from is decided elsewhere (root.py).
+Separate because it is what a person reviews. A root error is placed by the first concept, in the
+order below, whose words appear in what the failure says: the root error and the other exceptions
+of its chain (what wraps it and what it wraps), weighed together. So the most specific evidence
+wins wherever in the chain it is (an out-of-memory inside capture is out of memory; an address in
+use raised through a distributed store is a port clash; a `ptxas` that cannot build for the GPU
+inside capture is a kernel that cannot be built), and that is said once, by the order. Only when no
+concept's words are there does *where* the error was raised (its frames and source) tell, for the
+exception types whose place means something (PLACES). Where the root error comes from is decided
+elsewhere (root.py).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
-from app.diagnose.events import ARGPARSE_ERROR, CANNOT_RUN, EXCEPTION
+from app.diagnose.events import ARGPARSE_ERROR, CANNOT_RUN, EXCEPTION, Evidence
 
-ASSERT_SOURCE = re.compile(r"\bassert \S[^\n]*")
-PARALLEL_SIZE = re.compile(r"\b(?:\w+_)?(?:tp|dp|ep|pp|cp)_size\b")
-CLASSES = (  # first match wins; checked against the root error, then a few against its traceback
-    (
+
+@dataclass(frozen=True)
+class Concept:
+    """A kind of failure a person names, recognised by a few words (regular expressions, any case)
+    or by the exception's type alone."""
+
+    name: str
+    failure_class: str
+    words: tuple[str, ...]
+    types: tuple[str, ...] = ()
+    hint: str = ""  # what to do, where it says more than the class's hint
+    pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pattern", re.compile("|".join(self.words), re.I))
+
+    def found_in(self, text: str, exception_types: set[str]) -> bool:
+        return not exception_types.isdisjoint(self.types) or (
+            bool(self.words) and self.pattern.search(text) is not None
+        )
+
+
+CONCEPTS = (  # most specific first: the first whose words the failure shows places it
+    Concept(
+        "memory exhausted",
         "oom",
-        re.compile(
-            r"out of memory|OutOfMemoryError|Not enought? memory|CUDA_ERROR_OUT_OF_MEMORY|profiled value -", re.I
+        (
+            r"out of memory",
+            r"\bnot enought? memory",
+            r"\binsufficient (?:\w+ )?memory",
+            r"failed to allocate (?:\w+ )?memory",
+            r"memory allocation failed",
+            r"\bcannot allocate memory",
+            r"Error(?:Memory)?Allocation\b|_ALLOC_FAILED|OUT_OF_MEMORY|OutOfMemory|RESOURCE_EXHAUSTED",
+            r"profiled value -\d",  # the weights left no room for the KV cache
         ),
+        types=("OutOfMemoryError", "MemoryError"),
     ),
-    (
+    Concept(
+        "address in use",
         "port-in-use",
-        re.compile(r"address already in use|Errno 98|is not available in \d+ seconds|already in use", re.I),
+        (
+            r"address already in use",
+            r"errno:? ?98\b",
+            r"EADDRINUSE",
+            r"is not available in \d+ seconds",
+            r"already in use",
+        ),
     ),
-    (
+    Concept(
+        "kernel not built for this GPU",
         "driver",
-        re.compile(
-            r"no kernel image is available|driver version is insufficient|no NVIDIA driver|"
-            r"No CUDA GPUs are available|CUDA driver|only supports sm\d+|"
-            # no kernel built for this device: HIP's wording, Ascend's
-            r"invalid device function|does not support opType|"
-            r"undefined symbol: cu[A-Z]",  # a CUDA driver API symbol: the driver is older than the build
-            re.I,
+        (
+            r"no kernel image is available",
+            r"invalid device function",
+            r"\bsm_?\d+a?\b.{0,60}\bnot (?:defined|supported)",  # a toolchain that does not know the GPU
+            r"unsupported (?:gpu |cuda )?arch",
+            r"only supports sm_?\d+",
+            r"does not support opType",  # Ascend: no operator binary for this device
+            r"unsupported (?:PTX|toolchain)|PTX (?:was compiled with|JIT compil)",
         ),
+        hint="No kernel is built for this GPU's compute capability (sm_XX): use a build of sglang, sgl_kernel, "
+        "torch and Triton that supports it, or an attention or GEMM backend that does.",
     ),
-    (
+    Concept(
+        "kernel build failed",
+        "driver",
+        (
+            r"\bptxas\b",
+            r"\bnvcc\b.{0,80}(?:fatal|error|non-zero)",
+            r"\bninja\b.{0,80}(?:stopped|failed|non-zero)",
+            r"Error building extension",
+            r"error compiling objects",
+        ),
+        hint="A kernel could not be compiled for this GPU (JIT, nvcc or ptxas): the CUDA toolkit, Triton or the "
+        "GPU's sm_XX do not match; check the toolchain's error above it.",
+    ),
+    Concept(
+        "driver too old or missing",
+        "driver",
+        (
+            r"driver version is insufficient",
+            r"no NVIDIA driver",
+            r"No CUDA GPUs are available",
+            r"CUDA driver",
+            r"undefined symbol: cu[A-Z]",
+        ),  # a CUDA driver API symbol: the driver is older than the build
+    ),
+    Concept(
+        "distributed store",  # where ranks meet before their collectives: torch's c10d TCPStore
+        "nccl",
+        (
+            r"TCPStore",
+            r"\bc10d\b",
+            r"DistStoreError",
+            r"DistNetworkError",
+            r"rendezvous",
+            r"recvValue|recvBytes",
+            r"client socket has timed out",
+        ),
+        types=("DistStoreError", "DistNetworkError"),
+        hint="The ranks could not meet at the distributed store: every node started, --dist-init-addr reachable "
+        "from all of them (firewall, interface), the port free, and --dist-timeout long enough for the slowest.",
+    ),
+    Concept(
+        "collective communication",
+        "nccl",
+        (r"\b[NHR]CCL\b|NCCL_|ProcessGroup", r"DistBackendError", r"\bgloo\b", r"Watchdog caught collective"),
+    ),
+    Concept(
+        "packages disagree",
         "import-error",
-        re.compile(
-            r"ImportError|ModuleNotFoundError|undefined symbol|Could not load any common_ops|PackageNotFoundError|"
-            r"minimum required version .* is not installed"
+        (
+            r"ImportError|ModuleNotFoundError|PackageNotFoundError|cannot import name|No module named",
+            r"undefined symbol",
+            r"Could not load any common_ops",
+            r"minimum required version .* is not installed",
+            r"got an unexpected keyword argument",  # an integrating program and SGLang disagree on an API
+            r"\bmodule '[\w.]+' has no attribute",
         ),
     ),
-    (
-        "nccl",  # collectives between ranks and the stores that set them up (HCCL: Ascend's NCCL)
-        re.compile(
-            r"NCCL|HCCL|DistBackendError|DistNetworkError|DistStoreError|TCPStore|c10d|gloo|Watchdog caught", re.I
-        ),
-    ),
-    (
-        "cuda-graph",
-        re.compile(
-            r"Capture cuda graph failed|stream is capturing|during CUDA graph capture|graph capture|"
-            r"graph_runner\.py:capture|sglang/[\w/]+\.py:\w*capture",  # raised while capturing
-            re.I,
-        ),
-    ),
-    (
+    Concept(
+        "model does not fit",
         "model-load",
-        re.compile(
-            r"not a valid model identifier|Repo id must|huggingface\.co|Model architectures|"
-            r"does not recognize this architecture|has no SGLang implementation|"
-            # the hub out of reach while the model's files are fetched
-            r"ConnectionResetError|Connection aborted|SSLError|NameResolution|Temporary failure in name resolution|"
-            r"RepositoryNotFound|GatedRepo|LocalEntryNotFound|safetensors|load_weights|"
-            r"config\.json|HFValidationError|params_dict\[|"
-            r"KeyError: '[\w.]*(?:\.weight|\.bias|_scale|layers\.\d+)[\w.]*'",  # a parameter the model does not have
-            re.I,
+        (
+            r"Model architectures",
+            r"does not recognize this architecture",
+            r"has no SGLang implementation",
+            r"KeyError: '[\w.]*(?:\.weight|\.bias|_scale|layers\.\d+)[\w.]*'",  # a parameter the model lacks
+            r"\b(?:weight|param\w*|scale)s?\b.{0,80}\bnot (?:found|in)\b",
+            r"\bmissing\b.{0,40}\b(?:weight|param\w*|scale|key)s?\b|Missing key|Unexpected key",
+            r"size mismatch for",
+            r"'\w*Config' object has no attribute",  # the model's config lacks a field SGLang reads
+            r"safetensors|config\.json|Cannot find any model weights",
         ),
     ),
-    ("timeout", re.compile(r"watchdog timeout|timed out|Timeout", re.I)),
-    (
+    Concept(
+        "model out of reach",
+        "model-load",
+        (
+            r"not a valid model identifier|Repo id must|HFValidationError",
+            r"huggingface\.co|RepositoryNotFound|Repository Not Found|GatedRepo|gated repo|LocalEntryNotFound",
+            # the hub out of reach while the model's files are fetched
+            r"ConnectionResetError|Connection aborted|SSLError|NameResolution|Temporary failure in name resolution",
+        ),
+    ),
+    Concept(
+        "graph capture",
+        "cuda-graph",
+        (
+            r"Capture cuda graph failed",
+            r"stream is capturing",
+            r"during CUDA graph capture",
+            r"graph capture",
+            r"StreamCapture",
+        ),
+    ),
+    Concept(
+        "GPU kernel fault",
+        "other",
+        (
+            r"illegal memory access|ILLEGAL_ADDRESS|IllegalAddress",
+            r"illegal instruction",
+            r"misaligned address",
+            r"unspecified launch failure",
+            r"device-side assert",
+            r"Memory access fault by GPU",
+            r"Kernel task happen error",
+        ),  # Ascend's
+        hint="A GPU kernel faulted (an illegal access or a device-side assert): a kernel bug or a kernel that does "
+        "not fit these shapes. Rerun with CUDA_LAUNCH_BLOCKING=1 to find it, and try another attention backend, "
+        "--disable-cuda-graph, or without speculative decoding to narrow it down.",
+    ),
+    Concept(
+        "timed out",
+        "timeout",
+        (r"watchdog timeout", r"timed out", r"timeout", r"deadline exceeded"),
+        types=("TimeoutError",),
+    ),
+    Concept(
+        "arguments refused",
         "arg-conflict",
-        re.compile(
-            r"not compatible with|is incompatible with|cannot be used (?:with|together)|mutually exclusive|"
-            r"unrecognized arguments|invalid choice|\brequires SM ?\d+|does not match the [\w\s`-]*argument|"
-            r"(?:backend|method|mode|algorithm|strategy) '[\w.-]+' is not supported|"
-            r"divisible by.*(?:tensor_parallel_size|_size\b|--[a-z])|(?:partition|_size\b).*not divisible by|"
-            r"the following arguments are required|server_args\.py:(?!<module>)\S+$|only supports|must be",
-            re.I,
+        (
+            r"not compatible with|is incompatible with|cannot be used (?:with|together)|mutually exclusive",
+            r"unrecognized arguments|invalid choice|the following arguments are required",
+            r"\brequires SM ?\d+|does not match the [\w\s`-]*argument",
+            r"(?:backend|method|mode|algorithm|strategy) '[\w.-]+' is not supported",
+            r"divisible by.*(?:tensor_parallel_size|_size\b|--[a-z])|(?:partition|_size\b).*not divisible by",
+            r"only supports|must be",
         ),
     ),
 )
-# The classes that where an error was raised (its traceback) can tell, by the error's type. A slip
-# in the code (a name or attribute that does not exist) is a bug wherever it happens: only the
-# capture it broke is worth telling. A checkpoint that does not fit its model shows as a lookup or
-# a value that is not there, not as a tensor operation or an assertion failing.
-CODE_SLIP = ("cuda-graph",)
-GENERIC = ("cuda-graph", "arg-conflict")
-CONTEXT_CLASSES: dict[str, tuple[str, ...]] = {
-    "": ("cuda-graph", "arg-conflict", "model-load"),
+CONCEPT_BY_NAME = {concept.name: concept for concept in CONCEPTS}
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where an error was raised that tells its kind when its words do not: a frame or source line."""
+
+    concept: Concept
+    pattern: re.Pattern[str]
+    innermost: bool = False  # only the frame that raised it counts
+
+
+def _place(name: str, pattern: str, *, innermost: bool = False) -> Place:
+    return Place(CONCEPT_BY_NAME[name], re.compile(pattern), innermost)
+
+
+PLACES = (
+    _place("graph capture", r"graph_runner\.py:capture|sglang/[\w/]+\.py:\w*capture"),
+    _place("arguments refused", r"server_args\.py:(?!<module>)\S+$", innermost=True),  # SGLang's argument checks
+    _place("model does not fit", r":load_weights\b|:weight_loader\b|params_dict\["),
+)
+# Which places can tell an error of each type. A slip in the code (a name or attribute that does
+# not exist) is a bug wherever it happens: only the capture it broke is worth telling. A checkpoint
+# that does not fit its model shows as a lookup or a value that is not there, not as a tensor
+# operation or an assertion failing. Types not listed can be told by every place.
+CODE_SLIP = ("graph capture",)
+GENERIC = ("graph capture", "arguments refused")
+PLACES_BY_TYPE: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("NameError", "AttributeError", "UnboundLocalError", "SyntaxError"), CODE_SLIP),
     **dict.fromkeys(("RuntimeError", "AssertionError", "TypeError", "IndexError"), GENERIC),
 }
+ARGPARSE_REFUSAL = CONCEPT_BY_NAME["arguments refused"]
+CANNOT_RUN_CONCEPT = Concept(
+    "command not found",
+    "import-error",  # the server's program is not there to run: as a library that does not load
+    (),
+    hint="The shell could not run the server's command: check the preset's python (the path of an interpreter "
+    "with sglang installed on this host, e.g. what `command -v python3` prints there) and that it is executable.",
+)
+ASSERT_SOURCE = re.compile(r"\bassert \S[^\n]*")
+PARALLEL_SIZE = re.compile(r"\b(?:\w+_)?(?:tp|dp|ep|pp|cp)_size\b")
+
 HINTS = {
     "oom": "GPU memory ran out. Lower --mem-fraction-static (leaves more for activations and CUDA graphs), lower "
     "--cuda-graph-max-bs or --max-running-requests, raise --tp-size, or free the GPU of other processes.",
@@ -120,35 +279,34 @@ NOT_A_LOG_HINT = (
     "This does not look like an SGLang log: no line launchdeck recognises (SGLang's [time] prefix, a server_args "
     "dump, a Python traceback or exception, SGLang's or uvicorn's messages)."
 )
-# An import-error of its own kind: what the server needs is not installed where the preset says.
-CANNOT_RUN_HINT = (
-    "The shell could not run the server's command: check the preset's python (the path of an interpreter with "
-    "sglang installed on this host, e.g. what `command -v python3` prints there) and that it is executable."
-)
 
 
-def hint_for(failure_class: str, message: str) -> str:
-    """What to do about a failure of this class; a command the shell could not run gets its own
-    explanation."""
-    if failure_class == "import-error" and CANNOT_RUN.match(message):
-        return CANNOT_RUN_HINT
-    return HINTS[failure_class]
+def hint_for(concept: Concept | None, failure_class: str) -> str:
+    """What to do about a failure: its concept's own advice, else its class's."""
+    return concept.hint if concept is not None and concept.hint else HINTS[failure_class]
 
 
-def classify(message: str, context: str = "") -> str:
+def place(message: str, evidence: Evidence | None = None) -> Concept | None:
+    """The concept a root error is, or None when nothing in the lexicon knows it."""
     if ARGPARSE_ERROR.match(message):
-        return "arg-conflict"
+        return ARGPARSE_REFUSAL
     if CANNOT_RUN.match(message):
-        return "import-error"  # the server's program is not there to run: as a library that does not load
+        return CANNOT_RUN_CONCEPT
+    evidence = evidence or Evidence()
+    kind = typed.group(1) if (typed := EXCEPTION.match(message)) else ""
     bare_assertion = message.rstrip(": ").endswith("AssertionError")
-    if bare_assertion and (source := ASSERT_SOURCE.search(context)) and PARALLEL_SIZE.search(source[0]):
-        return "arg-conflict"  # a bare assertion that the model's shape divides by a parallel size
-    for name, pattern in CLASSES:
-        if pattern.search(message):
-            return name
-    kind = found.group(1) if (found := EXCEPTION.match(message)) else ""
-    told = CONTEXT_CLASSES.get(kind, CONTEXT_CLASSES[""])
-    for name, pattern in CLASSES:
-        if name in told and pattern.search(context):
-            return name
-    return "other"
+    if bare_assertion and (source := ASSERT_SOURCE.search(evidence.where)) and PARALLEL_SIZE.search(source[0]):
+        return ARGPARSE_REFUSAL  # a bare assertion that the model's shape divides by a parallel size
+    said = "\n".join([message, *evidence.chain])
+    chain_types = {kind, *evidence.chain_types}
+    found = next((concept for concept in CONCEPTS if concept.found_in(said, chain_types)), None)
+    if found is not None:
+        return found
+    told = PLACES_BY_TYPE.get(kind)
+    for where in PLACES:
+        if told is not None and where.concept.name not in told:
+            continue
+        text = (evidence.frames[-1] if evidence.frames else "") if where.innermost else evidence.where
+        if where.pattern.search(text):
+            return where.concept
+    return None

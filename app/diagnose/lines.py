@@ -15,6 +15,8 @@ WRAPPERS = (
     re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| \S+ \| "),  # "time | LEVEL | name | " (FastChat)
     re.compile(r"^> ?(?:\[\d{4}-\d\d-\d\dT[\d:.]+Z\] )?"),  # a quoted CI log
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)\s+[A-Z]+\s+\S+\.go:\d+\s+"),  # a Go logger
+    # a container runtime's log file (CRI, what kubelet keeps): "<RFC 3339 time> stdout F "
+    re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) std(?:out|err) [FP] "),
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) "),  # docker logs -t, kubectl --timestamps
     re.compile(r"^`+|^\*\*(?=\S)"),  # Markdown residue: a code fence, bold
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),  # Python's default logging format

@@ -1,39 +1,62 @@
-"""Which exception in a traceback is the root error: the decision a person reads first.
+"""Which line of a log is the root error: the decision a person reads first.
 
-Separate because it is a precedence, not a pattern: the first exception printed is the cause; an
-outer one that only repeats it, or has an empty message, yields to the inner one; a rank's error
-caused by another's failure yields to that failure; a bare key yields to the outer exception
-that says what it means; a header that only announces its cause yields to the cause listed below
-it. Which traceback and which fatal line come first in the log is the analyzer's (analyze.py).
+Separate because it is a precedence, not a pattern. In order:
+
+1. The first fatal event in time wins, across ranks and processes: an exception block, or a fatal
+   line printed outside any traceback (analyze.py keeps them in the order the log shows them).
+2. Within a block, the first exception printed is the cause (Python prints chains innermost
+   first); an outer one that only repeats it, or has an empty message, yields to it.
+3. A wrapper is never the root when what it wraps is visible: a report that another task,
+   process, rank or server failed (Ray's task errors, a scheduler that "hit an exception", an
+   orchestrator's "never became ready", a child's exit status) yields to the failure it reports,
+   in its block or anywhere in the window, before it or after.
+4. A rank's error caused by another's failure (its peer's socket closed) is the root only when
+   nothing else failed.
+5. A traceback header is never a root: a bare key yields to the outer exception that says what it
+   means, a header that only announces its cause yields to the cause listed below it, and a
+   window cut inside a traceback is named by the frame it was cut in.
 """
 
 from __future__ import annotations
 
 import re
 
-from app.diagnose.events import Traceback, exception_message, sglang_frames, traceback_context
+from app.diagnose.events import Evidence, Traceback, exception_message, traceback_context
 from app.diagnose.lines import Line
 
-# A cause given below an exception whose message only announces it: a listed detail, a repr, or
-# a bare class name with its message (what torch's compiler wrapper quotes after "raised:").
-DETAIL = re.compile(r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$|^[A-Z][A-Za-z]+: \S")
+# A cause given below an exception whose message only announces it: a listed detail, a repr, a
+# bare class name with its message (what torch's compiler wrapper quotes after "raised:"), or a
+# compiler's fatal error in the build output a wrapper quotes.
+DETAIL = re.compile(
+    r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$|^[A-Z][a-z][A-Za-z]*: \S|^\w+ fatal\s*: \S"
+)
 QUOTED_KEY = re.compile(r"^'[^' ]+'$")
-# Errors a rank raises because another failed first (its peer's socket closed): the root only
-# when nothing else in the log failed.
+# Errors a rank raises because another failed first (its peer's socket closed).
 SECONDARY = re.compile(r"gloo.*Connection (?:reset|closed) by peer|Connection (?:reset|closed) by peer.*gloo", re.I)
+# Reports that something else failed: what they wrap, where visible, is the root.
+WRAPPER = re.compile(
+    r"RayTaskError|RayActorError|ActorDiedError|ChildFailedError|BrokenProcessPool|hit an exception|"
+    r"Engine core initiali[sz]ation failed|Initiali[sz]ation failed\. Please see|scheduler is dead|"
+    r"(?:process|worker|server|engine|subprocess)\b.{0,60}\b(?:exited|died|terminated|crashed|failed to start|"
+    r"never became ready|did not become (?:ready|healthy))|"
+    # a child process that is itself a server or a Python program (not a compiler a kernel build ran)
+    r"Command '\[?'?(?:[^' ,]*/)?(?:python[\d.]*|torchrun|sglang[\w.-]*)'?[ ,\]].*(?:returned non-zero exit|died with)",
+    re.I,
+)
 
 
-def root_of(tb: Traceback) -> tuple[tuple[Line, str], list[str]] | None:
-    """A traceback's root exception with what else it says, and the SGLang frames leading to it."""
+def is_wrapper(line: Line) -> bool:
+    return WRAPPER.search(line.text) is not None
+
+
+def root_of(tb: Traceback) -> tuple[Line, Evidence] | None:
+    """A traceback's root exception and what else the traceback says about it."""
     if not tb.exceptions:
         return None
-    # The first exception printed is the cause; an outer one that only repeats it adds nothing,
-    # and an outer one with an empty message means the inner is the root.
-    # A rank's error caused by another's failure yields to that failure.
     primary = [e for e in tb.exceptions if not SECONDARY.search(e.text)] or tb.exceptions
+    primary = [e for e in primary if not is_wrapper(e)] or primary
     root = next((e for e in primary if exception_message(e)), primary[0])
     if QUOTED_KEY.match(exception_message(root)):
-        # A bare key (a KeyError's): an outer exception raised about that key says what it means.
         key = exception_message(root)[1:-1]
         root = next((e for e in primary[primary.index(root) + 1 :] if key in exception_message(e)), root)
     if not exception_message(root):
@@ -41,5 +64,4 @@ def root_of(tb: Traceback) -> tuple[tuple[Line, str], list[str]] | None:
         # attempts; Triton quotes the kernel source first): the first cause below it.
         after = tb.lines[tb.lines.index(root) + 1 :] if root in tb.lines else tb.lines
         root = next((line for line in after if DETAIL.match(line.text.strip()) and line not in tb.exceptions), root)
-    context, frames = traceback_context(tb, root)
-    return (root, context), sglang_frames(frames)
+    return root, traceback_context(tb, root)

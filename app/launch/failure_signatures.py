@@ -17,7 +17,7 @@ from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
 from app.diagnose.analyze import Analyzer, Diagnosis
 from app.diagnose.drift import Drift, drift
 from app.diagnose.hints import explain
-from app.diagnose.lexicon import hint_for
+from app.diagnose.lexicon import HINTS
 from app.errors import NotFound
 
 # The timeline's name for a log stage where it differs: the ready line alone is not "ready",
@@ -65,7 +65,7 @@ def stored(result: Diagnosis, argv: list[str]) -> dict[str, Any]:
         for item in drift(argv, None, (), result.root_error)
     ):
         failure_class = "arg-override"
-        hint = hint_for(failure_class, result.root_error or "")
+        hint = HINTS[failure_class]
     decode = result.figures.decode
     step = math.ceil(len(decode) / CHART_POINTS) or 1
     kept: dict[str, Any] = _jsonable(
