@@ -56,6 +56,9 @@ def test_the_corpus_is_consistent() -> None:
         assert (made.root is None) == (made.failure_class == "healthy"), made.id
         assert made.root is None or made.root.strip() in made.log, f"{made.id}: the root is not in the log"
         assert 5 <= len(made.log.splitlines()) <= 60, made.id
+        assert bool(made.cause) == (made.failure_class != "healthy"), (
+            f"{made.id}: every failure, and only a failure, has a cause"
+        )
     for pair in SAME_CAUSE + DIFFERENT_CAUSE:
         assert pair.first in BY_ID and pair.second in BY_ID, pair
 
