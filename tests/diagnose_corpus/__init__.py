@@ -1,5 +1,5 @@
 """The `diagnose` corpus as data: one log window per file under a folder per failure class, its
-labels in header lines above a `---` line, and the fingerprint pairs in a TOML file.
+labels in header lines above a `---` line.
 
 The format is described in README.md beside this module; this loader refuses anything else, so a
 mistyped label fails the suite instead of silently dropping out of it.
@@ -8,7 +8,6 @@ mistyped label fails the suite instead of silently dropping out of it.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,13 +32,6 @@ class Case:
     adjustments: tuple[str, ...] = ()  # each must appear within one entry of Diagnosis.adjustments
     xfail: str = ""  # why the analyzer still gets this case wrong (a strict xfail)
     notes: tuple[str, ...] = ()  # what the window shows, for the person reading the file
-
-
-@dataclass(frozen=True)
-class Pair:
-    first: str
-    second: str
-    xfail: str = ""
 
 
 def read_case(path: Path) -> Case:
@@ -78,10 +70,3 @@ def load_cases(folder: Path = CORPUS) -> list[Case]:
     """Every case under `folder`, one class folder deep: the corpus by default, or a folder in the
     same format kept out of it (a batch of arrivals, the held-back split)."""
     return [read_case(path) for path in sorted(folder.glob("*/*.log"))]
-
-
-def load_pairs(kind: str) -> list[Pair]:
-    """`kind` is a table name in fingerprint_pairs.toml: same_cause or different_cause."""
-    with (CORPUS / "fingerprint_pairs.toml").open("rb") as pairs_file:
-        rows = tomllib.load(pairs_file)[kind]
-    return [Pair(**row) for row in rows]
