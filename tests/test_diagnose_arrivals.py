@@ -48,6 +48,7 @@ def test_the_table_checks_the_arrivals_and_the_held_back_split() -> None:
         assert (case.root is None) == (case.failure_class == "healthy"), case.id
         assert case.root is None or case.root.strip() in case.log, f"{case.id}: the root is not in the log"
         assert 5 <= len(case.log.splitlines()) <= 60, case.id
+        assert not (case.cause and case.failure_class == "healthy"), f"{case.id}: a healthy log has no cause"
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row["batch"].strip("`") for row in ROWS])

@@ -1,5 +1,5 @@
 """The `diagnose` corpus as data: one log window per file under a folder per failure class, its
-labels in header lines above a `---` line, and the fingerprint pairs in a TOML file.
+labels in header lines above a `---` line.
 
 The format is described in README.md beside this module; this loader refuses anything else, so a
 mistyped label fails the suite instead of silently dropping out of it.
@@ -7,14 +7,15 @@ mistyped label fails the suite instead of silently dropping out of it.
 
 from __future__ import annotations
 
-import tomllib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 CORPUS = Path(__file__).parent
 SEPARATOR = "\n---\n"
-SINGLE_LABELS = {"class", "root", "xfail"}
+SINGLE_LABELS = {"class", "cause", "root", "xfail"}
 REPEATED_LABELS = {"note", "adjustment"}
+CAUSE_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
 class CorpusError(ValueError):
@@ -27,16 +28,10 @@ class Case:
     log: str
     failure_class: str
     root: str | None  # the raw line as it stands in the log; None for a healthy log
+    cause: str = ""  # the cause group, in kebab-case: cases with one cause share it, whatever their wording
     adjustments: tuple[str, ...] = ()  # each must appear within one entry of Diagnosis.adjustments
     xfail: str = ""  # why the analyzer still gets this case wrong (a strict xfail)
     notes: tuple[str, ...] = ()  # what the window shows, for the person reading the file
-
-
-@dataclass(frozen=True)
-class Pair:
-    first: str
-    second: str
-    xfail: str = ""
 
 
 def read_case(path: Path) -> Case:
@@ -54,6 +49,9 @@ def read_case(path: Path) -> Case:
             raise CorpusError(f"{path}: '{name}' given twice")
         labels.setdefault(name, []).append(value)
     failure_class = labels.get("class", [""])[0]
+    cause = labels.get("cause", [""])[0]
+    if "cause" in labels and not CAUSE_NAME.fullmatch(cause):
+        raise CorpusError(f"{path}: cause {cause!r} is not a kebab-case name")
     if failure_class != path.parent.name:
         raise CorpusError(f"{path}: class {failure_class!r} but the file is in {path.parent.name}/")
     return Case(
@@ -61,6 +59,7 @@ def read_case(path: Path) -> Case:
         log=log,
         failure_class=failure_class,
         root=labels["root"][0] if "root" in labels else None,
+        cause=cause,
         adjustments=tuple(labels.get("adjustment", ())),
         xfail=labels.get("xfail", [""])[0],
         notes=tuple(labels.get("note", ())),
@@ -71,10 +70,3 @@ def load_cases(folder: Path = CORPUS) -> list[Case]:
     """Every case under `folder`, one class folder deep: the corpus by default, or a folder in the
     same format kept out of it (a batch of arrivals, the held-back split)."""
     return [read_case(path) for path in sorted(folder.glob("*/*.log"))]
-
-
-def load_pairs(kind: str) -> list[Pair]:
-    """`kind` is a table name in fingerprint_pairs.toml: same_cause or different_cause."""
-    with (CORPUS / "fingerprint_pairs.toml").open("rb") as pairs_file:
-        rows = tomllib.load(pairs_file)[kind]
-    return [Pair(**row) for row in rows]
