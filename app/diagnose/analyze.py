@@ -189,8 +189,8 @@ class Analyzer:
 
     def finish(self, *, silence_is_hang: bool = True) -> Diagnosis:
         """The answer for the whole log. With `silence_is_hang`, a log that stops during CUDA graph
-        capture with no error (the bar short of 100%) is a hang: how capture hangs look in a log
-        nobody is still watching."""
+        capture with no error (its bar short of 100%, or no bar at all after the ranks began) is a
+        hang: how capture hangs look in a log nobody is still watching."""
         self.feed(self._decoder.decode(b"", final=True))
         if self._pending or self._partial:
             self._number += 0 if self._partial else 1
@@ -200,8 +200,8 @@ class Analyzer:
             self._cut = self._current  # the log ends inside this traceback
         self._close_traceback()
         result = self.snapshot()
-        stuck_bar = result.stage_percent is not None and result.stage_percent < 100
-        capturing = result.stage == "cuda graph capture" and stuck_bar and not self._capture_done
+        unfinished = result.stage_percent is None or result.stage_percent < 100
+        capturing = result.stage == "cuda graph capture" and unfinished and not self._capture_done
         if silence_is_hang and result.root_error is None and capturing:
             return self.hung()
         return result
@@ -324,9 +324,11 @@ class Analyzer:
                     self._percent = None
                     self.reached.append(STAGES[index][0])
                     self._progress = line
+                elif self._percent is None:
+                    self._progress = line  # another rank entering the stage, before any bar moved
                 self._stage_index = index
                 if index in (WEIGHTS_STAGE, CAPTURE_STAGE) and (percent := PERCENT.search(text)):
-                    # A bar moving on is progress; another rank's line entering the stage is not.
+                    # A bar moving on is progress; once it has, another rank's line entering the stage is not.
                     self._percent = int(percent.group(1))
                     self._progress = line
 

@@ -207,7 +207,8 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"\brequires SM ?\d+|does not match the [\w\s`-]*argument",
             r"(?:backend|method|mode|algorithm|strategy) '[\w.-]+' is not supported",
             r"divisible by.*(?:tensor_parallel_size|_size\b|--[a-z])|(?:partition|_size\b).*not divisible by",
-            r"only supports|must be",
+            r"only supports|must be|\bis (?:not|only) supported (?:with|when|together)",
+            r"\brequires? (?:the |a |an )?`?--[a-z]|\bplease (?:set|specify|pass|use|add) `?--[a-z]",  # a flag it needs
         ),
     ),
 )

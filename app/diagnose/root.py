@@ -25,10 +25,14 @@ from app.diagnose.events import Evidence, Traceback, exception_message, tracebac
 from app.diagnose.lines import Line
 
 # A cause given below an exception whose message only announces it: a listed detail, a repr, a
-# bare class name with its message (what torch's compiler wrapper quotes after "raised:"), or a
-# compiler's fatal error in the build output a wrapper quotes.
+# bare class name with its message (what torch's compiler wrapper quotes after "raised:"), or the
+# first error of a compiler or linker in the build output a wrapper quotes ("nvcc fatal : ...",
+# "<path>/ld: cannot find -lcudart", "kernel.cu:12:10: fatal error: ...").
 DETAIL = re.compile(
-    r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$|^[A-Z][a-z][A-Za-z]*: \S|^\w+ fatal\s*: \S"
+    r"^- [A-Z]\w*(?:Error|Exception): .+|^[A-Z]\w*(?:Error|Exception)\(.+\)$|^[A-Z][a-z][A-Za-z]*: \S|"
+    r"^(?:\S*/)?(?:ld|nvcc|ptxas|gcc|g\+\+|c\+\+|cc1plus|clang\+*|[\w.-]+-(?:gcc|g\+\+|c\+\+|ld))(?:\.\w+)?\s*"
+    r"(?:fatal\s*:|:\s*(?:fatal error|error|cannot find|undefined reference))|"
+    r"^\S+\.(?:cu|cuh|cpp|cc|c|h|hpp|inc):\d+(?::\d+)?: (?:fatal )?error: "
 )
 QUOTED_KEY = re.compile(r"^'[^' ]+'$")
 # Errors a rank raises because another failed first (its peer's socket closed).

@@ -3,7 +3,7 @@ out of the corpus (new arrivals, the held-back split) the way the catalogue test
 
 Class right, root line right and healthy logs called failed, per folder:
 
-    python -m tests.diagnose_corpus.score tests/diagnose_arrivals/2026-12-03 tests/diagnose_holdout
+    python -m tests.diagnose_corpus.score tests/diagnose_arrivals/* tests/diagnose_holdout/*
 
 How well fingerprints group the failures by their `cause` labels, over all the folders given
 together: pairwise precision and recall, and the groups that fingerprints split or merge:
