@@ -616,3 +616,109 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             assert tab.console_errors == []
         finally:
             await api.post(f"/api/attempts/{fixed}/stop")
+
+
+STALE_COPY = {
+    "name": "llama31-8b-stale-copy",
+    "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+    "env": {"LAUNCHDECK_SIM_FAULT": "stale-model"},  # the simulator's failure that nothing built in places
+    "description": "Llama 3.1 8B from a host whose model mirror is behind: the team's modelsync check refuses it.",
+}
+RULE_TITLE = "Model mirror behind on this host"
+RULE_HINT = "Run `modelsync pull` on the host, then launch again; how the mirror works: https://wiki.example/modelsync."
+RULE_LINK = "https://wiki.example/modelsync"
+# The team rule takes over the past attempt once the background pass reaches it; a person reloads.
+REDIAGNOSIS_TIMEOUT_S = 15
+
+
+async def shoot(page: Page, name: str, top: Locator | None = None) -> None:
+    """The window as the user sees it (1280x800, scrolled to put `top` first) for the docs, when
+    LAUNCHDECK_SCREENSHOTS names a folder."""
+    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
+        if top is not None:
+            await top.evaluate("element => element.scrollIntoView({block: 'start'})")
+        await page.screenshot(path=f"{shots}/{name}")
+
+
+async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_a_later_attempt_take_it(
+    tab: Tab, demo: Demo
+) -> None:
+    page = tab.page
+    await page.set_viewport_size({"width": 1280, "height": 800})
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        assert (await api.post("/api/presets", json=STALE_COPY)).status_code == 201
+        body = {"preset": STALE_COPY["name"], "host": "b200-01", "gpus": [6], "port": free_port()}
+        past = (await api.post("/api/attempts", json=body)).json()["id"]
+
+        async def failed() -> bool:
+            return bool((await api.get(f"/api/attempts/{past}")).json()["status"] == "failed")
+
+        await wait_until(failed, 30, f"attempt {past} to fail", demo)
+
+    await log_in(page)
+    await page.goto(f"/attempts/{past}")
+    card = page.locator("#root-error")
+    await expect(page.locator("#failure-class")).to_have_text("other")
+    await expect(card.locator("#unrecognised")).to_have_text("unrecognised failure")
+    await expect(card.locator(".root-line")).to_contain_text("RuntimeError: modelsync: the copy of")
+    await expect(page.locator("#hint")).to_contain_text("Unrecognised failure: launchdeck has no rule for this error")
+    fingerprint = (await card.locator("a[href^='/errors/'] code").text_content() or "").strip()
+    await card.get_by_role("link", name="teach launchdeck").click()  # one click from the unrecognised badge
+    form = page.locator("#teach form")
+    await expect(form).to_be_in_viewport()
+    await form.get_by_label("Class").select_option("model-load")
+    await form.get_by_label("Title").fill(RULE_TITLE)
+    await form.get_by_label(re.compile(r"^Hint")).fill(RULE_HINT)
+    match = form.get_by_label(re.compile(r"^Match"))
+    await expect(match).to_have_value(re.compile(r"^RuntimeError: modelsync: the copy of "))  # the root error
+    await match.fill("modelsync: the copy of")  # what every copy of this error says, whatever the model
+    await shoot(page, "kb-teach-form.png", card)
+    await form.get_by_role("button", name="Save as a team rule").click()
+    await expect(page).to_have_url(f"{demo.base_url}/attempts/{past}")
+
+    team_rule = page.locator("#team-rule")
+    deadline = time.monotonic() + REDIAGNOSIS_TIMEOUT_S
+    while not await team_rule.is_visible() and time.monotonic() < deadline:
+        await asyncio.sleep(0.3)
+        await page.reload()
+    await expect(team_rule).to_contain_text(f"team rule by admin: {RULE_TITLE}")
+    await expect(team_rule).to_contain_text("launchdeck alone said other")
+    await expect(page.locator("#built-in-hint")).to_contain_text("Unrecognised failure")
+    await expect(page.locator("#failure-class")).to_have_text("model-load")
+    await expect(card.locator("#unrecognised")).to_have_count(0)
+    hint = page.locator("#hint")
+    await expect(hint).to_have_text(RULE_HINT)
+    await expect(hint.get_by_role("link", name=RULE_LINK)).to_have_attribute("href", RULE_LINK)
+    await shoot(page, "kb-past-attempt.png")
+
+    # A later launch of the same preset, from the browser: the rule decides it as it fails.
+    await page.goto(f"/launch?preset={STALE_COPY['name']}&host=b200-01")
+    await page.wait_for_function("() => document.querySelector('select[name=host]')['htmx-internal-data']")
+    await page.locator("input[name=gpus][value='0']").uncheck()
+    await page.locator("input[name=gpus][value='7']").check()
+    await page.get_by_label("Port").fill(str(free_port()))
+    await page.get_by_role("button", name="Launch", exact=True).click()
+    await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
+    later = int(page.url.rsplit("/", 1)[1])
+    assert later != past
+    await expect(page.locator("#status")).to_have_text("failed", timeout=30_000)
+    await expect(page.locator("#failure-class")).to_have_text("model-load")
+    await expect(page.locator("#team-rule")).to_contain_text(f"team rule by admin: {RULE_TITLE}")
+    await expect(page.locator("#hint")).to_have_text(RULE_HINT)
+    await expect(page.locator("#same-signature")).to_contain_text(f"#{past}")
+    await shoot(page, "kb-later-attempt.png")
+
+    await page.goto("/errors")
+    group = page.locator(f"#error-groups tr[data-fingerprint='{fingerprint}']")
+    await expect(group.locator(".failure-class")).to_have_text("model-load")
+    await expect(group.locator(".unrecognised")).to_have_count(0)
+    await expect(group.locator("td.num")).to_have_text("2")
+    await expect(group).to_contain_text(STALE_COPY["name"])
+    await shoot(page, "kb-error-groups.png")
+    await group.get_by_role("link").first.click()
+    await expect(page).to_have_url(f"{demo.base_url}/errors/{fingerprint}")
+    await expect(page.locator("h1 .failure-class")).to_have_text("model-load")
+    await expect(page.locator("#team-rule")).to_contain_text(f"team rule by admin: {RULE_TITLE}")
+    await expect(page.locator("#group-attempts tbody tr")).to_have_count(2)
+    await shoot(page, "kb-error-group.png")
+    assert tab.console_errors == []

@@ -320,6 +320,20 @@ async def test_fewer_visible_gpus_than_ranks_fails_in_the_rank_without_a_gpu(rtx
     await rtx.wait_until_gpus_free()
 
 
+async def test_a_stale_model_copy_fails_with_the_teams_own_error(rtx: Launcher) -> None:
+    """LAUNCHDECK_SIM_FAULT=stale-model: an error of the team's own tooling, in no SGLang log, so
+    nothing built in places it (the browser test teaches a team rule on it)."""
+    code, log = await rtx.run_to_exit(["--model-path", LLAMA], env={"LAUNCHDECK_SIM_FAULT": "stale-model"})
+    assert code == 137
+    assert root_error(log) == (
+        f"RuntimeError: modelsync: the copy of {LLAMA} on this host is generation 41, the team's is 42; "
+        "run `modelsync pull` here before serving it"
+    )
+    assert "Scheduler hit an exception" in log and "Load weight begin." not in log
+    assert_catalogued("\n".join(line for line in log.splitlines() if "modelsync" not in line))
+    await rtx.wait_until_gpus_free()
+
+
 async def test_unknown_flag_and_bad_value_fail_as_argparse_does(rtx: Launcher) -> None:
     code, log = await rtx.run_to_exit(["--model-path", LLAMA, "--enable-mtp"])
     assert code == 2

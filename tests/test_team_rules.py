@@ -106,6 +106,15 @@ def test_a_rule_decides_over_the_built_in_answer_which_stays_beside_it_and_retur
     assert decide(decided, []) == STORED  # the rule deleted: the built-in answer returns
 
 
+def test_a_failure_a_rule_placed_is_no_longer_unrecognised_and_is_again_once_the_rule_goes() -> None:
+    unplaced = {**STORED, "recognised": False}
+    rule = parse_rules('[[rule]]\nmatch = "Not enough memory"\nclass = "oom"\ntitle = "KV pool"\n')[0]
+    decided = decide(unplaced, [(3, rule)])
+    assert decided["recognised"] is True and decided["built_in"]["recognised"] is False
+    assert decide(decided, [(3, rule)]) == decided
+    assert decide(decided, []) == unplaced
+
+
 def test_a_scope_any_rule_reads_the_log_and_a_live_write_keeps_the_line_it_matched(tmp_path: Path) -> None:
     log = tmp_path / "1.log"
     log.write_text("starting\nWARNING: the_flag is ignored on this GPU\n" + ROOT + "\n")

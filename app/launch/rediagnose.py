@@ -2,9 +2,10 @@
 to past attempts in the background after the rules change.
 
 What is kept: the diagnosis as the rules decide it, with `built_in` (the class, hint and fingerprint
-launchdeck gave by itself) and `rule` (which rule decided, by whom, on what line) beside it, so the
-page can show both. Deciding again always starts from `built_in`, so editing or deleting a rule
-undoes what it did.
+launchdeck gave by itself, and whether it placed the failure) and `rule` (which rule decided, by
+whom, on what line) beside it, so the page can show both. A failure a rule decided is placed, as
+`launchdeck diagnose --rules` says. Deciding again always starts from `built_in`, so editing or
+deleting a rule undoes what it did.
 
 Scope `root` rules and merges decide from the stored root error and fingerprint alone. Scope `any`
 rules need the log. A live write, which never reads files inside its transaction, keeps the line
@@ -47,7 +48,13 @@ DECIDED_KEYS = ("class", "hint", "fingerprint")
 
 
 def built_in_of(found: dict[str, Any]) -> dict[str, Any]:
-    return found.get("built_in") or {key: found.get(key) for key in DECIDED_KEYS}
+    """What launchdeck said by itself, with whether it placed the failure where the analyzer said so."""
+    if found.get("built_in"):
+        return dict(found["built_in"])
+    built_in = {key: found.get(key) for key in DECIDED_KEYS}
+    if "recognised" in found:
+        built_in["recognised"] = found["recognised"]
+    return built_in
 
 
 def decide(found: dict[str, Any], rules: list[tuple[int, Rule]], *, log_path: Path | None = None) -> dict[str, Any]:
@@ -56,7 +63,7 @@ def decide(found: dict[str, Any], rules: list[tuple[int, Rule]], *, log_path: Pa
     if not found or not found.get("stage"):
         return found
     built_in = built_in_of(found)
-    kept = {key: value for key, value in found.items() if key not in ("built_in", "rule")}
+    kept = {key: value for key, value in found.items() if key not in ("built_in", "rule", "recognised")}
     kept.update(built_in)
     if not rules:
         return kept
@@ -83,6 +90,7 @@ def decide(found: dict[str, Any], rules: list[tuple[int, Rule]], *, log_path: Pa
         return kept
     kept["built_in"] = built_in
     if decision is not None:
+        kept["recognised"] = decided.recognised  # a person placed it: no longer an unrecognised failure
         rule_id = next(rule_id for rule_id, rule in rules if rule is decision.rule)
         line = decision.line
         if log_path is None and previous.get("scope") == RuleScope.ANY and decision.rule.scope == RuleScope.ANY:

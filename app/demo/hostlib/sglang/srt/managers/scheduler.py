@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 CONTROL_FD_ENV = "SGLANG_SIM_CONTROL_FD"
 FAULT_ENV = "LAUNCHDECK_SIM_FAULT"
 FAULT_FILE = "sim-fault"
+STALE_MODEL_FAULT = "stale-model"
 DECODE_STEP_SECONDS = 0.02
 NCCL_TIMEOUT_SECONDS = 600
 
@@ -51,8 +52,20 @@ def fault_requested() -> bool:
     return os.environ.get(FAULT_ENV) == "zombie" or os.path.exists(FAULT_FILE)
 
 
+def check_model_copy(model_path: str) -> None:
+    """A team's own check of its model mirror, run as each rank starts, which SGLang knows nothing of.
+    Asked for with LAUNCHDECK_SIM_FAULT=stale-model, it fails the rank with an error no built-in rule
+    places: the failure a team teaches launchdeck about."""
+    if os.environ.get(FAULT_ENV) == STALE_MODEL_FAULT:
+        raise RuntimeError(
+            f"modelsync: the copy of {model_path} on this host is generation 41, the team's is 42; "
+            "run `modelsync pull` here before serving it"
+        )
+
+
 class Scheduler:
     def __init__(self, server_args: Any, tp_rank: int, control: socket.socket):
+        check_model_copy(server_args.model_path)
         self.server_args = server_args
         self.tp_rank = tp_rank
         self.control = control
