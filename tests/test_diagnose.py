@@ -657,3 +657,18 @@ def test_the_most_specific_concept_in_a_chain_wins_wherever_it_is() -> None:
         "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n"
     )
     assert diagnose(store).failure_class == "port-in-use"
+
+
+def test_windows_cut_off_in_the_same_frame_do_not_share_a_fingerprint() -> None:
+    """The frame a window was cut in is no cause: two unrelated tracebacks cut off there stay apart,
+    and the same one cut off twice groups."""
+
+    def cut(outer: str) -> str:
+        return (
+            "[2026-02-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            f'  File "/x/sglang/srt/managers/scheduler.py", line 10, in {outer}\n'
+            '  File "/x/sglang/srt/model_executor/cuda_graph_runner.py", line 40, in capture\n'
+        )
+
+    assert diagnose(cut("event_loop")).fingerprint == diagnose(cut("event_loop")).fingerprint
+    assert diagnose(cut("event_loop")).fingerprint != diagnose(cut("init_memory_pool")).fingerprint

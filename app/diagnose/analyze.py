@@ -32,7 +32,7 @@ from app.diagnose.events import (
     traceback_context,
 )
 from app.diagnose.figures import Figures
-from app.diagnose.fingerprint import fingerprint, signature_parts
+from app.diagnose.fingerprint import fingerprint, phase_of, signature_parts
 from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
 from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, hint_for, place
 from app.diagnose.lines import MAX_RECORD, Line, logical_lines, without_binary_records
@@ -236,11 +236,14 @@ class Analyzer:
     def _cut_off(self, tb: Traceback) -> Diagnosis:
         """A log that ends inside a traceback, before its exception (a window cut short, a process
         killed while printing): the traceback's first line stands for the error, known by the
-        frame where it was cut off."""
+        frame where it was cut off. Its fingerprint is the whole traceback it shows, not that frame:
+        unrelated failures cut off in one frame must not share one."""
         evidence = traceback_context(tb, None)
         header = tb.lines[0]
         cut_in = evidence.frames[-1] if evidence.frames else "no frame"
-        return self._diagnosis((replace(header, text=f"{header.text.strip()} (cut off in {cut_in})"), evidence))
+        result = self._diagnosis((replace(header, text=f"{header.text.strip()} (cut off in {cut_in})"), evidence))
+        result.fingerprint = fingerprint(result.failure_class, f"cut off in:\n{evidence.where}")
+        return result
 
     def _see(self, line: Line) -> None:
         text = line.text.strip()
@@ -370,7 +373,9 @@ class Analyzer:
         result.root_line = line.number
         result.hint = hint
         result.recognised = concept is not None or result.failure_class != "other"
-        result.fingerprint = fingerprint(result.failure_class, signed)
+        phase = phase_of(evidence.frames, result.stage)
+        signed_concept = concept if result.failure_class == (concept.failure_class if concept else "") else None
+        result.fingerprint = fingerprint(result.failure_class, signed, signed_concept, phase)
         result.error_type, result.error_message = signature_parts(signed)
         return result
 

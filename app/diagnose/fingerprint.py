@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from app.diagnose.events import EXCEPTION
+from app.diagnose.lexicon import Concept
 
 OOM_ACCOUNTING = re.compile(r"(?<=out of memory)\..*", re.I)
 EXCEPTION_REPR = re.compile(r"^(?:[\w]+\.)*([A-Za-z]\w*(?:Error|Exception))\((['\"])(.*)\2\)$")
@@ -24,7 +25,30 @@ def _quoted(found: re.Match[str]) -> str:
     return found[0] if QUOTED_NAME.fullmatch(found[0][1:-1]) else "<str>"
 
 
+# Where in a launch a failure struck, from the frames that led to it (the first phase any frame
+# shows, in this order), else from the stage the log had reached.
+PHASES = (
+    ("loading weights", re.compile(r"load_model|load_weights|weight_loader|model_loader/")),
+    ("allocating the KV cache", re.compile(r"init_memory_pool|memory_pool\.py|_create_buffers|profile_max_num_token")),
+    ("capturing graphs", re.compile(r"capture", re.I)),
+    ("serving", re.compile(r"event_loop|run_batch|forward_thread_func|process_batch_result|sampler\.py")),
+)
+STAGE_PHASES = {
+    "weights loading": "loading weights",
+    "weights loaded": "allocating the KV cache",
+    "kv cache allocated": "capturing graphs",
+    "cuda graph capture": "capturing graphs",
+    "http server up": "serving",
+    "ready": "serving",
+    "serving": "serving",
+}
+# Exception types that are one error under the name each torch release gives it.
+SAME_TYPES = {"AcceleratorError": "RuntimeError"}  # torch 2.8 renamed the CUDA errors' type
+# The name of a symbol a library lacks: it differs between builds of the same mismatch.
+MISSING_SYMBOL = re.compile(r"(?<=undefined symbol: )\S+")
+
 NORMALISE: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
+    (MISSING_SYMBOL, "<symbol>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
     (re.compile(r"\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\b|\b[0-9a-f]{16,}\b"), "<id>"),
     (re.compile(r"(?:/[\w.@+-]+)+/?"), "<path>"),
@@ -56,12 +80,30 @@ def signature_parts(message: str) -> tuple[str, str]:
         message = f"{as_repr[1]}: {as_repr[3]}"
     match = EXCEPTION.match(message)
     kind = match.group(1) if match else ""
+    kind = SAME_TYPES.get(kind, kind)
     detail = match.group(2) or "" if match else message
     # After "out of memory" comes the allocator's accounting, worded differently by each torch version.
     return kind, normalise(OOM_ACCOUNTING.sub("", detail))
 
 
-def fingerprint(failure_class: str, message: str) -> str:
+def phase_of(frames: Sequence[str], stage: str) -> str:
+    """Where in the launch a failure struck: what its frames show, else the stage reached."""
+    for name, pattern in PHASES:
+        if any(pattern.search(frame) for frame in frames):
+            return name
+    return STAGE_PHASES.get(stage, "")
+
+
+def fingerprint(failure_class: str, message: str, concept: Concept | None = None, phase: str = "") -> str:
+    """What one cause is known by: a cause SGLang words in several ways by its name, a concept by
+    what its `signed_by` says tells its causes apart, anything else by its type and message."""
     cause = next((name for name, pattern in CAUSES if pattern.search(message)), None)
-    kind, detail = ("", cause) if cause else signature_parts(message)
+    if cause:
+        kind, detail = "", cause
+    elif concept is not None and concept.signed_by == "concept":
+        kind, detail = "", concept.name
+    elif concept is not None and concept.signed_by == "phase":
+        kind, detail = "", f"{concept.name} while {phase or 'starting'}"
+    else:
+        kind, detail = signature_parts(message)
     return hashlib.sha256(f"{failure_class}|{kind}|{detail}".encode()).hexdigest()[:16]

@@ -30,6 +30,11 @@ class Concept:
     words: tuple[str, ...]
     types: tuple[str, ...] = ()
     hint: str = ""  # what to do, where it says more than the class's hint
+    # What tells one cause of this kind from another, for its fingerprint (fingerprint.py):
+    # "message", its words once what varies between runs is erased; "phase", only where in the
+    # launch it struck (memory runs out differently loading weights and capturing graphs, and
+    # whatever the allocator's wording); "concept", nothing more (one cause in any wording).
+    signed_by: str = "message"
     pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -56,6 +61,7 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"profiled value -\d",  # the weights left no room for the KV cache
         ),
         types=("OutOfMemoryError", "MemoryError"),
+        signed_by="phase",
     ),
     Concept(
         "address in use",
@@ -97,7 +103,7 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         "GPU's sm_XX do not match; check the toolchain's error above it.",
     ),
     Concept(
-        "driver too old or missing",
+        "driver too old or missing",  # (signed by message: no driver at all is another cause)
         "driver",
         (
             r"driver version is insufficient",
@@ -106,6 +112,17 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"CUDA driver",
             r"undefined symbol: cu[A-Z]",
         ),  # a CUDA driver API symbol: the driver is older than the build
+    ),
+    Concept(
+        "distributed store timed out",  # the ranks never all met: one cause, worded by client or server
+        "nccl",
+        (
+            r"(?:TCPStore|DistStoreError|DistNetworkError|c10d|rendezvous|\bstore\b).{0,200}(?:timed out|timeout)",
+            r"(?:timed out|timeout).{0,200}(?:TCPStore|c10d|rendezvous|\bstore\b|waiting for clients)",
+        ),
+        hint="The ranks could not meet at the distributed store: every node started, --dist-init-addr reachable "
+        "from all of them (firewall, interface), the port free, and --dist-timeout long enough for the slowest.",
+        signed_by="concept",
     ),
     Concept(
         "distributed store",  # where ranks meet before their collectives: torch's c10d TCPStore
@@ -120,8 +137,6 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"client socket has timed out",
         ),
         types=("DistStoreError", "DistNetworkError"),
-        hint="The ranks could not meet at the distributed store: every node started, --dist-init-addr reachable "
-        "from all of them (firewall, interface), the port free, and --dist-timeout long enough for the slowest.",
     ),
     Concept(
         "collective communication",
@@ -129,11 +144,18 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         (r"\b[NHR]CCL\b|NCCL_|ProcessGroup", r"DistBackendError", r"\bgloo\b", r"Watchdog caught collective"),
     ),
     Concept(
+        "library built against another version",  # a compiled extension's ABI: torch's, CUDA's runtime
+        "import-error",
+        (r"undefined symbol",),
+        hint="A compiled library was built against another version of torch or CUDA than the one installed "
+        "(an undefined symbol): install the build of it (sgl_kernel, flashinfer, …) that matches this torch.",
+        signed_by="concept",
+    ),
+    Concept(
         "packages disagree",
         "import-error",
         (
             r"ImportError|ModuleNotFoundError|PackageNotFoundError|cannot import name|No module named",
-            r"undefined symbol",
             r"Could not load any common_ops",
             r"minimum required version .* is not installed",
             r"got an unexpected keyword argument",  # an integrating program and SGLang disagree on an API
@@ -141,13 +163,27 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         ),
     ),
     Concept(
+        "architecture not supported",
+        "model-load",
+        (r"Model architectures", r"has no SGLang implementation"),
+        signed_by="concept",
+    ),
+    Concept(
+        "quantization scales not in the model",  # a quantized checkpoint for another build of the model
+        "model-load",
+        (
+            r"KeyError: '[\w.]*_scale\w*'",
+            r"\b[\w.]*_scale\w*\b.{0,40}\bnot (?:found|in)\b",
+            r"\bmissing\b.{0,40}\bscales?\b",
+        ),
+        signed_by="concept",
+    ),
+    Concept(
         "model does not fit",
         "model-load",
         (
-            r"Model architectures",
-            r"does not recognize this architecture",
-            r"has no SGLang implementation",
-            r"KeyError: '[\w.]*(?:\.weight|\.bias|_scale|layers\.\d+)[\w.]*'",  # a parameter the model lacks
+            r"does not recognize this architecture",  # Transformers, too old for the model's type
+            r"KeyError: '[\w.]*(?:\.weight|\.bias|layers\.\d+)[\w.]*'",  # a parameter the model lacks
             r"\b(?:weight|param\w*|scale)s?\b.{0,80}\bnot (?:found|in)\b",
             r"\bmissing\b.{0,40}\b(?:weight|param\w*|scale|key)s?\b|Missing key|Unexpected key",
             r"size mismatch for",
