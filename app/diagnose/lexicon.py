@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 from app.diagnose.events import ARGPARSE_ERROR, CANNOT_RUN, EXCEPTION, Evidence
 
@@ -34,7 +35,7 @@ class Concept:
     # "message", its words once what varies between runs is erased; "phase", only where in the
     # launch it struck (memory runs out differently loading weights and capturing graphs, and
     # whatever the allocator's wording); "concept", nothing more (one cause in any wording).
-    signed_by: str = "message"
+    signed_by: Literal["message", "phase", "concept"] = "message"
     pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -222,8 +223,8 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"unspecified launch failure",
             r"device-side assert",
             r"Memory access fault by GPU",
-            r"Kernel task happen error",
-        ),  # Ascend's
+            r"Kernel task happen error",  # Ascend's
+        ),
         hint="A GPU kernel faulted (an illegal access or a device-side assert): a kernel bug or a kernel that does "
         "not fit these shapes. Rerun with CUDA_LAUNCH_BLOCKING=1 to find it, and try another attention backend, "
         "--disable-cuda-graph, or without speculative decoding to narrow it down.",
