@@ -22,6 +22,7 @@ from app.diagnose.events import (
     EXCEPTION,
     FATAL_LINES,
     FRAME,
+    HARMLESS,
     MAX_TRACEBACK_LINES,
     PRECURSOR,
     Evidence,
@@ -39,7 +40,6 @@ from app.diagnose.lines import MAX_RECORD, Line, logical_lines, without_binary_r
 from app.diagnose.root import SECONDARY, is_wrapper, root_of
 
 CAPTURE_DONE = re.compile(r"graph end|^(?:Decode|Prefill) batch|max_total_num_tokens=")
-HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance might be sub-optimal|^Skipping ", re.I)
 READY = "The server is fired up and ready to roll!"
 STAGES = (  # in launch order; each recognised by the first line SGLang writes in it
     ("args parsed", re.compile(r"^server_args=")),
@@ -56,6 +56,9 @@ STAGES = (  # in launch order; each recognised by the first line SGLang writes i
     ("serving", re.compile(r"^Decode batch[.,]")),
 )
 PERCENT = re.compile(r"(\d{1,3})%")
+# A line that says the process waits for something (a lock, a peer, a server): when the log ends on
+# such lines before the server was ready, the wait never ended.
+WAITING = re.compile(r"\bwaiting (?:for|on|until)\b", re.I)
 STAGE_INDEX = {name: index for index, (name, _) in enumerate(STAGES)}
 WEIGHTS_STAGE, CAPTURE_STAGE = STAGE_INDEX["weights loading"], STAGE_INDEX["cuda graph capture"]
 READY_STAGE, SERVING = STAGE_INDEX["ready"], STAGE_INDEX["serving"]
@@ -128,6 +131,7 @@ class Analyzer:
         self._precursor: Line | None = None
         self._cut: Traceback | None = None  # a traceback the log ended in, before its exception
         self._progress: Line | None = None  # the last line that showed the launch moving on
+        self._waiting: Line | None = None  # the first of the lines the log ends on that say it waits
         self._capture_done = False  # a line that only comes once CUDA graph capture is over
         self._adjustments: list[Line] = []
         self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
@@ -202,7 +206,8 @@ class Analyzer:
         result = self.snapshot()
         unfinished = result.stage_percent is None or result.stage_percent < 100
         capturing = result.stage == "cuda graph capture" and unfinished and not self._capture_done
-        if silence_is_hang and result.root_error is None and capturing:
+        waited = self._waiting is not None and self._stage_index < READY_STAGE
+        if silence_is_hang and result.root_error is None and (capturing or waited):
             return self.hung()
         return result
 
@@ -221,14 +226,17 @@ class Analyzer:
         return self._diagnosis(root or self._secondary)
 
     def hung(self) -> Diagnosis:
-        """The answer for a launch that stopped making progress: rooted in its last progress line."""
+        """The answer for a launch that stopped making progress: rooted in the wait it ended on, or
+        in its last progress line."""
         result = self.snapshot()
-        line = self._progress
+        line = self._waiting or self._progress
         if result.root_error is not None or line is None:
             return result
         result.failure_class, result.hint = "timeout", HINTS["timeout"]
         result.root_error, result.root_line = line.raw.strip(), line.number
         message = f"no progress during {result.stage}"
+        if line is self._waiting:  # what it waited for tells one hang from another
+            message = f"{message}, {signature_parts(line.text.strip())[1]}"
         result.fingerprint = fingerprint("timeout", message)
         result.error_type, result.error_message = "", message
         return result
@@ -252,6 +260,10 @@ class Analyzer:
             self._recognisable = line.prefixed or self._stage_index >= 0 or _recognisable(line, text)
         if not self._capture_done and CAPTURE_DONE.search(text):
             self._capture_done = True
+        if "aiting" not in text or not WAITING.search(text):
+            self._waiting = None
+        elif self._waiting is None:
+            self._waiting = line
         self._figures.see(text)
         # The substring tests spare the regular expression on the many lines that cannot match.
         hybrid_sign = "Mamba Cache" in text or "type=" in text

@@ -50,6 +50,9 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     # a library that does not load, in a wrapper's one-line error
     re.compile(r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"),
 )
+# Lines that say themselves they are no failure (a warning, a note that an error can be ignored),
+# wherever they are printed: never a fatal line, nor part of an exception's message.
+HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance might be sub-optimal|^Skipping ", re.I)
 # A fatal line that announces the error after it: the root only when no exception follows.
 PRECURSOR = re.compile(r"is larger than the profiled value -\d+")  # the weights left no room for the KV cache
 MAX_TRACEBACK_LINES = 400
@@ -105,7 +108,7 @@ def traceback_context(tb: Traceback, root: Line | None) -> Evidence:
         elif after_frame or CARETS.match(text):
             where.append(text)  # the frame's source line
             after_frame = False
-        else:
+        elif not HARMLESS.search(text):  # (a warning printed into the traceback says nothing of it)
             chain.append(text)
             if line in tb.exceptions and (found := EXCEPTION.match(text)):
                 types.append(found.group(1))
