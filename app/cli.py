@@ -19,6 +19,20 @@ if TYPE_CHECKING:
     from app.config import Settings
     from app.diagnose.rules import Rule
 
+# What `launchdeck diagnose` prints of a diagnosis: these keys of the API's diagnosis object (a
+# StoredDiagnosis), with the same values, and with --rules its `rule` and `built_in` too.
+CLI_KEYS = (
+    "stage",
+    "stage_percent",
+    "class",
+    "concept",
+    "root_error",
+    "fingerprint",
+    "hint",
+    "adjustments",
+    "recognised",
+)
+
 
 def main(argv: list[str] | None = None) -> int:
     try:
@@ -163,9 +177,11 @@ def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) ->
     """Reads the log in chunks, so a log of any size takes bounded memory; team rules, when given,
     read the same chunks and then decide over the built-in answer."""
     import json
+    from dataclasses import replace
 
     from app.diagnose.analyze import Analyzer
     from app.diagnose.rules import RuleScanner
+    from app.diagnose.stored import AppliedRule, stored
 
     try:
         rules = _read_rules(rules_path) if rules_path is not None else ()
@@ -181,31 +197,31 @@ def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) ->
     except OSError as exc:
         print(f"launchdeck: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    diagnosis, decision = scanner.decide(analyzer.finish())
+    found, decision = stored(analyzer.finish()).decided_by(scanner)
     for warning in scanner.warnings:
         print(f"launchdeck: warning: {warning}", file=sys.stderr)
-    result = diagnosis.as_dict()
-    if rules_path is not None:
-        result |= decision.as_dict() if decision else {"rule": None, "built_in": None}
+    if decision is not None:
+        found = replace(found, rule=AppliedRule.of(decision, None, decision.line))
+    as_kept = found.to_json()
+    keys = (*CLI_KEYS, "rule", "built_in") if rules_path is not None else CLI_KEYS
+    result = {key: as_kept.get(key) for key in keys}
     if as_json:
         print(json.dumps(result, indent=2))
         return 0
-    if decision is not None:
-        author = f" (by {decision.rule.author})" if decision.rule.author else ""
-        print(f"{'team rule:':13} {decision.rule.title}{author}")
-    if not result["recognised"]:  # said beside the class, which stays one of the contracted names
-        result["class"] = (
-            f"{result['class']} ({'unrecognised failure' if result['root_error'] else 'not an SGLang log'})"
-        )
+    if found.rule is not None:
+        print(f"{'team rule:':13} {found.rule.title}{f' (by {found.rule.author})' if found.rule.author else ''}")
+    if found.stage_percent is not None:
+        result["stage"] = f"{found.stage} ({found.stage_percent}%)"
+    if not found.recognised:  # said beside the class, which stays one of the contracted names
+        unknown = "unrecognised failure" if found.root_error else "not an SGLang log"
+        result["class"] = f"{found.failure_class} ({unknown})"
     for key in ("stage", "class", "root_error", "fingerprint", "hint"):
         print(f"{key + ':':13} {result[key] if result[key] is not None else '-'}")
-    if decision is not None:
-        built_in = decision.built_in
+    if found.built_in is not None:
+        built_in = found.built_in
         print(f"{'built-in:':13} {built_in.failure_class} ({built_in.fingerprint or '-'}): {built_in.hint or '-'}")
-    adjustments = result["adjustments"]
-    assert isinstance(adjustments, list)
-    print(f"{'adjustments:':13} {len(adjustments) or '-'}")
-    for line in adjustments:
+    print(f"{'adjustments:':13} {len(found.adjustments) or '-'}")
+    for line in found.adjustments:
         print(f"  {line}")
     return 0
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from app.diagnose.analyze import Analyzer, Diagnosis, diagnose
 from app.diagnose.fingerprint import fingerprint
 from app.diagnose.lines import MAX_RECORD
+from app.diagnose.stored import stored
 
 ROOT = Path(__file__).resolve().parents[1]
 OOM = (
@@ -269,7 +270,7 @@ def test_different_causes_keep_different_fingerprints(first: str, second: str) -
 
 def test_capture_failure_is_rooted_in_the_inner_oom() -> None:
     result = diagnose(CAPTURE_LOG)
-    assert result.failure_class == "oom" and result.as_dict()["stage"] == "cuda graph capture (0%)"
+    assert (result.failure_class, result.stage, result.stage_percent) == ("oom", "cuda graph capture", 0)
     assert result.root_error is not None and result.root_error.startswith("torch.OutOfMemoryError: CUDA out of memory.")
 
 
@@ -349,7 +350,7 @@ def test_chunked_and_whole_give_the_same_answer(cuts: list[int]) -> None:
 def test_never_raises_on_arbitrary_bytes_and_ignores_how_they_arrive(data: bytes, cuts: list[int]) -> None:
     whole = fed_in_pieces(data, [])
     assert fed_in_pieces(data, cuts) == whole
-    whole.as_dict()
+    stored(whole).to_json()
 
 
 @settings(max_examples=60, deadline=None)
@@ -362,7 +363,7 @@ def test_never_raises_on_arbitrary_bytes_and_ignores_how_they_arrive(data: bytes
     )
 )
 def test_never_raises_on_shuffled_log_lines(lines: list[str]) -> None:
-    diagnose("\n".join(lines)).as_dict()
+    stored(diagnose("\n".join(lines))).to_json()
 
 
 def test_a_growing_log_is_answered_so_far_without_disturbing_the_reading() -> None:
@@ -475,7 +476,9 @@ def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path
     )
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
-    contracted = {"stage", "class", "concept", "root_error", "fingerprint", "hint", "adjustments", "recognised"}
+    contracted = {
+        "stage", "stage_percent", "class", "concept", "root_error", "fingerprint", "hint", "adjustments", "recognised"
+    }  # fmt: skip
     assert set(answer) == contracted
     assert answer["class"] == "oom" and answer["root_error"] == OOM.format(size="2.00", gpu=1)
     assert answer["recognised"] is True
@@ -508,8 +511,8 @@ def test_random_bytes_say_nothing_and_hide_no_error_written_after_them(tmp_path:
             [sys.executable, "-m", "app.cli", "diagnose", str(log), "--json"], cwd=ROOT, capture_output=True, check=True
         ).stdout
     )
-    clean = diagnose(kv_oom_log()).as_dict()
-    assert answer == clean and answer["class"] == "oom"
+    clean = stored(diagnose(kv_oom_log())).to_json()
+    assert answer == {key: clean[key] for key in answer} and answer["class"] == "oom"
 
 
 def test_a_line_that_never_ends_is_read_for_its_first_record_and_the_rest_skipped(tmp_path: Path) -> None:

@@ -111,16 +111,8 @@ def test_a_matching_rule_decides_class_and_hint_and_keeps_the_built_in_answer() 
     result, decision = apply_rules(rules, log, built_in)
     assert (result.failure_class, result.hint) == ("arg-override", "Pass --mamba-scheduler-strategy extra_buffer.")
     assert result.root_error == MAMBA_ERROR and result.fingerprint == built_in.fingerprint
-    assert decision is not None and decision.as_dict() == {
-        "rule": {
-            "title": "Hybrid needs extra_buffer",
-            "author": "ana",
-            "match": "got no_buffer",
-            "scope": "root",
-            "matched": MAMBA_ERROR,
-        },
-        "built_in": {"class": "other", "hint": HINTS["other"], "fingerprint": built_in.fingerprint},
-    }
+    assert decision is not None and (decision.rule.title, decision.rule.author) == ("Hybrid needs extra_buffer", "ana")
+    assert (decision.evidence, decision.line) == (MAMBA_ERROR, built_in.root_line)
     assert (built_in.recognised, result.recognised) == (False, True)  # a person placed what no rule could
 
 

@@ -10,7 +10,7 @@ from app.diagnose.analyze import diagnose
 from app.diagnose.drift import Drift, drift, effective_fields
 from app.diagnose.figures import parse_server_args
 from app.diagnose.lines import logical_lines
-from app.launch.failure_signatures import stored
+from app.diagnose.stored import stored
 
 MODEL = "Qwen/Qwen3.6-27B"
 # What the newest release's resolved_dict() gives for a hybrid model with EAGLE on two GPUs: the
@@ -183,24 +183,24 @@ def test_the_no_buffer_refusal_says_whether_the_argv_asked_for_the_strategy() ->
     assert result.root_error == NO_BUFFER_ERROR and result.failure_class == "arg-conflict"
 
     never_asked = stored(result, OLD_ARGV)
-    assert never_asked["class"] == "arg-conflict"
-    assert never_asked["hint"].startswith(
+    assert never_asked.failure_class == "arg-conflict"
+    assert never_asked.hint.startswith(
         "The attempt's argv has no --mamba-scheduler-strategy: the strategy was never requested, so SGLang's "
         "default auto became no_buffer"
     )
-    assert "Fix: pass --mamba-scheduler-strategy extra_buffer" in never_asked["hint"]
-    assert "--disable-radix-cache" in never_asked["hint"]
+    assert "Fix: pass --mamba-scheduler-strategy extra_buffer" in never_asked.hint
+    assert "--disable-radix-cache" in never_asked.hint
     assert drift(OLD_ARGV, None, result.adjustments, result.root_error)[-1] == Drift(
         "mamba_scheduler_strategy", None, "no_buffer", "error", NO_BUFFER_ERROR
     )
 
     asked = stored(result, [*OLD_ARGV, "--mamba-scheduler-strategy=extra_buffer"])
-    assert asked["class"] == "arg-conflict"  # SGLang did not override it: it never got it
-    assert asked["hint"].startswith(
+    assert asked.failure_class == "arg-conflict"  # SGLang did not override it: it never got it
+    assert asked.hint.startswith(
         "The attempt's argv has --mamba-scheduler-strategy extra_buffer, yet SGLang ran no_buffer: 0.5.10 to 0.5.13 "
         "never override an explicit extra_buffer, so the flag did not reach this server"
     )
-    auto = stored(result, [*OLD_ARGV, "--mamba-scheduler-strategy", "auto"])["hint"]
+    auto = stored(result, [*OLD_ARGV, "--mamba-scheduler-strategy", "auto"]).hint
     assert auto.startswith(
         "The attempt's argv asks for --mamba-scheduler-strategy auto, which 0.5.10 to 0.5.13 turn into"
     )
@@ -320,7 +320,7 @@ def test_a_preflight_prediction_in_the_newest_dict_is_compared_setting_by_settin
 
 
 def test_the_no_buffer_refusal_under_a_config_file_points_at_the_file() -> None:
-    hint = stored(diagnose(OLD_NO_BUFFER_LOG), [*OLD_ARGV, "--config", "/srv/presets/mtp.yaml"])["hint"]
+    hint = stored(diagnose(OLD_NO_BUFFER_LOG), [*OLD_ARGV, "--config", "/srv/presets/mtp.yaml"]).hint
     assert hint.startswith(
         "The attempt's argv has no --mamba-scheduler-strategy, and its --config file /srv/presets/mtp.yaml leaves "
         "the strategy to auto or asks for no_buffer"

@@ -12,7 +12,8 @@ from sqlalchemy import select
 
 from app.db.models import Attempt, Host, Preset, PresetRevision
 from app.diagnose.analyze import diagnose
-from app.launch.failure_signatures import assign_signature, stored
+from app.diagnose.stored import stored
+from app.launch.failure_signatures import assign_signature
 from app.launch.record import Pace
 from tests.support import free_port
 from tests.test_diagnose_versions import MODEL, NEWEST_ARGV, NEWEST_OOM_LOG
@@ -151,7 +152,7 @@ async def test_attempt_page_shows_drift_from_the_newest_releases_dict_dump(
             preset_revision_id=revision.id,
             argv=NEWEST_ARGV,
             status="failed",
-            diagnosis=stored(diagnose(log), NEWEST_ARGV),
+            diagnosis=stored(diagnose(log), NEWEST_ARGV).to_json(),
         )
         session.add(attempt)
         await session.commit()
@@ -203,7 +204,7 @@ async def test_a_failure_no_rule_places_says_unrecognised_on_its_attempt_and_its
                 preset_revision_id=revision.id,
                 argv=[],
                 status=status,
-                diagnosis=stored(diagnose(log), []),
+                diagnosis=stored(diagnose(log), []).to_json(),
             )
             session.add(attempt)
             await session.flush()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from app import audit, db
 from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
 from app.diagnose.rules import parse_rules
+from app.diagnose.stored import BuiltIn, StoredDiagnosis
 from app.errors import InvalidInput, NotFound
 from app.launch import team_rules
 from app.launch.failure_signatures import assign_signature
@@ -97,20 +99,25 @@ async def test_a_bad_rule_is_refused_with_a_sentence_and_nothing_is_written(sess
 
 def test_a_rule_decides_over_the_built_in_answer_which_stays_beside_it_and_returns_without_it() -> None:
     rule = parse_rules('[[rule]]\nmatch = "not enough memory"\nclass = "oom"\ntitle = "KV pool"\nauthor = "ana"\n')[0]
-    assert decide(STORED, [(3, rule)]) == STORED  # case matters: no match, nothing added
+    found = StoredDiagnosis.from_json(STORED)
+    assert decide(found, [(3, rule)]) == found  # case matters: no match, nothing added
     rule = parse_rules('[[rule]]\nmatch = "Not enough memory"\nclass = "oom"\ntitle = "KV pool"\nauthor = "ana"\n')[0]
-    decided = decide(STORED, [(3, rule)])
-    assert decided["class"] == "oom" and decided["hint"] != "built-in hint"
-    assert decided["built_in"] == {"class": "other", "hint": "built-in hint", "fingerprint": "0123456789abcdef"}
-    assert (decided["rule"]["id"], decided["rule"]["author"], decided["rule"]["title"]) == (3, "ana", "KV pool")
-    assert decide(decided, []) == STORED  # the rule deleted: the built-in answer returns
+    decided = decide(found, [(3, rule)])
+    assert (decided.failure_class, decided.recognised) == ("oom", True) and decided.hint != "built-in hint"
+    assert decided.built_in == BuiltIn("other", "built-in hint", "0123456789abcdef", recognised=False)
+    assert decided.rule is not None and (decided.rule.id, decided.rule.author, decided.rule.title) == (
+        3,
+        "ana",
+        "KV pool",
+    )
+    assert decide(decided, []) == found  # the rule deleted: the built-in answer returns
 
 
 def test_a_failure_a_rule_placed_is_no_longer_unrecognised_and_is_again_once_the_rule_goes() -> None:
-    unplaced = {**STORED, "recognised": False}
+    unplaced = StoredDiagnosis.from_json({**STORED, "recognised": False})
     rule = parse_rules('[[rule]]\nmatch = "Not enough memory"\nclass = "oom"\ntitle = "KV pool"\n')[0]
     decided = decide(unplaced, [(3, rule)])
-    assert decided["recognised"] is True and decided["built_in"]["recognised"] is False
+    assert decided.recognised is True and decided.built_in is not None and decided.built_in.recognised is False
     assert decide(decided, [(3, rule)]) == decided
     assert decide(decided, []) == unplaced
 
@@ -119,11 +126,23 @@ def test_a_scope_any_rule_reads_the_log_and_a_live_write_keeps_the_line_it_match
     log = tmp_path / "1.log"
     log.write_text("starting\nWARNING: the_flag is ignored on this GPU\n" + ROOT + "\n")
     rule = parse_rules('[[rule]]\nmatch = "--the-flag"\nscope = "any"\nclass = "arg-override"\ntitle = "T"\n')[0]
-    decided = decide(STORED, [(1, rule)], log_path=log)
-    assert decided["class"] == "arg-override"
-    assert (decided["rule"]["matched"], decided["rule"]["line"]) == ("WARNING: the_flag is ignored on this GPU", 2)
-    again = decide({**STORED, "rule": decided["rule"]}, [(1, rule)])  # no log read: the line is still there
+    found = StoredDiagnosis.from_json(STORED)
+    decided = decide(found, [(1, rule)], log_path=log)
+    assert decided.failure_class == "arg-override" and decided.rule is not None
+    assert (decided.rule.matched, decided.rule.line) == ("WARNING: the_flag is ignored on this GPU", 2)
+    again = decide(replace(found, rule=decided.rule), [(1, rule)])  # no log read: the line is still there
     assert again == decided
+
+
+def test_a_row_stored_by_an_older_version_reads_with_defaults_and_keeps_its_keys() -> None:
+    """Rows lack keys added since they were written; `recognised` absent means a class other than
+    `other`. A row read and written back keeps every key it had, with the same value."""
+    found = StoredDiagnosis.from_json(STORED)
+    assert (found.recognised, found.stage_percent, found.memory, found.rule) == (False, None, {}, None)
+    assert StoredDiagnosis.from_json({**STORED, "class": "oom"}).recognised is True
+    assert StoredDiagnosis.from_json({}) == StoredDiagnosis()
+    assert found.to_json().items() >= STORED.items()
+    assert "rule" not in found.to_json() and "server_info" not in found.to_json()
 
 
 async def test_the_background_pass_rediagnoses_past_attempts_and_undoes_a_deleted_rule(
@@ -156,7 +175,7 @@ async def test_the_background_pass_rediagnoses_past_attempts_and_undoes_a_delete
         await wait_for_pass(rediagnosis, 2)
         async with sessions.read() as session:
             attempt = await session.get(Attempt, past)
-            assert attempt is not None and attempt.diagnosis == STORED
+            assert attempt is not None and attempt.diagnosis == StoredDiagnosis.from_json(STORED).to_json()
     finally:
         await rediagnosis.close()
 

@@ -219,7 +219,7 @@ class Attempt(Base):
     effective_args: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # The SGLang version the preset's Python reported on the host at launch ("" if it could not say).
     sglang_version: Mapped[str] = mapped_column(String(64), default="")
-    # What the log says, kept up to date as it streams (see app.launch.failure_signatures).
+    # What the log says, kept up to date as it streams: a StoredDiagnosis as JSON (app.diagnose.stored).
     diagnosis: Mapped[dict[str, Any]] = mapped_column(default=dict)
     gpu_snapshot: Mapped[dict[str, Any]] = mapped_column(default=dict)
     launched_by: Mapped[str] = mapped_column(String(64), default="")

@@ -57,7 +57,8 @@ STAGES = (  # in launch order; each recognised by the first line SGLang writes i
 )
 PERCENT = re.compile(r"(\d{1,3})%")
 # A line that says the process waits for something (a lock, a peer, a server): when the log ends on
-# such lines before the server was ready, the wait never ended.
+# such lines, more than one (a wait said again, or by two loggers), before the server was ready,
+# the wait never ended. One such line at the end is a window cut during a wait, as in any startup.
 WAITING = re.compile(r"\bwaiting (?:for|on|until)\b", re.I)
 STAGE_INDEX = {name: index for index, (name, _) in enumerate(STAGES)}
 WEIGHTS_STAGE, CAPTURE_STAGE = STAGE_INDEX["weights loading"], STAGE_INDEX["cuda graph capture"]
@@ -101,18 +102,6 @@ class Diagnosis:
     # (no root error): the answer then says it does not know, rather than a class or "healthy".
     recognised: bool = True
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "stage": self.stage if self.stage_percent is None else f"{self.stage} ({self.stage_percent}%)",
-            "class": self.failure_class,
-            "concept": self.concept,
-            "root_error": self.root_error,
-            "fingerprint": self.fingerprint,
-            "hint": self.hint,
-            "adjustments": self.adjustments,
-            "recognised": self.recognised,
-        }
-
 
 class Analyzer:
     def __init__(self) -> None:
@@ -132,6 +121,7 @@ class Analyzer:
         self._cut: Traceback | None = None  # a traceback the log ended in, before its exception
         self._progress: Line | None = None  # the last line that showed the launch moving on
         self._waiting: Line | None = None  # the first of the lines the log ends on that say it waits
+        self._waits = 0  # how many lines the log ends on that say it waits
         self._capture_done = False  # a line that only comes once CUDA graph capture is over
         self._adjustments: list[Line] = []
         self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
@@ -206,7 +196,7 @@ class Analyzer:
         result = self.snapshot()
         unfinished = result.stage_percent is None or result.stage_percent < 100
         capturing = result.stage == "cuda graph capture" and unfinished and not self._capture_done
-        waited = self._waiting is not None and self._stage_index < READY_STAGE
+        waited = self._waits > 1 and self._stage_index < READY_STAGE
         if silence_is_hang and result.root_error is None and (capturing or waited):
             return self.hung()
         return result
@@ -229,7 +219,7 @@ class Analyzer:
         """The answer for a launch that stopped making progress: rooted in the wait it ended on, or
         in its last progress line."""
         result = self.snapshot()
-        line = self._waiting or self._progress
+        line = self._waiting if self._waits > 1 else self._progress
         if result.root_error is not None or line is None:
             return result
         result.failure_class, result.hint = "timeout", HINTS["timeout"]
@@ -261,9 +251,9 @@ class Analyzer:
         if not self._capture_done and CAPTURE_DONE.search(text):
             self._capture_done = True
         if "aiting" not in text or not WAITING.search(text):
-            self._waiting = None
-        elif self._waiting is None:
-            self._waiting = line
+            self._waiting, self._waits = None, 0
+        else:
+            self._waiting, self._waits = self._waiting or line, self._waits + 1
         self._figures.see(text)
         # The substring tests spare the regular expression on the many lines that cannot match.
         hybrid_sign = "Mamba Cache" in text or "type=" in text

@@ -72,28 +72,11 @@ class Rule:
 
 @dataclass(frozen=True)
 class RuleDecision:
-    """Which rule decided a diagnosis, on what evidence, and what launchdeck had said without it."""
+    """Which rule decided a diagnosis, and on what evidence."""
 
     rule: Rule
     evidence: str  # the line the rule matched, or the fingerprint it merges
     line: int | None  # that line's number in the log, when it was a line
-    built_in: Diagnosis
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "rule": {
-                "title": self.rule.title,
-                "author": self.rule.author or None,
-                "match": self.rule.match,
-                "scope": str(self.rule.scope),
-                "matched": self.evidence,
-            },
-            "built_in": {
-                "class": self.built_in.failure_class,
-                "hint": self.built_in.hint,
-                "fingerprint": self.built_in.fingerprint,
-            },
-        }
 
 
 def parse_rules(text: str) -> tuple[Rule, ...]:
@@ -287,11 +270,11 @@ class RuleScanner:
 
     def _applies(self, watch: _Watch, diagnosis: Diagnosis) -> RuleDecision | None:
         if diagnosis.fingerprint is not None and diagnosis.fingerprint in watch.rule.merge:
-            return RuleDecision(watch.rule, f"fingerprint {diagnosis.fingerprint}", None, diagnosis)
+            return RuleDecision(watch.rule, f"fingerprint {diagnosis.fingerprint}", None)
         if watch.rule.scope == RuleScope.ANY:
             line, number = self._first_hit.get(watch.index, ("", 0))
-            return RuleDecision(watch.rule, line, number, diagnosis) if number else None
+            return RuleDecision(watch.rule, line, number) if number else None
         root = diagnosis.root_error
         if root is not None and self._search(watch, root[:MAX_LINE]):
-            return RuleDecision(watch.rule, root, diagnosis.root_line, diagnosis)
+            return RuleDecision(watch.rule, root, diagnosis.root_line)
         return None

@@ -12,8 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Attempt, PresetRevision
 from app.diagnose.drift import Drift, requested_args
+from app.diagnose.stored import StoredDiagnosis
 from app.errors import NotFound
-from app.launch.failure_signatures import drift_of, unrecognised
+from app.launch.failure_signatures import drift_of
 from app.launch.history import durations, load_attempt
 from app.logs.store import Line, LogStore
 
@@ -44,7 +45,7 @@ class Side:
     exit_code: int | None
     error: str
     failure_class: str
-    recognised: bool  # False where the diagnosis says it does not know (see failure_signatures.unrecognised)
+    recognised: bool  # False where the diagnosis says it does not know
     fingerprint: str | None
     root_error: str | None
     root_line: int | None
@@ -92,7 +93,7 @@ async def compare(session: AsyncSession, logs: LogStore, a_id: int, b_id: int) -
         argv=_rows(_options(a.argv), _options(b.argv)),
         env=_rows(a.env, b.env),
         gpus=_rows(_free_at_launch(a), _free_at_launch(b)),
-        memory=_rows((a.diagnosis or {}).get("memory", {}), (b.diagnosis or {}).get("memory", {})),
+        memory=_rows(StoredDiagnosis.from_json(a.diagnosis).memory, StoredDiagnosis.from_json(b.diagnosis).memory),
     )
 
 
@@ -124,8 +125,8 @@ def _same_preset(attempt: Attempt) -> Select[Any]:
 
 
 def _side(attempt: Attempt, logs: LogStore) -> Side:
-    found = attempt.diagnosis or {}
-    root_line = found.get("root_line")
+    found = StoredDiagnosis.from_json(attempt.diagnosis)
+    root_line = found.root_line
     excerpt: list[Line] = []
     if root_line:
         first = max(1, root_line - CONTEXT_LINES)
@@ -140,10 +141,10 @@ def _side(attempt: Attempt, logs: LogStore) -> Side:
         status=attempt.status,
         exit_code=attempt.exit_code,
         error=attempt.error,
-        failure_class=found.get("class", ""),
-        recognised=not unrecognised(found),
-        fingerprint=found.get("fingerprint"),
-        root_error=found.get("root_error"),
+        failure_class=found.failure_class,
+        recognised=found.recognised,
+        fingerprint=found.fingerprint,
+        root_error=found.root_error,
         root_line=root_line,
         stages=[
             # The first stage is stamped a moment before the row's creation time: never negative.

@@ -1,11 +1,9 @@
 """A launch's diagnosis while its log streams in: the analyzer fed by the log mirror, the answer
-kept on the attempt's row, its failure counted under a Signature, and the arguments SGLang used
-lined up with those asked for and those preflight predicted."""
+kept on the attempt's row (its shape: app.diagnose.stored), its failure counted under a Signature,
+and the arguments SGLang used lined up with those asked for and those preflight predicted."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,16 +12,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
-from app.diagnose.analyze import Analyzer, Diagnosis
+from app.diagnose.analyze import Analyzer
 from app.diagnose.drift import Drift, drift
-from app.diagnose.hints import explain
-from app.diagnose.lexicon import HINTS
+from app.diagnose.stored import StoredDiagnosis
 from app.errors import NotFound
 
 # The timeline's name for a log stage where it differs: the ready line alone is not "ready",
 # which needs /health to answer too.
 TIMELINE_NAMES = {"ready": "ready line"}
-CHART_POINTS = 480  # decode samples kept on the attempt's row for its chart
 
 
 class LiveDiagnosis:
@@ -50,69 +46,21 @@ class LiveDiagnosis:
         return [TIMELINE_NAMES.get(stage, stage) for stage in reached]
 
 
-def stored(result: Diagnosis, argv: list[str]) -> dict[str, Any]:
-    """The diagnosis as kept on the attempt's row (JSON), with what the argv it ran reveals: a hint
-    that can say whether a flag was in it, and an error about a value SGLang chose itself, where
-    another was asked for, is an override, not a conflict."""
-    failure_class, hint = result.failure_class, result.hint
-    explained = result.root_error and explain(
-        result.root_error, failure_class, server_args=result.figures.server_args, argv=argv, context=result.evidence
-    )
-    if explained:
-        failure_class, hint = explained.failure_class, explained.hint
-    elif failure_class in ("arg-conflict", "other") and any(
-        item.source == "error" and item.requested is not None and item.changed
-        for item in drift(argv, None, (), result.root_error)
-    ):
-        failure_class = "arg-override"
-        hint = HINTS[failure_class]
-    decode = result.figures.decode
-    step = math.ceil(len(decode) / CHART_POINTS) or 1
-    kept: dict[str, Any] = _jsonable(
-        {
-            "stage": result.stage,
-            "stage_percent": result.stage_percent,
-            "class": failure_class,
-            "root_error": result.root_error,
-            "root_line": result.root_line,
-            "fingerprint": result.fingerprint,
-            "hint": hint,
-            # a failure the argv placed (above) is recognised, whatever the log alone left it
-            "recognised": result.recognised or failure_class != "other",
-            "adjustments": result.adjustments,
-            "frames": result.frames,
-            "error_type": result.error_type,
-            "error_message": result.error_message,
-            "memory": result.figures.memory,
-            "decode": decode[::step],
-            "server_args": result.figures.server_args,
-        }
-    )
-    return kept
-
-
-def unrecognised(found: Mapping[str, Any]) -> bool:
-    """A stored diagnosis that says it does not know: a failure no rule placed, or a log that is no
-    SGLang log. One stored before it said so carries no `recognised`: its `other` could only come
-    from no rule matching."""
-    return found.get("recognised", found.get("class") != "other") is False
-
-
 def signature_unrecognised(signature: Signature) -> bool:
-    """A failure signature that no rule placed: its class is its first attempt's, and `other` is
+    """A failure signature that no rule placed: its class is its latest attempt's, and `other` is
     the class of a failure no rule placed."""
-    return unrecognised({"class": signature.failure_class})
+    return signature.failure_class == "other"
 
 
 def drift_of(attempt: Attempt) -> list[Drift]:
     """The attempt's requested arguments against every witness of the effective ones."""
-    found = attempt.diagnosis or {}
+    found = StoredDiagnosis.from_json(attempt.diagnosis)
     return drift(
         attempt.argv,
-        found.get("server_args"),
-        found.get("adjustments", ()),
-        found.get("root_error"),
-        server_info=found.get("server_info"),
+        found.server_args,
+        found.adjustments,
+        found.root_error,
+        server_info=found.server_info,
         predicted=attempt.effective_args or None,
     )
 
@@ -121,12 +69,12 @@ async def assign_signature(session: AsyncSession, attempt: Attempt) -> None:
     """Files the attempt under the Signature of its diagnosis (created the first time a cause is
     seen), moving it if its diagnosis changed; each attempt counts once. The group takes the class
     its latest attempt was given, so a team rule that reclassifies a cause reclassifies its group."""
-    found = attempt.diagnosis or {}
-    fingerprint = found.get("fingerprint")
+    found = StoredDiagnosis.from_json(attempt.diagnosis)
+    fingerprint = found.fingerprint
     current = await session.get(Signature, attempt.signature_id) if attempt.signature_id else None
     if (current.fingerprint if current else None) == fingerprint:
-        if current is not None and found.get("class") and current.failure_class != found["class"]:
-            current.failure_class = found["class"]
+        if current is not None and found.failure_class and current.failure_class != found.failure_class:
+            current.failure_class = found.failure_class
         return
     if current is not None:
         current.count -= 1
@@ -138,10 +86,10 @@ async def assign_signature(session: AsyncSession, attempt: Attempt) -> None:
     if signature is None:
         signature = Signature(
             fingerprint=fingerprint,
-            failure_class=found["class"],
-            exception_type=found.get("error_type", ""),
-            message=found.get("error_message", ""),
-            frames=found.get("frames", []),
+            failure_class=found.failure_class,
+            exception_type=found.error_type,
+            message=found.error_message,
+            frames=found.frames,
             first_seen=now,
             last_seen=now,
             count=1,
@@ -151,21 +99,8 @@ async def assign_signature(session: AsyncSession, attempt: Attempt) -> None:
     else:
         signature.count += 1
         signature.last_seen = now
-        signature.failure_class = found["class"]
+        signature.failure_class = found.failure_class
     attempt.signature_id = signature.id
-
-
-def _jsonable(value: Any) -> Any:
-    """Values from a parsed repr (tuples, sets, NaN, enums kept as text) as JSON any database stores."""
-    if isinstance(value, dict):
-        return {str(key): _jsonable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(item) for item in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, str | int | float):
-        return value
-    return str(value)
 
 
 @dataclass
@@ -232,7 +167,8 @@ class Failure:
 
 async def failures_of(session: AsyncSession, attempt_ids: list[int]) -> dict[int, Failure]:
     """The class and fingerprint of those attempts that have a failure signature, taken out of
-    their diagnosis by the database, so a list never loads the whole document."""
+    their diagnosis by the database (its JSON keys `class` and `fingerprint`), so a list never loads
+    the whole document."""
     found = Attempt.diagnosis
     query = select(Attempt.id, found["class"].as_string(), found["fingerprint"].as_string()).where(
         Attempt.id.in_(attempt_ids), Attempt.signature_id.is_not(None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,9 +19,10 @@ import httpx
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import UNSTARTED_STATUSES, Attempt, AttemptStatus
+from app.diagnose.stored import StoredDiagnosis, stored
 from app.errors import HostError
 from app.launch import remote
-from app.launch.failure_signatures import LiveDiagnosis, stored
+from app.launch.failure_signatures import LiveDiagnosis
 from app.launch.history import load_attempt
 from app.launch.record import AttemptRecord, Pace
 from app.logs.mirror import LogMirror
@@ -155,8 +157,8 @@ class Follower:
                 attempt.stage = stage
                 attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
             attempt.log_size = size
-            server_info = (attempt.diagnosis or {}).get("server_info")  # asked of the server once, kept
-            attempt.diagnosis = stored(result, self.argv) | ({"server_info": server_info} if server_info else {})
+            server_info = StoredDiagnosis.from_json(attempt.diagnosis).server_info  # asked of the server once, kept
+            attempt.diagnosis = replace(stored(result, self.argv), server_info=server_info).to_json()
             if hang_changed:
                 attempt.error = f"{silence}: the launch looks hung" if hung else ""
 
@@ -218,7 +220,7 @@ class Follower:
         arguments = {key: value for key, value in info.items() if key not in SERVER_INFO_STATE}
 
         def change(attempt: Attempt) -> None:
-            attempt.diagnosis = {**attempt.diagnosis, "server_info": arguments}
+            attempt.diagnosis = replace(StoredDiagnosis.from_json(attempt.diagnosis), server_info=arguments).to_json()
 
         await self.record.progress(change)
 

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus
+from app.diagnose.stored import StoredDiagnosis
 from app.errors import DiskFull
 from app.launch.failure_signatures import assign_signature
 from app.launch.rediagnose import decide_live
@@ -134,7 +135,7 @@ class AttemptRecord:
         the diagnosis, and files the attempt under the signature of its failure, if it has one."""
 
         async def write(attempt: Attempt, session: AsyncSession) -> None:
-            earlier = attempt.diagnosis or {}
+            earlier = StoredDiagnosis.from_json(attempt.diagnosis)
             change(attempt)
             await decide_live(session, attempt, earlier)
             await assign_signature(session, attempt)

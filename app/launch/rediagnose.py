@@ -2,10 +2,9 @@
 to past attempts in the background after the rules change.
 
 What is kept: the diagnosis as the rules decide it, with `built_in` (the class, hint and fingerprint
-launchdeck gave by itself, and whether it placed the failure) and `rule` (which rule decided, by
-whom, on what line) beside it, so the page can show both. A failure a rule decided is placed, as
-`launchdeck diagnose --rules` says. Deciding again always starts from `built_in`, so editing or
-deleting a rule undoes what it did.
+launchdeck gave by itself) and `rule` (which rule decided, by whom, on what line) beside it, so the
+page can show both. Deciding again always starts from `built_in`, so editing or deleting a rule
+undoes what it did.
 
 Scope `root` rules and merges decide from the stored root error and fingerprint alone. Scope `any`
 rules need the log. A live write, which never reads files inside its transaction, keeps the line
@@ -24,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import Sessions
 from app.db.models import Attempt
-from app.diagnose.analyze import Diagnosis
 from app.diagnose.rules import Rule, RuleScanner, RuleScope
+from app.diagnose.stored import AppliedRule, StoredDiagnosis
 from app.launch.failure_signatures import assign_signature
 from app.launch.team_rules import active_rules
 from app.logs.store import LogStore
@@ -44,70 +44,40 @@ BATCH = 100  # attempts read, decided and written together
 BATCH_PAUSE = 0.05  # seconds between batches, so a pass never crowds out live work
 MAX_LOG_BYTES = 16 << 20  # of each log, read for scope `any` rules
 PASS_LOG_BYTES = 4 << 30  # of all logs in one pass; past it, `any` rules keep the lines they matched
-DECIDED_KEYS = ("class", "hint", "fingerprint")
 
 
-def built_in_of(found: dict[str, Any]) -> dict[str, Any]:
-    """What launchdeck said by itself, with whether it placed the failure where the analyzer said so."""
-    if found.get("built_in"):
-        return dict(found["built_in"])
-    built_in = {key: found.get(key) for key in DECIDED_KEYS}
-    if "recognised" in found:
-        built_in["recognised"] = found["recognised"]
-    return built_in
-
-
-def decide(found: dict[str, Any], rules: list[tuple[int, Rule]], *, log_path: Path | None = None) -> dict[str, Any]:
+def decide(found: StoredDiagnosis, rules: list[tuple[int, Rule]], *, log_path: Path | None = None) -> StoredDiagnosis:
     """The stored diagnosis `found` as the rules decide it. With `log_path`, scope `any` rules read
     the log; without it they keep the line they matched before."""
-    if not found or not found.get("stage"):
+    if not found.stage:
         return found
-    built_in = built_in_of(found)
-    kept = {key: value for key, value in found.items() if key not in ("built_in", "rule", "recognised")}
-    kept.update(built_in)
-    if not rules:
-        return kept
     scanner = RuleScanner(tuple(rule for _, rule in rules))
-    previous = found.get("rule") or {}
+    previous = found.rule
     if log_path is not None and any(rule.scope == RuleScope.ANY for _, rule in rules):
         with contextlib.suppress(OSError), open(log_path, "rb") as f:
             left = MAX_LOG_BYTES
             while left > 0 and (block := f.read(min(1 << 20, left))):
                 scanner.feed_bytes(block)
                 left -= len(block)
-    elif previous.get("scope") == RuleScope.ANY and previous.get("matched"):
-        scanner.feed(previous["matched"] + "\n")
-    base = Diagnosis(
-        failure_class=built_in["class"],
-        hint=built_in["hint"] or "",
-        fingerprint=built_in["fingerprint"],
-        root_error=found.get("root_error"),
-        root_line=found.get("root_line"),
-    )
-    decided, decision = scanner.decide(base)
-    kept.update({"class": decided.failure_class, "hint": decided.hint, "fingerprint": decided.fingerprint})
-    if decision is None and decided.fingerprint == built_in["fingerprint"]:
-        return kept
-    kept["built_in"] = built_in
-    if decision is not None:
-        kept["recognised"] = decided.recognised  # a person placed it: no longer an unrecognised failure
-        rule_id = next(rule_id for rule_id, rule in rules if rule is decision.rule)
-        line = decision.line
-        if log_path is None and previous.get("scope") == RuleScope.ANY and decision.rule.scope == RuleScope.ANY:
-            line = previous.get("line")
-        named: dict[str, Any] = decision.as_dict()["rule"]  # type: ignore[assignment]
-        kept["rule"] = {**named, "id": rule_id, "class": decision.rule.failure_class, "line": line}
-    return kept
+    elif previous is not None and previous.scope == RuleScope.ANY and previous.matched:
+        scanner.feed(previous.matched + "\n")
+    decided, decision = found.decided_by(scanner)
+    if decision is None:
+        return decided
+    rule_id = next(rule_id for rule_id, rule in rules if rule is decision.rule)
+    line = decision.line
+    if log_path is None and previous is not None and previous.scope == decision.rule.scope == RuleScope.ANY:
+        line = previous.line
+    return replace(decided, rule=AppliedRule.of(decision, rule_id, line))
 
 
-async def decide_live(session: AsyncSession, attempt: Attempt, earlier: dict[str, Any]) -> None:
+async def decide_live(session: AsyncSession, attempt: Attempt, earlier: StoredDiagnosis) -> None:
     """The rules over the diagnosis a live attempt's follower just wrote (`earlier` is the one it
     replaced, which knows the line a scope `any` rule matched), in the follower's transaction."""
-    found = attempt.diagnosis
-    if found and "rule" not in found and "rule" in earlier:
-        found = {**found, "rule": earlier["rule"]}
-    if found:
-        attempt.diagnosis = decide(found, await active_rules(session))
+    found = StoredDiagnosis.from_json(attempt.diagnosis)
+    if found.stage:
+        found = replace(found, rule=found.rule or earlier.rule)
+        attempt.diagnosis = decide(found, await active_rules(session)).to_json()
 
 
 class Rediagnosis:
@@ -217,8 +187,9 @@ class Rediagnosis:
         changes = {}
         paths = self.logs.paths([attempt_id for attempt_id, _ in rows])
         reads_logs = any(rule.scope == RuleScope.ANY for _, rule in rules)
-        for attempt_id, found in rows:
-            if not found:
+        for attempt_id, row in rows:
+            found = StoredDiagnosis.from_json(row)
+            if not found.stage:
                 continue
             path = paths[attempt_id]
             if reads_logs and self._log_budget > 0 and path.exists():
@@ -227,5 +198,5 @@ class Rediagnosis:
             else:
                 now = decide(found, rules)
             if now != found:
-                changes[attempt_id] = (found, now)
+                changes[attempt_id] = (row, now.to_json())
         return changes

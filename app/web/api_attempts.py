@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from app import audit
 from app.db.models import Attempt, AttemptStatus
+from app.diagnose.stored import StoredDiagnosis
 from app.launch import failure_signatures, history
 from app.launch.failure_signatures import drift_of
 from app.web.deps import ApiUser, ReadDb, RuntimeDep
@@ -102,7 +103,7 @@ class AttemptPublic(AttemptListed):
     preflight: dict[str, Any]
     effective_args: dict[str, Any]
     sglang_version: str  # as the preset's Python reported it on the host at launch; "" if unknown
-    diagnosis: dict[str, Any]
+    diagnosis: dict[str, Any]  # a StoredDiagnosis, whose keys `launchdeck diagnose` prints too
     drift: list[dict[str, Any]]
     gpu_snapshot: dict[str, Any]
     override_reason: str
@@ -121,7 +122,7 @@ class AttemptPublic(AttemptListed):
             preflight=attempt.preflight,
             effective_args=attempt.effective_args,
             sglang_version=attempt.sglang_version,
-            diagnosis=attempt.diagnosis,
+            diagnosis=StoredDiagnosis.from_json(attempt.diagnosis).to_json(),
             drift=[asdict(row) | {"changed": row.changed} for row in drift_of(attempt)],
             gpu_snapshot=attempt.gpu_snapshot,
             override_reason=attempt.override_reason,

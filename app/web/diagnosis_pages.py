@@ -12,6 +12,7 @@ from sqlalchemy.orm import load_only
 from app.db.models import Attempt
 from app.diagnose.analyze import STAGES
 from app.diagnose.lexicon import HINTS
+from app.diagnose.stored import StoredDiagnosis
 from app.launch import compare, failure_signatures, history
 from app.web.deps import PageUser, ReadDb, RuntimeDep
 from app.web.log_pages import lines_html
@@ -34,7 +35,7 @@ CHART_WIDTH, CHART_HEIGHT = 600, 60
 async def diagnosis_context(db: ReadDb, attempt: Attempt) -> dict[str, Any]:
     """The attempt page's diagnosis panel: stage, root error, class and hint, drift, the earlier
     attempts that failed the same way, and the serving metrics."""
-    found = attempt.diagnosis or {}
+    found = StoredDiagnosis.from_json(attempt.diagnosis)
     earlier: list[Attempt] = []
     same = 0
     if attempt.signature_id is not None:
@@ -44,11 +45,11 @@ async def diagnosis_context(db: ReadDb, attempt: Attempt) -> dict[str, Any]:
         earlier = list((await db.scalars(query)).all())
     return {
         "diagnosis": found,
-        "unrecognised": failure_signatures.unrecognised(found),
+        "unrecognised": not found.recognised,
         "drift": failure_signatures.drift_of(attempt),
         "same_signature": same,
         "earlier": earlier,
-        "charts": charts(found.get("decode", [])),
+        "charts": charts(found.decode),
         "stage_names": [name for name, _ in STAGES],
         "rule_classes": list(HINTS),  # the "teach launchdeck" form's choices
     }
@@ -97,11 +98,13 @@ async def error_group_page(
     page_size = 50
     query = failure_signatures.with_signature(signature.id, before=before).limit(page_size + 1)
     rows = list((await db.scalars(query.options(*history.ATTEMPT_RELATIONS))).all())
+    attempts = [(attempt, StoredDiagnosis.from_json(attempt.diagnosis)) for attempt in rows[:page_size]]
     context = {
         "user": user,
         "signature": signature,
         "unrecognised": failure_signatures.signature_unrecognised(signature),
-        "attempts": rows[:page_size],
+        "attempts": attempts,  # with their diagnoses
+        "newest": attempts[0][1] if attempts else None,
         "older": rows[page_size - 1].id if len(rows) > page_size else None,
         "rule_classes": list(HINTS),
     }
