@@ -47,6 +47,8 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"^(?:Cannot access gated repo|Repository Not Found) for url"),  # the hub's refusal, printed
     re.compile(r"^Fatal Python error: \w|\bCaught signal \d+ \(|^Segmentation fault"),  # a crash below Python
     re.compile(r"^Memory access fault by GPU|^Failed: Cuda error \S"),  # the ROCm runtime's, a CUDA check's
+    re.compile(r"aborting with error : HSA_STATUS_ERROR_\w+"),  # the ROCm runtime's queue, before it aborts
+    re.compile(r"^LLVM ERROR: \S"),  # Triton's compiler, aborting the process
     # a library that does not load, in a wrapper's one-line error
     re.compile(r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"),
 )

@@ -53,24 +53,37 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         "oom",
         (
             r"out of memory",
-            r"\bnot enought? memory",
+            r"\bnot enought? (?:\w+ )?memory",  # "not enough host memory" (sglang/srt/mem_cache/pool_host)
             r"\binsufficient (?:\w+ )?memory",
-            r"failed to allocate (?:\w+ )?memory",
-            r"memory allocation failed",
-            r"\bcannot allocate memory",
-            r"Error(?:Memory)?Allocation\b|_ALLOC_FAILED|OUT_OF_MEMORY|OutOfMemory|RESOURCE_EXHAUSTED",
+            r"\b(?:cannot|can't|could not|unable to|failed to) allocate "
+            r"(?:\S+ ){0,3}?(?:memory|buffer|blocks?|pages?|tensor)",
+            r"memory allocation failed|std::bad_alloc",
+            r"Error(?:Memory)?Allocation\b|_ALLOC_FAILED|OUT_OF_(?:DEVICE_|HOST_)?MEMORY|OutOfMemory|RESOURCE_EXHAUSTED",
+            r"_MEMORY_ALLOCATION\b",  # Ascend's ACL_ERROR_RT_MEMORY_ALLOCATION
             r"profiled value -\d",  # the weights left no room for the KV cache
+            # the pools sized from what the weights left (sglang/srt/mem_cache/kv_cache_configurator.py,
+            # sglang/srt/model_executor/pool_configurator.py, sglang/srt/managers/tp_worker.py)
+            r"leaves? no (?:GPU memory|room) for the (?:full )?KV|too small to serve any request",
+            r"\b(?:memory|KV) pool size is too small|not enough space for [\w ]{0,30}(?:cache|pool)",
         ),
         types=("OutOfMemoryError", "MemoryError"),
         signed_by="phase",
+    ),
+    Concept(
+        "killed by the system",  # SIGKILL, as SGLang's launcher reports it (sglang/srt/entrypoints/engine.py)
+        "oom",
+        (r"\bexit ?code:? -9\b",),
+        hint="A process was killed (SIGKILL), most often by the host's OOM killer when CPU RAM runs out loading "
+        "the model: check `dmesg -T | grep -i oom`, the host's and the container's memory limit.",
+        signed_by="concept",
     ),
     Concept(
         "address in use",
         "port-in-use",
         (
             r"address already in use",
-            r"errno:? ?98\b",
-            r"EADDRINUSE",
+            r"errno:? ?(?:98|48|10048)\b|EADDRINUSE|only one usage of each socket address",  # Linux, macOS, Windows
+            r"Could not bind port",  # sglang/srt/utils/network.py
             r"is not available in \d+ seconds",
             r"already in use",
         ),
@@ -85,6 +98,8 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"unsupported (?:gpu |cuda )?arch",
             r"only supports sm_?\d+",
             r"does not support opType",  # Ascend: no operator binary for this device
+            r"NoBinaryForGpu|Unable to find code object for all current devices",  # ROCm's
+            r"CUBLAS_STATUS_ARCH_MISMATCH|HSA_STATUS_ERROR_INVALID_ISA",
             r"unsupported (?:PTX|toolchain)|PTX (?:was compiled with|JIT compil)",
         ),
         hint="No kernel is built for this GPU's compute capability (sm_XX): use a build of sglang, sgl_kernel, "
@@ -99,6 +114,7 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"\bninja\b.{0,80}(?:stopped|failed|non-zero)",
             r"Error building extension",
             r"error compiling objects",
+            r"LLVM ERROR",  # Triton's compiler aborting
         ),
         hint="A kernel could not be compiled for this GPU (JIT, nvcc or ptxas): the CUDA toolkit, Triton or the "
         "GPU's sm_XX do not match; check the toolchain's error above it.",
@@ -120,6 +136,7 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         (
             r"(?:TCPStore|DistStoreError|DistNetworkError|c10d|rendezvous|\bstore\b).{0,200}(?:timed out|timeout)",
             r"(?:timed out|timeout).{0,200}(?:TCPStore|c10d|rendezvous|\bstore\b|waiting for clients)",
+            r"client socket has timed out",  # torch's TCPStore client, raised as RuntimeError before DistNetworkError
         ),
         hint="The ranks could not meet at the distributed store: every node started, --dist-init-addr reachable "
         "from all of them (firewall, interface), the port free, and --dist-timeout long enough for the slowest.",
@@ -134,15 +151,20 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"DistStoreError",
             r"DistNetworkError",
             r"rendezvous",
-            r"recvValue|recvBytes",
-            r"client socket has timed out",
+            r"recvValue|recvBytes|sendBytes|failed to recv, got 0 bytes",
+            r"(?:client|server) socket has failed to (?:connect|listen)",  # torch's c10d socket.cpp
         ),
         types=("DistStoreError", "DistNetworkError"),
     ),
     Concept(
         "collective communication",
         "nccl",
-        (r"\b[NHR]CCL\b|NCCL_|ProcessGroup", r"DistBackendError", r"\bgloo\b", r"Watchdog caught collective"),
+        (
+            r"\b[NHR]CCL\b|NCCL_|(?-i:\bnccl[A-Z]\w+)|ProcessGroup|Process group watchdog",
+            r"DistBackendError",
+            r"\bgloo\b",
+            r"Watchdog caught collective|Heartbeat monitor timed out",  # torch's ProcessGroupNCCL
+        ),
     ),
     Concept(
         "library built against another version",  # a compiled extension's ABI: torch's, CUDA's runtime
@@ -158,15 +180,27 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         (
             r"ImportError|ModuleNotFoundError|PackageNotFoundError|cannot import name|No module named",
             r"Could not load any common_ops",
-            r"minimum required version .* is not installed",
+            r"minimum required version",  # sglang/srt/utils/common.py: assert_pkg_version
+            r"\bis not installed\b.{0,40}\bplease install\b",
             r"got an unexpected keyword argument",  # an integrating program and SGLang disagree on an API
             r"\bmodule '[\w.]+' has no attribute",
         ),
     ),
     Concept(
+        "remote code not trusted",  # a model or tokenizer whose code lives in its repository (Transformers)
+        "model-load",
+        (r"`trust_remote_code=True`|contains custom code which must be executed|requires you to execute the \w+ file",),
+        hint="The model or its tokenizer ships its own code: pass --trust-remote-code if you trust its repository.",
+        signed_by="concept",
+    ),
+    Concept(
         "architecture not supported",
         "model-load",
-        (r"Model architectures", r"has no SGLang implementation"),
+        (
+            r"Model architectures",
+            r"has no SGLang implementation",
+            r"Cannot find model module",  # sglang/srt/model_loader/utils.py
+        ),
         signed_by="concept",
     ),
     Concept(
@@ -189,7 +223,7 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"\bmissing\b.{0,40}\b(?:weight|param\w*|scale|key)s?\b|Missing key|Unexpected key",
             r"size mismatch for",
             r"'\w*Config' object has no attribute",  # the model's config lacks a field SGLang reads
-            r"safetensors|config\.json|Cannot find any model weights",
+            r"safetensors|SafetensorError|config\.json|Cannot find any model weights",
         ),
     ),
     Concept(
@@ -197,7 +231,10 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         "model-load",
         (
             r"not a valid model identifier|Repo id must|HFValidationError",
-            r"huggingface\.co|RepositoryNotFound|Repository Not Found|GatedRepo|gated repo|LocalEntryNotFound",
+            r"huggingface\.co|RepositoryNotFound|Repository Not Found|GatedRepo|gated repo|EntryNotFound",
+            # huggingface_hub/errors.py; Transformers' and SGLang's tokenizer loaders
+            r"RevisionNotFound|HfHubHTTPError|OfflineModeIsEnabled|\b40[13] Client Error|Incorrect path_or_model_id",
+            r"Can't load (?:the )?(?:tokenizer|config)|Failed to load the tokenizer",
             # the hub out of reach while the model's files are fetched
             r"ConnectionResetError|Connection aborted|SSLError|NameResolution|Temporary failure in name resolution",
         ),
@@ -220,7 +257,10 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"illegal memory access|ILLEGAL_ADDRESS|IllegalAddress",
             r"illegal instruction",
             r"misaligned address",
-            r"unspecified launch failure",
+            r"unspecified launch failure|too many resources requested for launch",
+            r"CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|INVALID_VALUE|MAPPING_ERROR)",
+            r"CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR)",
+            r"HSA_STATUS_ERROR_(?:MEMORY_APERTURE_VIOLATION|MEMORY_FAULT|ILLEGAL_INSTRUCTION|EXCEPTION)",  # ROCm's
             r"device-side assert",
             r"Memory access fault by GPU",
             r"Kernel task happen error",  # Ascend's
@@ -246,6 +286,10 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"divisible by.*(?:tensor_parallel_size|_size\b|--[a-z])|(?:partition|_size\b).*not divisible by",
             r"only supports|must be|\bis (?:not|only) supported (?:with|when|together)",
             r"\brequires? (?:the |a |an )?`?--[a-z]|\bplease (?:set|specify|pass|use|add) `?--[a-z]",  # a flag it needs
+            # a flag named beside a refusal: SGLang's argument checks (sglang/srt/arg_groups/)
+            r"--[a-z][\w-]*\b.{0,80}\b(?:requires|needs|does not support|is not supported|is required|must differ|"
+            r"cannot be (?:combined|set|used))\b",
+            r"\b(?:does not support|cannot be set together with|cannot set|invalid (?:type|value) for) `?--[a-z]",
         ),
     ),
 )

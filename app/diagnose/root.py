@@ -35,12 +35,17 @@ DETAIL = re.compile(
     r"^\S+\.(?:cu|cuh|cpp|cc|c|h|hpp|inc):\d+(?::\d+)?: (?:fatal )?error: "
 )
 QUOTED_KEY = re.compile(r"^'[^' ]+'$")
-# Errors a rank raises because another failed first (its peer's socket closed).
-SECONDARY = re.compile(r"gloo.*Connection (?:reset|closed) by peer|Connection (?:reset|closed) by peer.*gloo", re.I)
+# Errors a rank raises because another failed first (its peer's socket closed; torch's c10d store
+# reads nothing from a peer that is gone).
+SECONDARY = re.compile(
+    r"gloo.*Connection (?:reset|closed) by peer|Connection (?:reset|closed) by peer.*gloo|failed to recv, got 0 bytes",
+    re.I,
+)
 # Reports that something else failed: what they wrap, where visible, is the root.
 WRAPPER = re.compile(
     r"RayTaskError|RayActorError|ActorDiedError|ChildFailedError|BrokenProcessPool|hit an exception|"
-    r"Engine core initiali[sz]ation failed|Initiali[sz]ation failed\. Please see|scheduler is dead|"
+    r"Engine core initiali[sz]ation failed|Initiali[sz]ation failed\. (?:Please see|warmup error)|"
+    r"scheduler (?:is dead|died)|"  # sglang/srt/entrypoints/engine.py, http_server.py
     r"(?:process|worker|server|engine|subprocess)\b.{0,60}\b(?:exited|died|terminated|crashed|failed to start|"
     r"never became ready|did not become (?:ready|healthy))|"
     # a child process that is itself a server or a Python program (not a compiler a kernel build ran)
