@@ -160,7 +160,8 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         "collective communication",
         "nccl",
         (
-            r"\b[NHR]CCL\b|NCCL_|(?-i:\bnccl[A-Z]\w+)|ProcessGroup|Process group watchdog",
+            # (not torch's "Process group watchdog ... terminated with exception": it reports what it caught)
+            r"\b[NHR]CCL\b|NCCL_|(?-i:\bnccl[A-Z]\w+)|ProcessGroup",
             r"DistBackendError",
             r"\bgloo\b",
             r"Watchdog caught collective|Heartbeat monitor timed out",  # torch's ProcessGroupNCCL
