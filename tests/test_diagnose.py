@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.diagnose.analyze import Analyzer, Diagnosis, diagnose
-from app.diagnose.fingerprint import fingerprint
+from app.diagnose.fingerprint import fingerprint, normalise
 from app.diagnose.lines import MAX_RECORD
 from app.diagnose.stored import stored
 
@@ -675,3 +675,16 @@ def test_windows_cut_off_in_the_same_frame_do_not_share_a_fingerprint() -> None:
 
     assert diagnose(cut("event_loop")).fingerprint == diagnose(cut("event_loop")).fingerprint
     assert diagnose(cut("event_loop")).fingerprint != diagnose(cut("init_memory_pool")).fingerprint
+
+
+def test_a_rule_taught_from_a_failure_matches_what_stays_the_same_from_run_to_run() -> None:
+    stored_answer = stored(
+        diagnose(
+            "[2026-02-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/x/sglang/srt/managers/scheduler.py", line 10, in event_loop\n'
+            "RuntimeError: modelsync: the copy of /models/acme/Lark-8B is generation 41, the team's is 42\n"
+        )
+    )
+    assert stored_answer.teach_match() == "RuntimeError: modelsync: the copy of"
+    # a hub id is a name, kept by the signature; a path is erased
+    assert normalise("no access to acme/Lark-8B at /srv/models/Lark-8B") == "no access to acme/Lark-8B at <path>"

@@ -375,7 +375,7 @@ class Analyzer:
         result.root_line = line.number
         result.hint = hint
         result.recognised = concept is not None or result.failure_class != "other"
-        phase = phase_of(evidence.frames, result.stage)
+        phase = phase_of(evidence.frames, result.stage, message)
         signed_concept = concept if result.failure_class == (concept.failure_class if concept else "") else None
         result.fingerprint = fingerprint(result.failure_class, signed, signed_concept, phase)
         result.error_type, result.error_message = signature_parts(signed)

@@ -25,9 +25,10 @@ def _quoted(found: re.Match[str]) -> str:
     return found[0] if QUOTED_NAME.fullmatch(found[0][1:-1]) else "<str>"
 
 
-# Where in a launch a failure struck, from the frames that led to it (the first phase any frame
-# shows, in this order), else from the stage the log had reached.
+# Where in a launch a failure struck, from the frames that led to it or the error's own words (the
+# first phase either shows, in this order), else from the stage the log had reached.
 PHASES = (
+    ("resuming released memory", re.compile(r"resume_memory_occupation|memory_saver|func=resume")),  # RL wake-up
     ("loading weights", re.compile(r"load_model|load_weights|weight_loader|model_loader/")),
     ("allocating the KV cache", re.compile(r"init_memory_pool|memory_pool\.py|_create_buffers|profile_max_num_token")),
     ("capturing graphs", re.compile(r"capture", re.I)),
@@ -51,7 +52,8 @@ NORMALISE: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     (MISSING_SYMBOL, "<symbol>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
     (re.compile(r"\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\b|\b[0-9a-f]{16,}\b"), "<id>"),
-    (re.compile(r"(?:/[\w.@+-]+)+/?"), "<path>"),
+    # a path, two parts or more from a slash (a hub id's one, "org/Model-8B", leaves the name whole)
+    (re.compile(r"(?:/[\w.@+-]+){2,}/?"), "<path>"),
     (re.compile(r"\b\d+(?:\.\d+)?\s*(?:[KMGT]i?B|bytes)\b"), "<size>"),
     (re.compile(r"\b\d+(?:\.\d+)?\b"), "<n>"),
     (re.compile(r"'[^'\n]*'|\"[^\"\n]*\""), _quoted),
@@ -71,6 +73,17 @@ def normalise(message: str) -> str:
     return re.sub(r"\s+", " ", message).strip()[:500]
 
 
+def lasting_part(message: str) -> str:
+    """The longest stretch of a message that stays the same from run to run (between the numbers,
+    paths, ids and sizes `normalise` erases): what a rule taught from one failure should match to
+    catch the next like it. The whole message when no stretch is long enough to mean anything."""
+    pieces = [message]
+    for pattern, _ in NORMALISE:
+        pieces = [part for piece in pieces for part in pattern.split(piece)]
+    longest = max((piece.strip(" ,;:()[]=") for piece in pieces), key=len, default="")
+    return longest if len(longest) >= 12 else message
+
+
 def signature_parts(message: str) -> tuple[str, str]:
     """The exception type (empty for a fatal line that is not an exception) and the message with
     everything that varies between runs replaced. A cause given as a detail line ("- KeyError: x")
@@ -86,10 +99,11 @@ def signature_parts(message: str) -> tuple[str, str]:
     return kind, normalise(OOM_ACCOUNTING.sub("", detail))
 
 
-def phase_of(frames: Sequence[str], stage: str) -> str:
-    """Where in the launch a failure struck: what its frames show, else the stage reached."""
+def phase_of(frames: Sequence[str], stage: str, message: str = "") -> str:
+    """Where in the launch a failure struck: what its frames (or the error itself) show, else the
+    stage reached."""
     for name, pattern in PHASES:
-        if any(pattern.search(frame) for frame in frames):
+        if pattern.search(message) or any(pattern.search(frame) for frame in frames):
             return name
     return STAGE_PHASES.get(stage, "")
 

@@ -49,6 +49,14 @@ class Concept:
 
 CONCEPTS = (  # most specific first: the first whose words the failure shows places it
     Concept(
+        "kernel workspace too small",  # a kernel library's own buffer, sized at start, not the GPU's memory
+        "oom",
+        (r"in AlignedAllocator|workspace (?:buffer )?(?:is )?too small",),
+        hint="A kernel library's workspace buffer is too small for this batch (FlashInfer's AlignedAllocator): "
+        "raise its size (SGLANG_FLASHINFER_WORKSPACE_SIZE) or lower --max-running-requests / --chunked-prefill-size.",
+        signed_by="concept",
+    ),
+    Concept(
         "memory exhausted",
         "oom",
         (
@@ -269,6 +277,15 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         hint="A GPU kernel faulted (an illegal access or a device-side assert): a kernel bug or a kernel that does "
         "not fit these shapes. Rerun with CUDA_LAUNCH_BLOCKING=1 to find it, and try another attention backend, "
         "--disable-cuda-graph, or without speculative decoding to narrow it down.",
+    ),
+    Concept(
+        "process crashed",  # below Python: a signal, with no exception to say why
+        "other",
+        (r"Segmentation fault|SIGSEGV|Fatal Python error|Caught signal \d+|core dumped",),
+        hint="A process crashed below Python (a segmentation fault or another signal), with no error to say why: "
+        "the frames printed with it, or the last lines before it, show which library; try the launch without the "
+        "newest options (attention backend, custom all-reduce, CPU kernels) to narrow it down.",
+        signed_by="phase",
     ),
     Concept(
         "timed out",

@@ -20,8 +20,10 @@ from typing import Any
 
 from app.diagnose.analyze import Diagnosis
 from app.diagnose.drift import drift
+from app.diagnose.fingerprint import lasting_part
 from app.diagnose.hints import explain
 from app.diagnose.lexicon import HINTS
+from app.diagnose.lines import logical_lines
 from app.diagnose.rules import RuleDecision, RuleScanner
 
 CHART_POINTS = 480  # decode samples kept for the attempt's chart
@@ -105,6 +107,12 @@ class StoredDiagnosis:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self, dict_factory=_json_object)
+
+    def teach_match(self) -> str:
+        """What a rule taught from this failure matches unless the person changes it: the part of
+        the root error that stays the same from run to run (no numbers, paths or wrapper prefix)."""
+        records = logical_lines(self.root_error or "", 0)
+        return lasting_part(records[-1].text.strip()) if records else ""
 
     def alone(self) -> StoredDiagnosis:
         """What launchdeck said without the team's rules."""

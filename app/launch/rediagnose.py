@@ -92,7 +92,6 @@ class Rediagnosis:
         self._wake = asyncio.Event()
         self._everything = False  # a pass over every attempt is wanted
         self._ended: set[int] = set()  # attempts to decide from their whole log
-        self._first: set[int] = set()  # attempts the next pass decides before the rest
         self._task: asyncio.Task[None] | None = None
         self.passes = 0  # passes completed, for the tests
         self.changed = 0  # attempts whose diagnosis the last pass changed
@@ -101,12 +100,10 @@ class Rediagnosis:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="rediagnosis")
 
-    def request(self, *, first: int | None = None) -> None:
-        """A pass over every attempt; `first` (the attempt a rule was taught on) is decided before
-        the rest, so its page shows the rule at once."""
+    def request(self) -> None:
+        """A pass over every attempt (the one a rule was taught on is decided by its request, with
+        `run_on`, so the page the person goes back to shows the rule at once)."""
         self._everything = True
-        if first is not None:
-            self._first.add(first)
         self._wake.set()
 
     def attempt_ended(self, attempt_id: int) -> None:
@@ -125,10 +122,9 @@ class Rediagnosis:
             self._wake.clear()
             everything, self._everything = self._everything, False
             ended, self._ended = sorted(self._ended), set()
-            first, self._first = sorted(self._first), set()
             try:
                 if everything:
-                    self.changed = await self.run_on(first, every_rule=True) + await self.run_pass()
+                    self.changed = await self.run_pass()
                 elif ended:
                     self.changed = await self.run_on(ended)
             except Exception:

@@ -70,7 +70,10 @@ async def create_rule(request: Request, db: WriteDb, runtime: RuntimeDep, user: 
         context = await rules_page_context(db, user, error=str(exc), values=values_of(table), next=back_to(form))
         return render(request, "rules.html", context, status_code=422)
     taught_on = str(form.get("attempt", ""))
-    runtime.rediagnosis.request(first=int(taught_on) if taught_on.isdigit() and len(taught_on) < 19 else None)
+    if taught_on.isdigit() and len(taught_on) < 19:
+        # The page the person goes back to shows the rule at once; the rest follow in the background.
+        await runtime.rediagnosis.run_on([int(taught_on)], every_rule=True)
+    runtime.rediagnosis.request()
     return RedirectResponse(back_to(form), status_code=303)
 
 
