@@ -40,9 +40,8 @@ async def test_teach_a_rule_on_a_failure_and_see_past_and_later_attempts_take_it
     assert 'id="teach"' in page and 'action="/rules"' in page
     assert f'name="attempt" value="{past_id}"' in page
     # pre-filled with what stays the same from run to run: no sizes, no numbers
-    suggested = (
-        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static"
-    )
+    suggested = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+    suggested += "mem_fraction_static"
     assert f'name="match" value="{html.escape(suggested)}"' in page
     fingerprint = past["diagnosis"]["fingerprint"]
     group = (await api.get(f"/errors/{fingerprint}")).text
