@@ -105,6 +105,8 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"\bsm_?\d+a?\b.{0,60}\bnot (?:defined|supported)",  # a toolchain that does not know the GPU
             r"unsupported (?:gpu |cuda )?arch",
             r"only supports sm_?\d+",
+            # a kernel or backend that refuses this GPU's compute capability
+            r"(?:does not support|not supported|unsupported|no support)\b.{0,80}\b(?:compute )?capabilit(?:y|ies)\b",
             r"does not support opType",  # Ascend: no operator binary for this device
             r"NoBinaryForGpu|Unable to find code object for all current devices",  # ROCm's
             r"CUBLAS_STATUS_ARCH_MISMATCH|HSA_STATUS_ERROR_INVALID_ISA",
@@ -191,7 +193,9 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"Could not load any common_ops",
             r"minimum required version",  # sglang/srt/utils/common.py: assert_pkg_version
             r"\bis not installed\b.{0,40}\bplease install\b",
-            r"got an unexpected keyword argument",  # an integrating program and SGLang disagree on an API
+            # an integrating program and SGLang, or SGLang and a kernel library, disagree on an API
+            r"got an unexpected keyword argument|missing \d+ required (?:positional|keyword-only) argument",
+            r"takes (?:from )?\d+ (?:to \d+ )?positional arguments? but \d+ (?:were|was) given",
             r"\bmodule '[\w.]+' has no attribute",
         ),
     ),
