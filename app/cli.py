@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import os
@@ -116,6 +115,8 @@ def _run(argv: list[str] | None) -> int:
             print(f"launchdeck: rules file {args.file}: {exc}; nothing was imported", file=sys.stderr)
             return 2
     # Imported only now: `diagnose` needs none of the dashboard and so starts at once.
+    import asyncio
+
     from pydantic import ValidationError
 
     from app import client, db
@@ -343,6 +344,8 @@ async def demo_hosts(settings: Settings, directory: Path | None, names: list[str
     ports = cluster.recorded_ports()
     if names and port is not None:
         ports[names[0]] = port
+    import asyncio
+
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -688,3 +688,16 @@ def test_a_rule_taught_from_a_failure_matches_what_stays_the_same_from_run_to_ru
     assert stored_answer.teach_match() == "RuntimeError: modelsync: the copy of"
     # a hub id is a name, kept by the signature; a path is erased
     assert normalise("no access to acme/Lark-8B at /srv/models/Lark-8B") == "no access to acme/Lark-8B at <path>"
+
+
+def test_records_with_control_characters_no_text_has_are_binary_and_colours_are_not() -> None:
+    """A record holding a control byte no text carries is skipped like one holding a NUL, however the
+    bytes arrive; ANSI colours (escape), tabs and a terminal's bell leave a line text."""
+    traceback = "Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory\n"
+    # (\x1c counts as white space to Python: read as text, the line would be an exception)
+    noise = b"\x02\x10garbage with words\r\x05more\n" * 40 + b"\x1cValueError: bytes of a binary file\n"
+    log = noise + b"\x1b[31m\tcoloured\x07 line\x1b[0m\n" + traceback.encode()
+    whole = fed_in_pieces(log, [])
+    assert fed_in_pieces(log, [7, 300, 1001, len(log) - 20]) == whole
+    assert whole.failure_class == "oom" and whole.root_error == "RuntimeError: CUDA error: out of memory"
+    assert fed_in_pieces(noise, []).recognised is False  # nothing but binary records: not a log

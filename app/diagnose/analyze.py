@@ -36,7 +36,7 @@ from app.diagnose.figures import Figures
 from app.diagnose.fingerprint import fingerprint, phase_of, signature_parts
 from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
 from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, hint_for, place
-from app.diagnose.lines import MAX_RECORD, Line, logical_lines, without_binary_records
+from app.diagnose.lines import MAX_RECORD, Line, is_binary, logical_lines, without_binary_records
 from app.diagnose.root import SECONDARY, is_wrapper, root_of
 
 CAPTURE_DONE = re.compile(r"graph end|^(?:Decode|Prefill) batch|max_total_num_tokens=")
@@ -152,6 +152,8 @@ class Analyzer:
             # (a line too long for one record, or one with a NUL, is read as any other, the same
             # whether it arrived whole or in pieces)
             skim = "\r" not in line and len(line) <= MAX_RECORD
+            if skim and "\ufffd" in line and is_binary(line):
+                continue  # a record of binary data, as logical_lines would find, without taking it apart
             if skim and self._stage_index == SERVING and (self._current is None or self._current.ended):
                 decode = line.find(SKIMMED[0])
                 if decode >= 0 and line.find("[", decode + 1) < 0 and "\x00" not in line:

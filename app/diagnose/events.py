@@ -58,6 +58,9 @@ HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance
 # A fatal line that announces the error after it: the root only when no exception follows.
 PRECURSOR = re.compile(r"is larger than the profiled value -\d+")  # the weights left no room for the KV cache
 MAX_TRACEBACK_LINES = 400
+# How much of a message line its kind is read from: what a failure is, is said in its first words;
+# a tensor or a request printed whole into the message adds nothing but time.
+MESSAGE_HEAD = 4096
 SEPARATORS = ("During handling of the above exception", "The above exception was the direct cause")
 CARETS = re.compile(r"^[~^]+$")  # Python 3.11's markers under a frame's source
 

@@ -12,7 +12,7 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 
-from app.diagnose.events import EXCEPTION
+from app.diagnose.events import EXCEPTION, MESSAGE_HEAD
 from app.diagnose.lexicon import Concept
 
 OOM_ACCOUNTING = re.compile(r"(?<=out of memory)\..*", re.I)
@@ -68,6 +68,7 @@ CAUSES = (
 
 
 def normalise(message: str) -> str:
+    message = message[:MESSAGE_HEAD]
     for pattern, replacement in NORMALISE:
         message = pattern.sub(replacement, message)
     return re.sub(r"\s+", " ", message).strip()[:500]

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from app.diagnose.events import ARGPARSE_ERROR, CANNOT_RUN, EXCEPTION, Evidence
+from app.diagnose.events import ARGPARSE_ERROR, CANNOT_RUN, EXCEPTION, MESSAGE_HEAD, Evidence
 
 
 @dataclass(frozen=True)
@@ -401,7 +401,7 @@ def place(message: str, evidence: Evidence | None = None) -> Concept | None:
     bare_assertion = message.rstrip(": ").endswith("AssertionError")
     if bare_assertion and (source := ASSERT_SOURCE.search(evidence.where)) and PARALLEL_SIZE.search(source[0]):
         return ARGPARSE_REFUSAL  # a bare assertion that the model's shape divides by a parallel size
-    said = "\n".join([message, *evidence.chain])
+    said = "\n".join(text[:MESSAGE_HEAD] for text in [message, *evidence.chain])
     chain_types = {kind, *evidence.chain_types}
     found = next((concept for concept in CONCEPTS if concept.found_in(said, chain_types)), None)
     if found is not None:

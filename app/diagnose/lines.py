@@ -42,6 +42,10 @@ GLUED = re.compile(r"(?<=\S)(?=\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?[ \]])|
 # MAX_RECORD characters and the rest of it, up to the next carriage return or newline, is skipped,
 # so a line that never ends costs neither memory nor time in proportion to its length.
 MAX_RECORD = 1 << 16
+# Control characters no text carries (all but tab, the line ends, vertical tab and form feed, and
+# the bell, backspace and escape of terminals and colours): a record with one is binary data.
+BINARY_BYTE = re.compile(rb"[\x00-\x06\x0e-\x1a\x1c-\x1f]")
+BINARY_CHAR = re.compile("[\x00-\x06\x0e-\x1a\x1c-\x1f]")
 
 
 @dataclass(frozen=True)
@@ -65,31 +69,34 @@ def strip_wrappers(text: str) -> str:
 
 
 def is_binary(record: str) -> bool:
-    """A record of binary data written to the log (a binary file, random bytes): it holds a NUL,
-    which no text does, or a quarter or more of it is undecodable. A few such characters in a line
-    of text leave it text."""
-    return "\x00" in record or record.count("\ufffd") * 4 >= len(record) > 0
+    """A record of binary data written to the log (a binary file, random bytes): it holds a control
+    character no text does (see BINARY_BYTE), or a quarter or more of it is undecodable. A few such
+    undecodable characters in a line of text leave it text."""
+    return BINARY_CHAR.search(record) is not None or record.count("\ufffd") * 4 >= len(record) > 0
 
 
 def without_binary_records(chunk: bytes) -> bytes:
-    """Raw log bytes with the records that hold a NUL emptied before they are decoded: decoding
-    random bytes costs more than all else the analyzer does with them. The result reads the same
-    as the chunk (`is_binary` skips those records anyway), and a chunk without NUL bytes, any log
-    of text, is returned as it is after one scan. The first and last pieces, which may be parts
+    """Raw log bytes with the records that hold a control character no text has emptied before
+    they are decoded: decoding random bytes costs more than all else the analyzer does with them.
+    The result reads the same as the chunk (`is_binary` skips those records anyway). A chunk
+    without a NUL, any log of text, is returned as it is after one scan: binary data of any length
+    holds NULs. The first and last pieces, which may be parts
     of lines in the chunks around it, are left to `is_binary`."""
     if b"\x00" not in chunk:
         return chunk
-    lines = chunk.split(b"\n")
-    for index in range(1, len(lines) - 1):
-        line = lines[index]
-        if b"\x00" not in line:
-            continue
-        # A NUL within the first MAX_RECORD bytes lies within the first MAX_RECORD characters.
-        if b"\r" not in line:
-            lines[index] = b"" if b"\x00" in line[:MAX_RECORD] else line
-        else:
-            lines[index] = b"\r".join(b"" if b"\x00" in r[:MAX_RECORD] else r for r in line.split(b"\r"))
-    return b"\n".join(lines)
+    first, *lines, last = chunk.split(b"\n") if b"\n" in chunk else (chunk, chunk)
+    if not lines:
+        return chunk
+    # Such a byte within the first MAX_RECORD bytes lies within the first MAX_RECORD characters.
+    kept = [
+        line
+        if not BINARY_BYTE.search(line)
+        else b""
+        if b"\r" not in line and BINARY_BYTE.search(line, 0, MAX_RECORD)
+        else b"\r".join(b"" if BINARY_BYTE.search(r, 0, MAX_RECORD) else r for r in line.split(b"\r"))
+        for line in lines
+    ]
+    return b"\n".join([first, *kept, last])
 
 
 def logical_lines(physical: str, number: int) -> list[Line]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from app.diagnose.events import Evidence, Traceback, exception_message, traceback_context
+from app.diagnose.events import MESSAGE_HEAD, Evidence, Traceback, exception_message, traceback_context
 from app.diagnose.lines import Line
 
 # A cause given below an exception whose message only announces it: a listed detail, a repr, a
@@ -55,7 +55,7 @@ WRAPPER = re.compile(
 
 
 def is_wrapper(line: Line) -> bool:
-    return WRAPPER.search(line.text) is not None
+    return WRAPPER.search(line.text[:MESSAGE_HEAD]) is not None
 
 
 def root_of(tb: Traceback) -> tuple[Line, Evidence] | None:
