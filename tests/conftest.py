@@ -197,3 +197,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if STRICT and reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests against real SGLang run last: its environment takes some 90 s to build on a fresh
+    machine, which CI starts in the background (`.ci/run`) while the rest of the suite runs."""
+    items.sort(key=lambda item: "sglang_oracle" in getattr(item, "fixturenames", ()))
