@@ -32,6 +32,7 @@ from playwright.async_api import (
     Page,
     Request,
     Response,
+    Route,
     async_playwright,
     expect,
 )
@@ -246,15 +247,19 @@ async def log_in(page: Page, token: str = TOKEN) -> None:
 def gpu_row(page: Page, host: str, index: int) -> tuple[Locator, Locator]:
     """A GPU's table row and its used-memory cell."""
     row = page.locator(f"article.host[data-host='{host}'] tr.gpu[data-gpu='{index}']")
-    return row, row.locator("td.num").first
+    return row, row.locator("td.used")
+
+
+def shown_used(mib: int) -> re.Pattern[str]:
+    """The used-memory cell for `mib` used: GiB with one decimal, as everywhere on the page."""
+    return re.compile(rf"^\s*{mib / 1024:.1f} / \d+\.\d GiB\s*$")
 
 
 async def used_mib(page: Page, host: str, index: int) -> int:
-    _, used = gpu_row(page, host, index)
-    text = await used.text_content()
-    match = re.fullmatch(r"\s*(\d+) / (\d+) MiB\s*", text or "")
-    assert match, f"GPU {index} on {host}: used memory reads {text!r}"
-    return int(match.group(1))
+    """Used memory exactly, from the meter (the text is rounded to 0.1 GiB)."""
+    row, used = gpu_row(page, host, index)
+    await expect(used).to_have_text(re.compile(r"^\s*\d+\.\d / \d+\.\d GiB\s*$"))
+    return int(await row.get_by_role("meter").get_attribute("aria-valuenow") or "-1")
 
 
 async def test_hosts_page_requires_login_and_shows_every_gpu_after_it(tab: Tab, demo: Demo) -> None:
@@ -305,7 +310,7 @@ async def test_hosts_page_requires_login_and_shows_every_gpu_after_it(tab: Tab, 
         total = int(await meter.get_attribute("aria-valuemax") or "0")
         assert total > 0, f"{host_name} GPU {index}: meter has no maximum"
         used_text = await cells.nth(3).text_content()
-        assert re.fullmatch(rf"\s*\d+ / {total} MiB\s*", used_text or ""), used_text
+        assert re.fullmatch(rf"\s*\d+\.\d / {total / 1024:.1f} GiB\s*", used_text or ""), used_text
         free_text = (await row.locator("td.free").text_content() or "").strip()
         match = re.fullmatch(r"(\d+\.\d) GiB", free_text)
         assert match, f"{host_name} GPU {index}: free memory reads {free_text!r}"
@@ -343,7 +348,7 @@ async def test_host_list_updates_in_place_over_server_sent_events(tab: Tab, demo
     try:
         simgpu.book([0], 40000, pid=sleeper.pid, name="python3", path=str(demo.gpu_state_path("b200-01")))
         row, used = gpu_row(page, "b200-01", 0)
-        await expect(used).to_have_text(re.compile(rf"^\s*{before + 40000} / \d+ MiB\s*$"), timeout=REFRESH_TIMEOUT_MS)
+        await expect(used).to_have_text(shown_used(before + 40000), timeout=REFRESH_TIMEOUT_MS)
         meter = row.get_by_role("meter")
         await expect(meter).to_have_attribute("aria-valuenow", str(before + 40000))
         assert await used_mib(page, "b200-01", 1) == before, "memory booked on GPU 0 shows on GPU 1"
@@ -353,7 +358,7 @@ async def test_host_list_updates_in_place_over_server_sent_events(tab: Tab, demo
         sleeper.kill()
         sleeper.wait()
 
-    await expect(used).to_have_text(re.compile(rf"^\s*{before} / \d+ MiB\s*$"), timeout=REFRESH_TIMEOUT_MS)
+    await expect(used).to_have_text(shown_used(before), timeout=REFRESH_TIMEOUT_MS)
     assert await page.evaluate("window.__marker") == 1, "the page was reloaded instead of updated in place"
     assert tab.console_errors == []
 
@@ -439,6 +444,7 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     await expect(page.locator("tr[data-stage='cuda graph capture']")).to_be_visible()
     assert json.loads(demo.gpu_state_path("rtxpro-01").read_text())["processes"]
 
+    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # "Stop attempt N? …"
     await page.get_by_role("button", name="Stop").click()
     await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)
     await expect(page.locator("p.summary")).to_contain_text("exit code 143")
@@ -596,7 +602,9 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
 
             await page.goto(f"/attempts/{oom}")
             await expect(page.locator("#failure-class")).to_have_text("oom")
-            await expect(page.locator("#stage-progress .step.current")).to_contain_text("weights loaded")
+            await expect(page.locator("#stage-progress .step.current.failed")).to_contain_text("✗ weights loaded")
+            leftovers = re.compile(r"still on GPU 0, holding|No process of this attempt is seen on the GPUs")
+            await expect(page.locator("#stop-leftovers")).to_contain_text(leftovers)  # what its Stop would end
             await page.goto("/errors")
             await expect(page.locator("#error-groups tbody tr")).to_have_count(2)
             await expect(page.locator("#error-groups")).to_contain_text("qwen36-27b-mtp-strategy-unset")
@@ -605,7 +613,7 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             fraction = page.locator("#argv-diff tr[data-row='--mem-fraction-static']")
             await expect(fraction).to_have_class(re.compile(r"\bdiffers\b"))
             await expect(fraction).to_contain_text("0.95")
-            await expect(page.locator("#outcome")).to_contain_text("healthy")
+            await expect(page.locator("#outcome .failure-class.healthy")).to_have_text("healthy")
             await expect(page.locator("#root-logs .ln.mark")).to_contain_text("Not enough memory")
             if shots:
                 await page.screenshot(path=f"{shots}/compare-oom-fixed.png", full_page=True)
@@ -715,3 +723,103 @@ async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_
     await expect(page.locator("#group-attempts tbody tr")).to_have_count(2)
     await shoot(page, "kb-error-group.png")
     assert tab.console_errors == []
+
+
+FEEDBACK_PRESET = {
+    "name": "llama31-8b-feedback",
+    "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+    "description": "Llama 3.1 8B, a preset of its own, so its first attempt has nothing to compare with.",
+}
+NARROW_PAGES = [
+    "/hosts", "/hosts/b200-01", "/presets", f"/presets/{FEEDBACK_PRESET['name']}", "/launch", "/attempts",
+    "/attempts/{first}", "/attempts/{first}/log", "/compare?a={first}&b={second}", "/errors", "/rules", "/search",
+    "/audit", "/attempts/999999999",
+]  # fmt: skip
+
+
+async def launch_feedback_preset(api: httpx.AsyncClient, demo: Demo, gpu: int) -> int:
+    body = {"preset": FEEDBACK_PRESET["name"], "host": "b200-01", "gpus": [gpu], "port": free_port()}
+    attempt_id: int = (await api.post("/api/attempts", json=body)).json()["id"]
+
+    async def ready() -> bool:
+        return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
+
+    await wait_until(ready, 30, f"attempt {attempt_id} to be ready", demo)
+    return attempt_id
+
+
+async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light_and_dark(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        assert (await api.post("/api/presets", json=FEEDBACK_PRESET)).status_code == 201
+        first = await launch_feedback_preset(api, demo, 0)
+        await log_in(page)
+        await page.goto(f"/attempts/{first}")
+        await expect(page.locator("nav a[aria-current=page]")).to_have_text("Attempts")
+        # Nothing to compare with yet: no links that would answer 404.
+        await expect(page.locator(".compare-links a")).to_have_count(0)
+        port = (await api.get(f"/api/attempts/{first}")).json()["port"]
+        await expect(page.locator("#endpoint code")).to_have_text(f"http://127.0.0.1:{port}")
+        await expect(page.locator("#curl-example")).to_contain_text(f"curl http://127.0.0.1:{port}/v1/chat/completions")
+
+        second = await launch_feedback_preset(api, demo, 1)
+    await page.goto(f"/attempts/{second}")
+    for link in ("#compare-previous", "#compare-success"):  # the first became ready: both compare with it
+        await expect(page.locator(link)).to_have_attribute("href", f"/compare?a={first}&b={second}")
+
+    # Stop asks first; dismissed, nothing happens; confirmed, the page says "stopping…" before the host answers.
+    questions: list[str] = []
+    page.once("dialog", lambda dialog: (questions.append(dialog.message), asyncio.ensure_future(dialog.dismiss())))
+    await page.get_by_role("button", name="Stop").click()
+    await expect(page.locator("#status")).to_have_text("ready")
+    assert len(questions) == 1 and questions[0].startswith(f"Stop attempt {second}? Its server on b200-01 port ")
+    await page.evaluate(
+        """() => { window.__seen = [];
+                   new MutationObserver(() => window.__seen.push(document.getElementById('status')?.textContent))
+                     .observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
+    )
+    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+    await page.get_by_role("button", name="Stop").click()
+    await expect(page.locator("form.stop")).to_have_count(0)  # the page the server sent back has no Stop
+    await expect(page.locator("#status")).to_have_text(re.compile(r"^(stopping…|stopped)$"))
+    seen = await page.evaluate("window.__seen")
+    assert seen[0] == "stopping…", f"the status went {seen} after Stop was confirmed"
+
+    # A dead link followed inside the page (a boosted request, which accepts anything) shows the error in the layout.
+    await page.evaluate(
+        """() => { const main = document.querySelector('main');
+                   main.insertAdjacentHTML('beforeend', '<a id="dead-link" href="/attempts/999999999">gone</a>');
+                   htmx.process(main); }"""
+    )
+
+    async def slowly(route: Route) -> None:
+        await asyncio.sleep(0.8)
+        await route.continue_()
+
+    await page.route("**/attempts/999999999", slowly)
+    busy = page.locator("#busy")
+    await expect(busy).to_be_hidden()
+    await page.locator("#dead-link").click()
+    await expect(busy).to_be_visible()  # the spinner in the top bar, while any request takes time
+    await expect(page.locator("#error-page")).to_contain_text("Error 404")
+    await expect(busy).to_be_hidden()
+    await page.unroute("**/attempts/999999999")
+    await expect(page.locator("#error-page")).to_contain_text("attempt 999999999")
+    await expect(page.get_by_role("button", name="Log out")).to_be_visible()
+
+    # 390 px: no page scrolls sideways, and the menu and "Log out" stay in reach.
+    await page.set_viewport_size({"width": 390, "height": 844})
+    for path in NARROW_PAGES:
+        await page.goto(path.format(first=first, second=second))
+        widths = await page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]")
+        assert widths[0] <= widths[1], f"{path} scrolls sideways at 390 px: {widths}"
+    await expect(page.get_by_role("button", name="Log out")).to_be_in_viewport()
+    await expect(page.get_by_role("link", name="Audit")).to_be_in_viewport()
+
+    # The system's dark preference is followed, and light comes back with it.
+    background = "getComputedStyle(document.documentElement).backgroundColor"
+    await page.emulate_media(color_scheme="dark")
+    assert await page.evaluate(background) == "rgb(17, 21, 28)"
+    await page.emulate_media(color_scheme="light")
+    assert await page.evaluate(background) == "rgb(246, 247, 249)"
+    assert set(tab.console_errors) <= {"Failed to load resource: the server responded with a status of 404 (Not Found)"}

@@ -79,6 +79,9 @@ async def test_the_seed_story_is_diagnosed_filed_and_compared(api: AsyncClient, 
     await log_in(api)  # the pages take the browser's session cookie
     page = (await api.get(f"/attempts/{again_id}")).text
     assert "same signature: 1 earlier attempt" in page and f'href="/attempts/{oom_id}"' in page
+    # Compare links only where there is something to compare: no attempt of this preset became ready.
+    assert f'href="/compare?a={oom_id}&amp;b={again_id}" id="compare-previous"' in page
+    assert 'id="compare-success"' not in page
     assert f'href="/attempts/{again_id}/log?line={found_line(again)}#L{found_line(again)}"' in page
     errors = (await api.get("/errors")).text
     assert grouped["fingerprint"] in errors and "qwen36-27b-mtp-strategy-unset" in errors

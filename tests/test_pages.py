@@ -107,6 +107,28 @@ async def test_error_pages_are_html_for_browsers(app_client: AsyncClient) -> Non
     assert "<html" in response.text and "Not Found" in response.text
 
 
+async def test_a_missing_page_followed_inside_the_page_is_a_page_with_the_menu_and_json_stays_for_the_api(
+    app_client: AsyncClient,
+) -> None:
+    await log_in(app_client)
+    boosted = {"HX-Request": "true", "HX-Boosted": "true", "Accept": "*/*"}  # what htmx sends for a link
+    response = await app_client.get("/attempts/999999999", headers=boosted)
+    assert response.status_code == 404 and response.headers["content-type"].startswith("text/html")
+    assert 'id="error-page"' in response.text and "attempt 999999999" in response.text
+    assert 'aria-label="Main"' in response.text  # the menu, so the way on is one click
+    fragment = await app_client.get("/attempts/999999999", headers={"HX-Request": "true"})
+    assert fragment.text.lstrip().startswith('<section class="error-page"')
+    api = await app_client.get("/api/attempts/999999999", headers={"Accept": "text/html"})
+    assert api.status_code == 404 and "detail" in api.json()
+    assert "detail" in (await app_client.get("/attempts/999999999")).json()  # a client that asks for no HTML
+
+
+async def test_the_menu_marks_the_current_page(app_client: AsyncClient) -> None:
+    await log_in(app_client)
+    html = (await app_client.get("/hosts/rtxpro-01")).text
+    assert re.findall(r'<a href="([^"]+)" aria-current="page">', html) == ["/hosts"]
+
+
 async def test_htmx_poll_after_logout_navigates_to_login_instead_of_swapping(app_client: AsyncClient) -> None:
     csrf = await log_in(app_client)
     await app_client.post("/logout", data={"csrf_token": csrf})

@@ -21,7 +21,15 @@ from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import GpuSample, Host
 from app.errors import DiskFull, HostError
-from app.gpu.probe import NVML_PROBE, SMI_PROBE, ProbeUnavailable, Snapshot, parse_nvml_line, parse_smi_block
+from app.gpu.probe import (
+    NVML_PROBE,
+    SMI_PROBE,
+    GpuProcess,
+    ProbeUnavailable,
+    Snapshot,
+    parse_nvml_line,
+    parse_smi_block,
+)
 from app.ssh import HostConnection, SSHManager
 
 log = logging.getLogger(__name__)
@@ -49,6 +57,11 @@ class HostGpus:
         """The process groups of the GPU processes last seen."""
         processes = self.snapshot.processes if self.snapshot else []
         return {process.pgid for process in processes if process.pgid is not None}
+
+    def processes_of(self, pgid: int) -> list[GpuProcess]:
+        """The GPU processes last seen in one process group (what stopping that group would end)."""
+        processes = self.snapshot.processes if self.snapshot else []
+        return [process for process in processes if process.pgid == pgid]
 
     def fresh(self, max_age: float) -> bool:
         return self.snapshot is not None and time.time() - self.snapshot.taken_at <= max_age

@@ -13,7 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Attempt, PresetRevision
 from app.diagnose.drift import Drift, requested_args
 from app.diagnose.stored import StoredDiagnosis
-from app.errors import NotFound
 from app.launch.failure_signatures import drift_of
 from app.launch.history import durations, load_attempt
 from app.logs.store import Line, LogStore
@@ -97,22 +96,18 @@ async def compare(session: AsyncSession, logs: LogStore, a_id: int, b_id: int) -
     )
 
 
-async def previous_attempt(session: AsyncSession, attempt: Attempt) -> int:
-    """The attempt of the same preset launched just before this one."""
+async def previous_attempt(session: AsyncSession, attempt: Attempt) -> int | None:
+    """The attempt of the same preset launched just before this one, if any."""
     found: int | None = await session.scalar(
         _same_preset(attempt).where(Attempt.id < attempt.id).order_by(Attempt.id.desc()).limit(1)
     )
-    if found is None:
-        raise NotFound(f"attempt {attempt.id} is the first of preset {attempt.revision.preset.name!r}")
     return found
 
 
-async def last_successful_attempt(session: AsyncSession, attempt: Attempt) -> int:
-    """The latest other attempt of the same preset that became ready."""
+async def last_successful_attempt(session: AsyncSession, attempt: Attempt) -> int | None:
+    """The latest other attempt of the same preset that became ready, if any."""
     query = _same_preset(attempt).where(Attempt.id != attempt.id, Attempt.ready_at.is_not(None))
     found: int | None = await session.scalar(query.order_by(Attempt.id.desc()).limit(1))
-    if found is None:
-        raise NotFound(f"no other attempt of preset {attempt.revision.preset.name!r} became ready")
     return found
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -9,10 +10,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app import audit
-from app.db.models import ACTIVE_STATUSES, AttemptStatus
+from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus
 from app.errors import HostError, InvalidInput, LaunchdeckError
 from app.gpu.overview import current_overview
-from app.launch import failure_signatures, history, presets
+from app.launch import compare, failure_signatures, history, presets
 from app.logs.live import tail
 from app.web.deps import PageUser, ReadDb, Runtime, RuntimeDep
 from app.web.diagnosis_pages import diagnosis_context
@@ -134,11 +135,32 @@ async def attempts_page(
     return render(request, "attempts.html", context, block="attempt_list")
 
 
+def serving_example(attempt: Attempt) -> dict[str, Any]:
+    """Where a server answers and a request to try it with. SGLang listens on 127.0.0.1 unless
+    given --host, and then only the host itself can reach it."""
+    argv = attempt.argv
+    bind = argv[argv.index("--host") + 1] if "--host" in argv[:-1] else "127.0.0.1"
+    local_only = bind in ("127.0.0.1", "localhost", "::1")
+    address = bind if local_only or bind not in ("0.0.0.0", "::") else attempt.host.address or attempt.host.name
+    name = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv[:-1] else None
+    body = {
+        "model": name or attempt.revision.model_path,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 32,
+    }
+    endpoint = f"http://{f'[{address}]' if ':' in address else address}:{attempt.port}"
+    curl = shlex.join(
+        ["curl", f"{endpoint}/v1/chat/completions", "-H", "Content-Type: application/json", "-d", json.dumps(body)]
+    )
+    return {"endpoint": endpoint, "endpoint_local_only": local_only, "curl_example": curl}
+
+
 @router.get("/attempts/{attempt_id}", response_class=HTMLResponse)
 async def attempt_page(
     request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, user: PageUser
 ) -> Response:
     attempt = await history.load_attempt(db, attempt_id)
+    gpus = runtime.gpus.hosts.get(attempt.host.name)  # none for a host no longer configured
     context: dict[str, Any] = {
         "user": user,
         "attempt": attempt,
@@ -148,6 +170,10 @@ async def attempt_page(
         "stages": history.durations(attempt),
         "time_to_ready": history.time_to_ready(attempt),
         "command": shlex.join(attempt.argv),
+        "left_on_gpus": gpus.processes_of(attempt.pgid) if attempt.pgid and gpus else [],
+        "compare_previous": await compare.previous_attempt(db, attempt),
+        "compare_success": await compare.last_successful_attempt(db, attempt),
+        **serving_example(attempt),
         **await diagnosis_context(db, attempt),
     }
     if not wants_fragment(request):  # the live log, which the status block's refreshes leave alone

@@ -13,6 +13,7 @@ from app.db.models import Attempt
 from app.diagnose.analyze import STAGES
 from app.diagnose.lexicon import HINTS
 from app.diagnose.stored import StoredDiagnosis
+from app.errors import NotFound
 from app.launch import compare, failure_signatures, history
 from app.web.deps import PageUser, ReadDb, RuntimeDep
 from app.web.log_pages import lines_html
@@ -128,10 +129,15 @@ async def compare_with(attempt_id: Int64, other: str, db: ReadDb, user: PageUser
     """`previous`: the attempt of the same preset before this one; `last-success`: the latest
     other attempt of the preset that became ready."""
     attempt = await history.load_attempt(db, attempt_id)
+    preset = attempt.revision.preset.name
     if other == "previous":
         earlier = await compare.previous_attempt(db, attempt)
+        missing = f"attempt {attempt.id} is the first of preset {preset!r}"
     elif other == "last-success":
         earlier = await compare.last_successful_attempt(db, attempt)
+        missing = f"no other attempt of preset {preset!r} became ready"
     else:
-        return Response("compare with 'previous' or 'last-success'", status_code=404)
+        raise NotFound("compare with 'previous' or 'last-success'")
+    if earlier is None:
+        raise NotFound(missing)
     return RedirectResponse(f"/compare?a={earlier}&b={attempt_id}", status_code=303)

@@ -24,7 +24,7 @@ from app.errors import (
     SearchOutOfMemory,
     SearchTooSlow,
 )
-from app.web.deps import LoginRequired, get_runtime
+from app.web.deps import LoginRequired, get_runtime, session_user
 from app.web.templating import render
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def _answer(request: Request, status: int, message: str, **extra: object) -> Response:
-    if request.url.path.startswith("/api") or "text/html" not in request.headers.get("accept", ""):
+    """JSON for the API and for clients that ask for no HTML; a page in the layout (with its menu
+    when logged in) for browsers, including htmx's requests, which accept anything."""
+    from_browser = "text/html" in request.headers.get("accept", "") or request.headers.get("hx-request") == "true"
+    if request.url.path.startswith("/api") or not from_browser:
         return JSONResponse({"detail": message, **extra}, status_code=status)
-    return render(request, "error.html", {"status": status, "message": message}, status_code=status)
+    # An unexpected error is answered outside the session middleware: no session, no menu.
+    user = session_user(request, get_runtime(request)) if "session" in request.scope else None
+    context = {"status": status, "message": message, "user": user}
+    return render(request, "error.html", context, block="error", status_code=status)
 
 
 def status_of(exc: LaunchdeckError) -> int:

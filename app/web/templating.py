@@ -40,9 +40,17 @@ def linkify(text: str | None) -> Markup:
     return Markup("").join(pieces)
 
 
+def gib(mib: int | None, unit: bool = True) -> str:
+    """Memory as the pages show it: GiB with one decimal."""
+    if mib is None:
+        return "n/a"
+    return f"{mib / 1024:.1f} GiB" if unit else f"{mib / 1024:.1f}"
+
+
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["AttemptStatus"] = AttemptStatus  # pages compare statuses with the enum
 templates.env.filters["linkify"] = linkify
+templates.env.filters["gib"] = gib
 
 
 def wants_fragment(request: Request) -> bool:
