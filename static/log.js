@@ -1,10 +1,22 @@
+// The log views, with a few lines of plain JS on top of htmx.
 // The live log: keeps the stream's URL at the last offset received, so that a reconnection by a
 // fresh EventSource (htmx makes one after an error, and it sends no Last-Event-ID) resumes exactly
-// where the page is; follows the end of the log until the user scrolls up; keeps the page's
-// number of lines bounded. The full log: opens a shared deep link (#L1234) at its line.
+// where the page is; follows the end of the log until the user scrolls up, then counts the lines
+// that arrive meanwhile on a "jump to the end" button; keeps the page's number of lines bounded.
+// The full log: scrolls its target line (a line, an offset, the first error, the bottom, a shared
+// #L1234 link) into view and highlights it. Both: keyboard shortcuts (? lists them) and a switch
+// that shows or hides SGLang's timestamps.
 (function () {
   "use strict";
   var MAX_LIVE_LINES = 5000;
+  var KEYS = [
+    ["/", "search this log (grep)"],
+    ["n / N", "next / previous grep hit"],
+    ["g / G", "top / bottom of the log"],
+    ["f", "follow the end of the live log (again to pause)"],
+    ["t", "show or hide timestamps"],
+    ["?", "this help"],
+  ];
 
   function liveLog(elt) {
     return elt && elt.closest ? elt.closest("[data-live-log]") : null;
@@ -15,13 +27,25 @@
   }
 
   function showFollowing(box) {
-    var state = document.getElementById("follow-state");
-    if (state) state.hidden = atBottom(box);
+    var jump = document.getElementById("follow-end");
+    if (!jump) return;
+    if (atBottom(box)) box.dataset.unseen = "0";
+    var unseen = +(box.dataset.unseen || 0);
+    jump.hidden = atBottom(box);
+    var count = document.getElementById("new-lines");
+    if (count) count.textContent = unseen === 1 ? "1 new line" : unseen.toLocaleString() + " new lines";
+  }
+
+  function follow(box) {
+    box.scrollTop = box.scrollHeight;
+    showFollowing(box);
   }
 
   document.addEventListener("htmx:sseBeforeMessage", function (evt) {
     var box = liveLog(evt.target);
-    if (box) box.dataset.stick = atBottom(box) ? "1" : "";
+    if (!box) return;
+    box.dataset.stick = atBottom(box) ? "1" : "";
+    box.dataset.before = box.querySelector("[sse-swap]").querySelectorAll(".ln").length;
   });
 
   document.addEventListener("htmx:sseMessage", function (evt) {
@@ -34,6 +58,10 @@
       box.dataset.offset = id;
     }
     var lines = box.querySelector("[sse-swap]");
+    if (!box.dataset.stick) {
+      var added = lines.querySelectorAll(".ln").length - +(box.dataset.before || 0);
+      box.dataset.unseen = +(box.dataset.unseen || 0) + Math.max(added, 0);
+    }
     var extra = lines.children.length - MAX_LIVE_LINES;
     for (var i = 0; i < extra; i++) lines.removeChild(lines.firstElementChild);
     if (box.dataset.stick) box.scrollTop = box.scrollHeight;
@@ -49,17 +77,148 @@
   });
 
   document.addEventListener("click", function (evt) {
-    if (evt.target.id !== "follow-end") return;
-    var box = document.querySelector("[data-live-log]");
-    if (box) { box.scrollTop = box.scrollHeight; showFollowing(box); }
+    var jump = evt.target.closest && evt.target.closest("#follow-end");
+    var box = jump && liveLog(jump);
+    if (box) follow(box);
   });
+
+  // The full log's target line.
+  function lineOf(number) {
+    return number ? document.getElementById("L" + number) : null;
+  }
+
+  function showLine(line) {
+    document.querySelectorAll("#log .ln.mark").forEach(function (other) { other.classList.remove("mark"); });
+    line.classList.add("mark");
+    var fold = line.closest("details");
+    if (fold) fold.open = true;
+    line.scrollIntoView({ block: "center" });
+  }
+
+  function showTarget() {
+    var log = document.getElementById("log");
+    if (!log) return;
+    var found = /^#L(\d+)$/.exec(location.hash);
+    var line = lineOf(found ? found[1] : log.dataset.target);
+    if (line) showLine(line);
+  }
 
   function openDeepLink() {
     var found = /^#L(\d+)$/.exec(location.hash);
     var log = document.getElementById("log");
-    if (!found || !log || document.getElementById("L" + found[1])) return;
-    location.replace(log.dataset.href + "?line=" + found[1] + location.hash);
+    if (!found || !log) return;
+    if (!lineOf(found[1])) location.replace(log.dataset.href + "?line=" + found[1] + location.hash);
+    else showTarget();
   }
   window.addEventListener("hashchange", openDeepLink);
-  document.addEventListener("DOMContentLoaded", openDeepLink);
+  document.addEventListener("DOMContentLoaded", function () { showTarget(); openDeepLink(); });
+  document.addEventListener("htmx:afterSettle", function (evt) {
+    // A boosted page load: after htmx has scrolled the new page to its top.
+    if (evt.detail.elt === document.body) setTimeout(showTarget, 0);
+  });
+
+  // Timestamps, shown or hidden on every log view, remembered by the browser.
+  function showTimestamps(show) {
+    document.documentElement.classList.toggle("hide-ts", !show);
+    document.querySelectorAll("[data-show-ts]").forEach(function (box) { box.checked = show; });
+    try { localStorage.setItem("launchdeck.hide-ts", show ? "" : "1"); } catch (e) { /* private mode */ }
+  }
+  try { if (localStorage.getItem("launchdeck.hide-ts")) document.documentElement.classList.add("hide-ts"); } catch (e) { /* none */ }
+  document.addEventListener("change", function (evt) {
+    if (evt.target.matches && evt.target.matches("[data-show-ts]")) showTimestamps(evt.target.checked);
+  });
+  document.addEventListener("htmx:load", function () {
+    var hidden = document.documentElement.classList.contains("hide-ts");
+    document.querySelectorAll("[data-show-ts]").forEach(function (box) { box.checked = !hidden; });
+  });
+
+  // Keyboard shortcuts.
+  function stepHit(step) {
+    var hits = Array.prototype.slice.call(document.querySelectorAll("#grep-results .ln.mark"));
+    if (!hits.length) return;
+    var at = hits.findIndex(function (hit) { return hit.classList.contains("current"); });
+    if (at >= 0) hits[at].classList.remove("current");
+    var next = hits[((at < 0 && step < 0 ? 0 : at) + step + hits.length) % hits.length];
+    next.classList.add("current");
+    next.scrollIntoView({ block: "center" });
+  }
+
+  function toEnd(bottom) {
+    var box = document.querySelector("[data-live-log]");
+    if (box) {
+      if (bottom) follow(box);
+      else box.scrollTop = 0;
+      return;
+    }
+    var away = document.querySelector(bottom ? ".log-nav a[rel=next]" : ".log-nav a[rel=prev]");
+    var lines = document.querySelectorAll("#log .ln");
+    if (away || !lines.length) {
+      var link = document.getElementById(bottom ? "log-bottom" : "log-top");
+      if (link) link.click();
+    } else {
+      showLine(lines[bottom ? lines.length - 1 : 0]);
+    }
+  }
+
+  function toggleFollow() {
+    var box = document.querySelector("[data-live-log]");
+    var log = document.getElementById("log");
+    if (box && atBottom(box)) box.scrollTop = Math.max(0, box.scrollTop - box.clientHeight / 2);
+    else if (box) follow(box);
+    else if (log && log.dataset.live) location.href = log.dataset.live;
+    if (box) showFollowing(box);
+  }
+
+  function help() {
+    var dialog = document.getElementById("log-keys");
+    if (!dialog) {
+      dialog = document.createElement("dialog");
+      dialog.id = "log-keys";
+      dialog.setAttribute("aria-label", "Keyboard shortcuts");
+      var title = document.createElement("h2");
+      title.textContent = "Keyboard shortcuts";
+      var list = document.createElement("dl");
+      KEYS.forEach(function (entry) {
+        var key = document.createElement("dt");
+        key.textContent = entry[0];
+        var what = document.createElement("dd");
+        what.textContent = entry[1];
+        list.append(key, what);
+      });
+      var close = document.createElement("button");
+      close.type = "button";
+      close.textContent = "Close";
+      close.addEventListener("click", function () { dialog.close(); });
+      dialog.append(title, list, close);
+      document.body.appendChild(dialog);
+    }
+    if (dialog.open) dialog.close();
+    else dialog.showModal();
+  }
+
+  var ACTIONS = {
+    "/": function () {
+      var grep = document.querySelector("form.grep input[name=q]");
+      if (grep) { grep.focus(); grep.select(); }
+    },
+    "n": function () { stepHit(1); },
+    "N": function () { stepHit(-1); },
+    "g": function () { toEnd(false); },
+    "G": function () { toEnd(true); },
+    "f": toggleFollow,
+    "t": function () { showTimestamps(document.documentElement.classList.contains("hide-ts")); },
+    "?": help,
+  };
+
+  document.addEventListener("keydown", function (evt) {
+    var target = evt.target;
+    if (evt.key === "Escape" && target.matches && target.matches("form.grep input")) { target.blur(); return; }
+    if (evt.ctrlKey || evt.metaKey || evt.altKey || evt.defaultPrevented) return;
+    if (target.closest && target.closest("input, textarea, select, [contenteditable]")) return;
+    if (!document.querySelector("#log, [data-live-log]")) return;
+    var action = ACTIONS[evt.key];
+    if (!action) return;
+    evt.preventDefault();
+    action();
+  });
 })();

@@ -823,3 +823,120 @@ async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light
     await page.emulate_media(color_scheme="light")
     assert await page.evaluate(background) == "rgb(246, 247, 249)"
     assert set(tab.console_errors) <= {"Failed to load resource: the server responded with a status of 404 (Not Found)"}
+
+
+async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [5], "port": free_port()}
+        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+
+        async def ready() -> bool:
+            return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
+
+        await wait_until(ready, 30, f"attempt {attempt_id} to be ready", demo)
+        attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+        lines = [b"[2026-02-11 09:%02d:%02d TP0] decode step %d" % (n // 60 % 60, n % 60, n) for n in range(3000)]
+        for n in range(0, 3000, 7):
+            lines[n] += b" probe <b>p</b>-%d" % n  # 429 hits, the text inert
+        lines[1702:1706] = [
+            b"Traceback (most recent call last):",
+            b'  File "/opt/sglang/srt/managers/scheduler.py", line 88, in step',
+            b"    self.run()",
+            b"ValueError: tensor shapes disagree",
+        ]
+        append_to_host_log(demo, attempt, lines)
+        size = len(b"".join(line + b"\n" for line in lines))
+
+        async def mirrored() -> bool:
+            return int((await api.get(f"/api/attempts/{attempt_id}/log?limit=0")).headers["X-Log-Size"]) >= size
+
+        await wait_until(mirrored, 10, "the appended lines to be mirrored", demo)
+    await log_in(page)
+
+    async def expect_target(text: str) -> Locator:
+        target = page.locator("#log .ln.mark")
+        await expect(target).to_have_count(1)
+        await expect(target).to_contain_text(text)
+        await expect(target).to_be_in_viewport()
+        return target
+
+    await page.goto(f"/attempts/{attempt_id}/log?at=error")
+    traceback = page.locator("#log details.traceback[open]")
+    await expect(traceback.locator(".ln")).to_have_count(4)
+    await expect(await expect_target("Traceback (most recent call last):")).to_be_visible()
+    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
+        await page.screenshot(path=f"{shots}/log-viewer-first-error.png")
+    await traceback.locator("summary").click()  # folds the block to its first line
+    await expect(traceback.get_by_text("tensor shapes disagree")).to_be_hidden()
+
+    await page.get_by_label("line", exact=True).fill("1200")
+    await page.get_by_role("button", name="Go").first.click()
+    await expect(page).to_have_url(re.compile(r"line=1200"))
+    numbered = await expect_target("decode step")
+    await expect(numbered.locator(".n")).to_have_text("1200")
+    await page.get_by_role("link", name="bottom", exact=True).click()
+    await expect(page).to_have_url(re.compile(r"at=bottom"))
+    await expect_target("decode step 2999")
+    await page.keyboard.press("g")
+    await expect(page).to_have_url(re.compile(r"start=1$"))
+    await expect(page.locator("#L1")).to_be_in_viewport()
+    await page.keyboard.press("G")
+    await expect(page).to_have_url(re.compile(r"at=bottom"))
+    await expect_target("decode step 2999")
+
+    await page.keyboard.press("t")
+    await expect(page.locator("#log .ts").first).to_be_hidden()
+    await expect(page.get_by_label("timestamps")).not_to_be_checked()
+    await page.keyboard.press("t")
+    await expect(page.locator("#log .ts").first).to_be_visible()
+
+    await page.keyboard.press("/")
+    await expect(page.get_by_label("pattern")).to_be_focused()
+    await page.keyboard.type("probe <b>")
+    await page.keyboard.press("Enter")
+    summary = page.locator(".grep-summary")
+    await expect(summary).to_contain_text("429 matching lines for probe <b>, showing 1\N{EN DASH}200")
+    marks = page.locator("#grep-results mark")
+    await expect(marks).to_have_count(200)
+    await expect(marks.first).to_have_text("probe <b>")
+    assert await page.locator("#grep-results .t b").count() == 0
+    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
+        await page.screenshot(path=f"{shots}/log-viewer-grep.png")
+    await page.keyboard.press("Escape")  # leaves the pattern field for the keys
+    await page.keyboard.press("n")
+    current = page.locator("#grep-results .ln.current")
+    await expect(current).to_contain_text("decode step 0 probe")
+    await page.keyboard.press("N")
+    await expect(current).to_contain_text(f"decode step {199 * 7} probe")
+    await expect(current).to_be_in_viewport()
+    await page.get_by_role("link", name=re.compile("next 200 hits")).click()
+    await expect(summary).to_contain_text("showing 201\N{EN DASH}400")
+    await page.get_by_role("link", name=re.compile("next 200 hits")).click()
+    await expect(summary).to_contain_text("showing 401\N{EN DASH}429")
+    await expect(page.get_by_role("link", name=re.compile("next"))).to_have_count(0)
+    await expect(page.locator("#grep-results .ln.mark").last).to_contain_text(f"decode step {428 * 7} probe")
+
+    await page.keyboard.press("?")
+    await expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
+    await page.keyboard.press("Escape")
+    await expect(page.get_by_role("dialog")).to_be_hidden()
+
+    await page.goto(f"/attempts/{attempt_id}")
+    box = page.locator("#live-log")
+    await expect(box.locator(".ln").last).to_contain_text("decode step 2999")
+    await box.evaluate("box => { box.scrollTop = 0; box.dispatchEvent(new Event('scroll')); }")
+    jump = page.get_by_role("button", name=re.compile("jump to the end"))
+    await expect(jump).to_contain_text("0 new lines")
+    append_to_host_log(demo, attempt, [b"[2026-02-11 10:00:00 TP0] after the pause %d" % n for n in range(5)])
+    await expect(jump).to_contain_text("5 new lines")
+    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
+        await box.screenshot(path=f"{shots}/live-log-paused.png")
+    await jump.click()
+    await expect(box.locator(".ln").last).to_be_in_viewport()
+    await expect(jump).to_be_hidden()
+    await page.keyboard.press("f")  # pauses
+    await expect(jump).to_be_visible()
+    await page.keyboard.press("f")
+    await expect(jump).to_be_hidden()
+    assert tab.console_errors == []

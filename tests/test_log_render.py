@@ -16,9 +16,9 @@ BAD = '<span class="bad-byte" title="invalid UTF-8 byte">\\x{}</span>'
 COLOUR = r"(?:color|background-color):#[0-9a-f]{6}"
 TAG = re.compile(
     rf'<span(?: class="(?P<classes>[a-z0-9 -]+)")?(?: style="{COLOUR}(?:;{COLOUR})?")?>'
-    r'|<span class="bad-byte" title="invalid UTF-8 byte">|</span>'
+    r'|<span class="bad-byte" title="invalid UTF-8 byte">|</span>|<mark>|</mark>'
 )
-CLASSES = re.compile(r"ansi-(?:bold|dim|italic|underline|fg-\d\d?|bg-\d\d?)|ctl|rank|rank-[0-7]")
+CLASSES = re.compile(r"ansi-(?:bold|dim|italic|underline|fg-\d\d?|bg-\d\d?)|ctl|rank|rank-[0-7]|ts")
 
 
 def visible(fragment: str) -> str:
@@ -34,19 +34,23 @@ def rank(tag: str, n: int) -> str:
     return span(f"rank rank-{n}", tag)
 
 
+def ts(time: str) -> str:
+    return span("ts", time)
+
+
 def check_markup(fragment: str) -> None:
     """Only this module's tags, balanced, none empty, and no raw text that a browser could read as markup."""
     depth = 0
     for tag in TAG.finditer(fragment):
         if tag["classes"]:
             assert all(CLASSES.fullmatch(name) for name in tag["classes"].split()), tag[0]
-        depth += -1 if tag[0] == "</span>" else 1
+        depth += -1 if tag[0].startswith("</") else 1
         assert depth >= 0, fragment
     assert depth == 0, fragment
     text = TAG.sub("", fragment)
     assert not set("<>\"'") & set(text), fragment
     assert not re.search(r"&(?!(?:amp|lt|gt|quot|#x27);)", text), fragment
-    assert not re.search(r"<span[^>]*></span>", fragment), fragment
+    assert not re.search(r"<(span|mark)[^>]*></\1>", fragment), fragment
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", fragment), fragment  # tab and \n only
     fragment.encode("utf-8")  # no lone surrogates left over from the bad bytes
 
@@ -153,7 +157,8 @@ def test_no_empty_spans_and_same_style_runs_merge() -> None:
 
 def test_sgr_inside_a_log_line_with_the_sglang_prefix() -> None:
     raw = b"[2026-01-05 10:00:01 TP0] \x1b[32mINFO\x1b[0m: Load weight begin."
-    assert render_line(raw) == f"[2026-01-05 10:00:01 {rank('TP0', 0)}] {span('ansi-fg-2', 'INFO')}: Load weight begin."
+    prefix = f"[{ts('2026-01-05 10:00:01 ')}{rank('TP0', 0)}]"
+    assert render_line(raw) == f"{prefix} {span('ansi-fg-2', 'INFO')}: Load weight begin."
 
 
 @pytest.mark.parametrize(
@@ -300,21 +305,22 @@ def test_invalid_bytes_inside_a_colour() -> None:
     [
         (
             b"[2026-01-05 10:00:01 TP0] Load weight begin. avail mem=78.50 GB",
-            f"[2026-01-05 10:00:01 {rank('TP0', 0)}] Load weight begin. avail mem=78.50 GB",
+            f"[{ts('2026-01-05 10:00:01 ')}{rank('TP0', 0)}] Load weight begin. avail mem=78.50 GB",
         ),
         (
             b"[2026-01-05 10:00:01 DP1 TP3 EP3] Decode batch, #running-req: 4",
-            f"[2026-01-05 10:00:01 {rank('DP1', 1)} {rank('TP3', 3)} {rank('EP3', 3)}] Decode batch, #running-req: 4",
+            f"[{ts('2026-01-05 10:00:01 ')}{rank('DP1', 1)} {rank('TP3', 3)} {rank('EP3', 3)}] "
+            "Decode batch, #running-req: 4",
         ),
-        (b"[10:00:01 TP2] Init", f"[10:00:01 {rank('TP2', 2)}] Init"),
-        (b"[10:00:01 PP1 TP9] x", f"[10:00:01 {rank('PP1', 1)} {rank('TP9', 1)}] x"),
-        (b"[2026-01-05 10:00:01 TP15] x", f"[2026-01-05 10:00:01 {rank('TP15', 7)}] x"),
+        (b"[10:00:01 TP2] Init", f"[{ts('10:00:01 ')}{rank('TP2', 2)}] Init"),
+        (b"[10:00:01 PP1 TP9] x", f"[{ts('10:00:01 ')}{rank('PP1', 1)} {rank('TP9', 1)}] x"),
+        (b"[2026-01-05 10:00:01 TP15] x", f"[{ts('2026-01-05 10:00:01 ')}{rank('TP15', 7)}] x"),
         (
             b"(SchedulerActor pid=123) [2026-01-05 10:00:01 TP4] x",
-            f"(SchedulerActor pid=123) [2026-01-05 10:00:01 {rank('TP4', 4)}] x",
+            f"(SchedulerActor pid=123) [{ts('2026-01-05 10:00:01 ')}{rank('TP4', 4)}] x",
         ),
-        (b"sglang-1  | [2026-01-05 10:00:01 TP5] x", f"sglang-1  | [2026-01-05 10:00:01 {rank('TP5', 5)}] x"),
-        (b"[2026-01-05 10:00:01] The server is fired up", "[2026-01-05 10:00:01] The server is fired up"),
+        (b"sglang-1  | [2026-01-05 10:00:01 TP5] x", f"sglang-1  | [{ts('2026-01-05 10:00:01 ')}{rank('TP5', 5)}] x"),
+        (b"[2026-01-05 10:00:01] The server is fired up", f"{ts('[2026-01-05 10:00:01] ')}The server is fired up"),
     ],
 )
 def test_rank_tags_in_the_prefix_are_highlighted(raw: bytes, expected: str) -> None:
@@ -325,7 +331,6 @@ def test_rank_tags_in_the_prefix_are_highlighted(raw: bytes, expected: str) -> N
 @pytest.mark.parametrize(
     "raw",
     [
-        b"[2026-01-05 10:00:01] Started with TP0 and DP1 ranks",
         b"Using TP0 as the leader",
         b"note [2026-01-05 10:00:01 TP0] quoted later in the line",
         b"[TP0] not a timestamp",
@@ -336,22 +341,54 @@ def test_rank_words_outside_the_prefix_stay_plain(raw: bytes) -> None:
     assert render_line(raw) == html.escape(raw.decode())
 
 
+def test_rank_words_after_a_bare_time_stay_plain() -> None:
+    out = render_line(b"[2026-01-05 10:00:01] Started with TP0 and DP1 ranks")
+    assert out == f"{ts('[2026-01-05 10:00:01] ')}Started with TP0 and DP1 ranks"
+
+
 def test_rank_tags_only_in_the_prefix_when_the_message_repeats_them() -> None:
     out = render_line(b"[2026-01-05 10:00:01 TP1] peer TP1 is slow")
-    assert out == f"[2026-01-05 10:00:01 {rank('TP1', 1)}] peer TP1 is slow"
+    assert out == f"[{ts('2026-01-05 10:00:01 ')}{rank('TP1', 1)}] peer TP1 is slow"
 
 
 def test_rank_tag_inside_a_coloured_prefix() -> None:
     out = render_line(b"\x1b[36msglang-1  |\x1b[0m [2026-01-05 10:00:01 TP3] x")
-    assert out == span("ansi-fg-6", "sglang-1  |") + f" [2026-01-05 10:00:01 {rank('TP3', 3)}] x"
+    assert out == span("ansi-fg-6", "sglang-1  |") + f" [{ts('2026-01-05 10:00:01 ')}{rank('TP3', 3)}] x"
     out = render_line(b"\x1b[2m[10:00:01 DP0 TP2]\x1b[0m x")
-    assert out == span("ansi-dim", f"[10:00:01 {rank('DP0', 0)} {rank('TP2', 2)}]") + " x"
+    assert out == span("ansi-dim", f"[{ts('10:00:01 ')}{rank('DP0', 0)} {rank('TP2', 2)}]") + " x"
 
 
 def test_rank_tag_split_by_a_colour_change_stays_plain() -> None:
     out = render_line(b"[10:00:01 TP\x1b[1m1] x")
     check_markup(out)
-    assert out == "[10:00:01 TP" + span("ansi-bold", "1] x")
+    assert out == f"[{ts('10:00:01 ')}TP" + span("ansi-bold", "1] x")
+
+
+# Search matches
+
+
+def test_matches_are_marked_after_escaping() -> None:
+    raw = b"<b>mamba</b> & mamba_x"
+    out = render_line(raw, [(3, 8), (15, 20)])
+    check_markup(out)
+    assert out == "&lt;b&gt;<mark>mamba</mark>&lt;/b&gt; &amp; <mark>mamba</mark>_x"
+
+
+def test_a_match_across_the_prefix_is_cut_at_its_spans() -> None:
+    out = render_line(b"[10:00:01 TP1] go", [(7, 16)])
+    check_markup(out)
+    time = span("ts", "10:00:<mark>01 </mark>")
+    assert out == f"[{time}{span('rank rank-1', '<mark>TP1</mark>')}<mark>] g</mark>o"
+
+
+def test_match_ranges_are_bytes_of_utf8() -> None:
+    raw = "é <x> é".encode()
+    start = raw.index(b"<x>")
+    assert render_line(raw, [(start, start + 3)]) == "é <mark>&lt;x&gt;</mark> é"
+
+
+def test_matches_are_left_out_of_lines_with_escape_sequences() -> None:
+    assert render_line(b"\x1b[31mred\x1b[0m", [(5, 8)]) == span("ansi-fg-1", "red")
 
 
 def test_huge_rank_number_is_harmless() -> None:

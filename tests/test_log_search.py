@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import InvalidInput
-from app.logs.search import MAX_TEXT, ContextLine, Match, count_matches, first_line, grep_log
+from app.logs.search import MAX_TEXT, ContextLine, Match, count_matches, first_line, grep_log, match_ranges
 
 LOG = b"""\
 [2026-01-05 10:00:00] Launching: python -m sglang.launch_server --model-path Qwen/Qwen3.6-27B --mamba-scheduler-strategy extra_buffer --tp 2
@@ -183,6 +183,33 @@ async def test_capping(tmp_path: Path) -> None:
     assert (result.total, result.more, result.capped) == (1000, 995, True)
     assert [m.line for m in result.matches] == [1, 2, 3, 4, 5]
     assert grep_children() == []
+
+
+async def test_pages_after_a_line_reach_every_hit(tmp_path: Path) -> None:
+    path = tmp_path / "decode.log"
+    path.write_bytes(b"".join(b"batch %d%s\n" % (i, b" hit" if i % 3 == 0 else b"") for i in range(1, 1001)))
+    seen, after = [], 0
+    while True:
+        page = await grep_log(path, "hit", limit=100, after=after, context=1)
+        assert page.total == 333 and page.skipped == len(seen)
+        seen += [m.line for m in page.matches]
+        assert all(c.line > after for m in page.matches for c in m.before)
+        if not page.more:
+            break
+        after = page.matches[-1].line
+    assert seen == list(range(3, 1001, 3))
+    last = await grep_log(path, "hit", limit=100, after=seen[-1])
+    assert (last.matches, last.skipped, last.total, last.more) == ([], 333, 333, 0)
+    assert grep_children() == []
+
+
+async def test_match_ranges_are_what_grep_matched() -> None:
+    texts = [b"--mamba-scheduler-strategy no_buffer", b"no match here", b"MAMBA_scheduler and mamba_scheduler"]
+    ranges = await match_ranges(texts, "mamba_scheduler", ignore_case=True)
+    assert ranges == [[(2, 17)], [], [(0, 15), (20, 35)]]
+    assert await match_ranges(texts, "b[a-z]+", regex=True) == [[(5, 7), (30, 36)], [], [(23, 25)]]
+    assert await match_ranges([b"a\rb <x>"], "<x>") == [[(4, 7)]]
+    assert await match_ranges([], "x") == []
 
 
 async def test_long_line_is_truncated(tmp_path: Path) -> None:

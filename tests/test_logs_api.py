@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import json
 import os
+import re
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -126,6 +128,9 @@ async def test_full_log_opens_at_a_line_and_at_the_first_error(api: AsyncClient,
     first_error = lines.index("Traceback (most recent call last):") + 1
     page = (await app_client.get(f"/attempts/{attempt['id']}/log", params={"at": "error"})).text
     assert f'id="L{first_error}"' in page and f'data-target="{first_error}"' in page
+    assert f'<details class="traceback" open><summary><div class="ln error mark" id="L{first_error}">' in page
+    bottom = (await app_client.get(f"/attempts/{attempt['id']}/log", params={"at": "bottom"})).text
+    assert f'data-target="{len(lines)}"' in bottom and f'mark" id="L{len(lines)}"' in bottom
     offset = log.index("Traceback (most recent call last):") + 5
     page = (await app_client.get(f"/attempts/{attempt['id']}/log", params={"offset": offset})).text
     assert f'data-target="{first_error}"' in page
@@ -135,6 +140,36 @@ async def test_full_log_opens_at_a_line_and_at_the_first_error(api: AsyncClient,
     assert "No line matches" in zero.text and f"?line={first_error}#L{first_error}" in zero.text
     bad = await app_client.get(f"/attempts/{attempt['id']}/log/grep", params={"q": "(", "regex": "true"})
     assert bad.status_code == 400 and "Invalid regular expression" in bad.text
+
+
+async def test_grep_page_reaches_every_hit_with_its_matches_marked_and_escaped(
+    api: AsyncClient, app_client: AsyncClient, running_app: FastAPI
+) -> None:
+    attempt = await failed_override_attempt(api)
+    log = running_app.state.runtime.logs.get(attempt["id"])
+    first = log.total_lines + 1
+    log.append(b"".join(b"worker <i>%d</i> said <script>x</script> & <SCRIPT>x</script>\n" % n for n in range(450)))
+    app_client.headers.pop("Authorization")
+    await log_in(app_client)
+    url = f"/attempts/{attempt['id']}/log/grep?q=%3Cscript%3Ex&submitted=true"
+    hits: list[int] = []
+    next_page = re.compile(
+        r'<a href="([^"]+)" hx-get="[^"]+" hx-target="#grep-results" hx-push-url="false" rel="next">'
+    )
+    marked = "said <mark>&lt;script&gt;x</mark>&lt;/script&gt; &amp; &lt;SCRIPT&gt;x"
+    for shown, count in (("1\N{EN DASH}200", 200), ("201\N{EN DASH}400", 200), ("401\N{EN DASH}450", 50)):
+        page = (await app_client.get(url, headers={"HX-Request": "true"})).text
+        assert f"450 matching lines for <code>&lt;script&gt;x</code>, showing {shown}" in page
+        assert "<script>" not in page and "<i>" not in page
+        assert page.count(marked) == count
+        hits += [int(n) for n in re.findall(r'<div class="ln\s+mark"><a class="n" href="[^"]*">(\d+)</a>', page)]
+        assert ("← first hits" in page) == (shown != "1\N{EN DASH}200")
+        if following := next_page.search(page):
+            url = html.unescape(following[1])
+    assert following is None and hits == list(range(first, first + 450))
+    ignoring = url.replace("submitted", "ignore_case=true&submitted")
+    page = (await app_client.get(ignoring, headers={"HX-Request": "true"})).text
+    assert "&amp; <mark>&lt;SCRIPT&gt;x</mark>" in page  # -i marks what -i found
 
 
 @contextlib.asynccontextmanager

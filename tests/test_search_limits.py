@@ -181,7 +181,7 @@ async def test_the_grep_page_shows_the_sentence_and_the_hits_found(dashboard: Da
     assert page.status_code == 422
     assert "the pattern took too long: grep was stopped after 3 s" in page.text
     assert "2 matching lines for <code>" in page.text and "found before grep was stopped" in page.text
-    assert "hit one" in page.text and "hit two" in page.text and "hit three" not in page.text
+    assert "<mark>hit</mark> one" in page.text and "<mark>hit</mark> two" in page.text and "hit three" not in page.text
     search = await dashboard.api.get("/search", params={"q": EXPONENTIAL, "regex": "true"})
     assert search.status_code == 422 and "the pattern needs more memory than allowed" in search.text
 

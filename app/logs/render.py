@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
-from itertools import groupby
+from collections.abc import Callable, Sequence
+from itertools import accumulate, groupby
 from operator import itemgetter
 
 # Bytes that send a line down the slow path (with invalid UTF-8): C0 controls except tab, and DEL.
@@ -31,7 +31,7 @@ _SGR_PARAMS = re.compile(r"[0-9;:]*")
 _SHOWN = re.compile(r"[\x00-\x08\x0a-\x0c\x0e-\x1f\x7f\udc80-\udcff]")
 
 _WRAPPER = r"(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\) |[\w.-]+\s*\| )?"  # a Ray actor's or docker compose's
-_STAMP = r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?(?P<ranks>(?: [A-Z_]+[0-9]+)*)\]"  # SGLang's
+_STAMP = r"\[(?P<time>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?)(?P<ranks>(?: [A-Z_]+[0-9]+)*)\]"  # SGLang's
 _PREFIX = re.compile(_WRAPPER + _STAMP)
 _HEAD = re.compile(rf"\A{_WRAPPER}(?:{_STAMP} *)?")
 _RANK = re.compile(r"[A-Z_]+([0-9]+)")
@@ -58,16 +58,25 @@ _ATTRIBUTE_ON = {1: "bold", 2: "dim", 3: "italic", 4: "underline"}
 _ATTRIBUTES_OFF = {22: ("bold", "dim"), 23: ("italic",), 24: ("underline",)}
 
 
-def render_line(raw: bytes) -> str:
-    """`raw`, one log line without its newline, as an HTML fragment for a `white-space: pre-wrap` viewer."""
+def render_line(raw: bytes, marks: Sequence[tuple[int, int]] = ()) -> str:
+    """`raw`, one log line without its newline, as an HTML fragment for a `white-space: pre-wrap` viewer.
+    `marks` are byte ranges of `raw` (a search's matches) wrapped in <mark>; they are shown on lines
+    without escape sequences or control bytes, where a byte of `raw` is a character on screen."""
     if _SLOW_BYTES.search(raw) is None:
         try:
             text = raw.decode()
         except UnicodeDecodeError:
             pass
         else:
-            return _html([("", text)], html.escape)
+            return _html([("", text)], html.escape, _char_ranges(raw, marks))
     return _render_escaped(raw.decode("utf-8", "surrogateescape"))
+
+
+def _char_ranges(raw: bytes, marks: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Byte ranges of valid UTF-8 `raw` as character ranges."""
+    if raw.isascii():
+        return list(marks)
+    return [(len(raw[:start].decode(errors="ignore")), len(raw[:end].decode(errors="ignore"))) for start, end in marks]
 
 
 def line_class(raw: bytes) -> str:
@@ -184,37 +193,60 @@ def _render_escaped(text: str) -> str:
     return _html(merged, _escape_shown)
 
 
-def _html(runs: list[tuple[str, str]], escape: Callable[[str], str]) -> str:
-    """Runs of (opening tag, text) as HTML, with the rank tags of SGLang's record prefix highlighted."""
+def _html(runs: list[tuple[str, str]], escape: Callable[[str], str], marks: Sequence[tuple[int, int]] = ()) -> str:
+    """Runs of (opening tag, text) as HTML, with SGLang's record prefix picked out (its time, to be
+    hidden at will, and its rank tags coloured) and the character ranges `marks` in <mark>."""
     text = runs[0][1] if len(runs) == 1 else "".join(run for _, run in runs)
-    ranks = _rank_tags(text)
+    spans = _prefix_spans(text)
+    if len(runs) > 1:  # a rank tag split by an escape sequence stays plain
+        ends = list(accumulate(len(run) for _, run in runs))
+        spans = [s for s in spans if s[2] == "ts" or not any(s[0] < end < s[1] for end in ends)]
+
+    def marked(start: int, end: int) -> str:
+        """text[start:end] escaped, with the parts inside `marks` in <mark>."""
+        pieces: list[str] = []
+        pos = start
+        for first, last in marks:
+            first, last = max(first, pos), min(last, end)
+            if first < last:
+                pieces += (escape(text[pos:first]), f"<mark>{escape(text[first:last])}</mark>")
+                pos = last
+        pieces.append(escape(text[pos:end]))
+        return "".join(pieces)
+
     out = []
-    start = i = 0
+    start = 0
     for tag, run in runs:
         end = start + len(run)
         pieces: list[str] = []
         pos = start
-        while i < len(ranks) and ranks[i][0] < end:
-            first, last, rank = ranks[i]
-            i += 1
-            if last <= end:  # a rank tag split by an escape sequence stays plain
-                pieces += (escape(text[pos:first]), f'<span class="rank rank-{rank}">{text[first:last]}</span>')
+        for first, last, name in spans:
+            first, last = max(first, pos), min(last, end)
+            if first < last:
+                pieces += (marked(pos, first), f'<span class="{name}">{marked(first, last)}</span>')
                 pos = last
-        pieces.append(escape(text[pos:end]))
+        pieces.append(marked(pos, end))
         body = "".join(pieces)
         out.append(f"{tag}{body}</span>" if tag else body)
         start = end
     return "".join(out)
 
 
-def _rank_tags(text: str) -> list[tuple[int, int, int]]:
-    """(start, end, rank modulo 8) of each rank tag ("TP3", "DP1"...) in the record prefix at the start of text."""
+def _prefix_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, class) of the time and of each rank tag ("TP3", "DP1"...) in the record prefix at
+    the start of text. The time's span takes the brackets with it when no rank tag is left inside."""
     prefix = _PREFIX.match(text)
     if prefix is None:
         return []
     offset = prefix.start("ranks")
+    if prefix["ranks"]:
+        spans = [(prefix.start("time"), offset + 1, "ts")]
+    else:
+        spans = [(prefix.start("time") - 1, prefix.end() + (text[prefix.end() : prefix.end() + 1] == " "), "ts")]
     # The last three digits suffice for the rank modulo 8, and int() refuses 4300 digits.
-    return [(offset + tag.start(), offset + tag.end(), int(tag[1][-3:]) % 8) for tag in _RANK.finditer(prefix["ranks"])]
+    for tag in _RANK.finditer(prefix["ranks"]):
+        spans.append((offset + tag.start(), offset + tag.end(), f"rank rank-{int(tag[1][-3:]) % 8}"))
+    return spans
 
 
 def _escape_shown(text: str) -> str:

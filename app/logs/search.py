@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import os
 import re
+import tempfile
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +60,12 @@ class GrepResult:
     total: int  # matching lines in the whole file; when timed out, those seen before then
     searched_bytes: int  # the file's size when the search started
     timed_out: bool = False  # the search was stopped by its time limit: matches and total are partial
+    skipped: int = 0  # matching lines at or before the line the search started after
 
     @property
     def more(self) -> int:
-        return self.total - len(self.matches)
+        """Matching lines after the last one in `matches`."""
+        return self.total - self.skipped - len(self.matches)
 
     @property
     def capped(self) -> bool:
@@ -70,7 +74,7 @@ class GrepResult:
     def stop(self) -> GrepResult:
         """Marks the result as cut short by the time limit."""
         self.timed_out = True
-        self.total = max(self.total, len(self.matches))
+        self.total = max(self.total, self.skipped + len(self.matches))
         return self
 
 
@@ -97,11 +101,14 @@ async def _lines(stream: asyncio.StreamReader) -> AsyncGenerator[tuple[bytes, bo
         yield bytes(buf), cut
 
 
-async def _collect(stdout: asyncio.StreamReader, matches: list[Match], limit: int, context: int) -> bool:
+async def _collect(
+    stdout: asyncio.StreamReader, matches: list[Match], limit: int, context: int, after: int = 0
+) -> tuple[bool, int]:
     """Parses `-n -b` output (`LINE:OFFSET:text`, context `LINE-OFFSET-text`, groups split by `--`)
-    into at most `limit` matches, appended as they come (a search stopped early keeps what it found);
-    True when a further match was seen."""
+    into at most `limit` matches after line `after`, appended as they come (a search stopped early
+    keeps what it found); whether a further match was seen, and how many came at or before `after`."""
     pending: list[ContextLine] = []
+    skipped = 0
     async with contextlib.aclosing(_lines(stdout)) as lines:
         async for raw, cut in lines:
             if raw == b"--":
@@ -111,16 +118,18 @@ async def _collect(stdout: asyncio.StreamReader, matches: list[Match], limit: in
                 raise RuntimeError(f"unexpected grep output: {raw[:100]!r}")
             number, offset, text = int(header[1]), int(header[3]), raw[header.end() :]
             truncated, text = cut or len(text) > MAX_TEXT, text[:MAX_TEXT]
-            if header[2] == b":":
+            if number <= after:
+                skipped += header[2] == b":"
+            elif header[2] == b":":
                 if len(matches) == limit:
-                    return True
+                    return True, skipped
                 matches.append(Match(number, offset, text, truncated, before=pending))
                 pending = []
             elif matches and number <= matches[-1].line + context:
                 matches[-1].after.append(ContextLine(number, offset, text, truncated))
             else:
                 pending.append(ContextLine(number, offset, text, truncated))
-    return False
+    return False, skipped
 
 
 async def _search(
@@ -133,13 +142,15 @@ async def _search(
     into: list[Match],
     limit: int,
     context: int,
-) -> bool:
+    after: int = 0,
+) -> tuple[bool, int]:
     async with spawn(argv, stdin, limits) as run:
-        if await _collect(run.stdout, into, limit, context):
-            return True  # grep is killed on leaving
+        capped, skipped = await _collect(run.stdout, into, limit, context, after)
+        if capped:
+            return capped, skipped  # grep is killed on leaving
         returncode, stderr = await run.finish()
     check_exit(returncode, stderr, [path], limits, regex=regex, skip_files=False)
-    return False
+    return False, skipped
 
 
 async def _output(
@@ -174,22 +185,29 @@ async def _grep_into(
     context: int = 0,
     flag_aware: bool = True,
     limit: int = 200,
+    after: int = 0,
 ) -> None:
     if not 0 <= context <= MAX_CONTEXT:
         raise InvalidInput(f"Context must be between 0 and {MAX_CONTEXT} lines, not {context}.")
     if limit < 1:
         raise InvalidInput(f"The number of matches to show must be at least 1, not {limit}.")
-    options = (*_LINE_OPTIONS, "-C", str(context), "-m", str(limit + 1))
+    # After a line, the hits before it are read and dropped (in a log that is fast next to the request);
+    # `-m` stops grep only when the page starts at the first hit.
+    stop = ("-m", str(limit + 1)) if after <= 0 else ()
+    options = (*_LINE_OPTIONS, "-C", str(context), *stop)
     query = {"regex": regex, "ignore_case": ignore_case, "flag_aware": flag_aware}
     argv, stdin = grep_argv(pattern, **query, options=options, paths=[path])
     result.searched_bytes = path.stat().st_size
-    capped = await _search(argv, stdin, path, limits, regex=regex, into=result.matches, limit=limit, context=context)
-    result.total = len(result.matches) + capped  # what a count stopped by the time limit leaves
+    found = result.matches
+    capped, result.skipped = await _search(
+        argv, stdin, path, limits, regex=regex, into=found, limit=limit, context=context, after=after
+    )
+    result.total = result.skipped + len(found) + capped  # what a count stopped by the time limit leaves
     if capped:
         argv, stdin = grep_argv(pattern, **query, options=("-c", "--no-filename"), paths=[path])
         counted = bytearray()
         await _output(argv, stdin, [path], limits, counted, regex=regex, skip_files=False)
-        result.total = max(int(counted), limit + 1)  # the file may have changed in between
+        result.total = max(int(counted), result.skipped + limit + 1)  # the file may have changed in between
 
 
 async def grep_log(
@@ -201,9 +219,11 @@ async def grep_log(
     context: int = 0,
     flag_aware: bool = True,
     limit: int = 200,
+    after: int = 0,
     limits: GrepLimits | None = None,
 ) -> GrepResult:
-    """The first `limit` matching lines of a file, with `context` lines around each, and the total count.
+    """The first `limit` matching lines of a file after line `after`, with `context` lines around each,
+    and the total count.
 
     When more than `limit` lines match, grep is stopped and a second `grep -c` counts them all. When the
     time limit stops it, SearchTooSlow carries the result so far."""
@@ -220,6 +240,7 @@ async def grep_log(
             context=context,
             flag_aware=flag_aware,
             limit=limit,
+            after=after,
         )
     return result
 
@@ -276,6 +297,42 @@ async def _first_line(
     matches: list[Match] = []
     await _search(argv, stdin, path, limits, regex=regex, into=matches, limit=1, context=0)
     return matches[0].line if matches else None
+
+
+async def match_ranges(
+    texts: Sequence[bytes],
+    pattern: str,
+    *,
+    regex: bool = False,
+    ignore_case: bool = False,
+    flag_aware: bool = True,
+    limits: GrepLimits | None = None,
+) -> list[list[tuple[int, int]]]:
+    """The byte ranges that the pattern matches in each of `texts` (lines without newline), found by
+    `grep -o` with the search's own options, so they are exactly what grep matched: a regex can
+    backtrack for minutes in Python's engine, and grep's own limits bound it here."""
+    limits = limits or GrepLimits()
+    ranges: list[list[tuple[int, int]]] = [[] for _ in texts]
+    if not texts:
+        return ranges
+    starts = [0, *accumulate(len(text) + 1 for text in texts)]
+    query = {"regex": regex, "ignore_case": ignore_case, "flag_aware": flag_aware}
+    with tempfile.NamedTemporaryFile(prefix="launchdeck-marks-") as lines:
+        lines.write(b"".join(text + b"\n" for text in texts))
+        lines.flush()
+        path = Path(lines.name)
+        argv, stdin = grep_argv(pattern, **query, options=("-o", *_LINE_OPTIONS), paths=[path])
+        async with deadline(limits, lambda: limits.too_slow(ranges, 0)):
+            out = bytearray()
+            await _output(argv, stdin, [path], limits, out, regex=regex, skip_files=False)
+    for found in out.split(b"\n")[:-1]:  # a match may hold a \r
+        header = _HEADER.match(found)
+        if header is None:
+            raise RuntimeError(f"unexpected grep output: {bytes(found[:100])!r}")
+        index = int(header[1]) - 1
+        start = int(header[3]) - starts[index]
+        ranges[index].append((start, start + len(found) - header.end()))
+    return ranges
 
 
 async def first_line(

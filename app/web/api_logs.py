@@ -111,14 +111,18 @@ async def grep(
     context: Int64 = 0,
     flags: bool = True,
     limit: Int64 = 200,
+    after: Int64 = 0,
 ) -> Response:
-    """Matching lines with their line numbers and byte offsets. With no hits: how much was
-    searched, the last lines and the first traceback's line. A search stopped by its time limit
-    answers 422 with `timed_out` and the matches found before then."""
+    """Matching lines after line `after` with their line numbers and byte offsets (`skipped` counts
+    the matching lines at or before it). With no hits: how much was searched, the last lines and the
+    first traceback's line. A search stopped by its time limit answers 422 with `timed_out` and the
+    matches found before then."""
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flags}
     log = runtime.logs.get(attempt_id)
     try:
-        searching = search_log(log, q, limits=runtime.grep_limits, limit=max(1, min(limit, 5000)), **options)
+        searching = search_log(
+            log, q, limits=runtime.grep_limits, limit=max(1, min(limit, 5000)), after=after, **options
+        )
         search = await unless_disconnected(request, searching)
     except SearchTooSlow as exc:
         assert isinstance(exc.partial, LogSearch)
@@ -143,6 +147,7 @@ def _search_json(search: LogSearch) -> dict[str, Any]:
             for m in search.result.matches
         ],
         "total": search.result.total,
+        "skipped": search.result.skipped,
         "more": search.result.more,
         "searched_bytes": search.result.searched_bytes,
         "searched_lines": search.searched_lines,

@@ -3,7 +3,7 @@ paged through the line index, and grep across attempts."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
@@ -17,7 +17,15 @@ from app.errors import InvalidInput, SearchBusy, SearchTooSlow
 from app.launch.history import list_attempts, load_attempt
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.render import line_class, render_line
-from app.logs.search import FIRST_ERROR, LogSearch, count_matches, first_line, search_log
+from app.logs.search import (
+    FIRST_ERROR,
+    TRACEBACK,
+    LogSearch,
+    count_matches,
+    first_line,
+    match_ranges,
+    search_log,
+)
 from app.logs.store import Line, LogFile
 from app.web.deps import AttemptDep, PageUser, Runtime, RuntimeDep, session_user
 from app.web.disconnect import unless_disconnected
@@ -32,16 +40,30 @@ router = APIRouter(include_in_schema=False)
 PAGE_LINES = 500
 MAX_PAGE_LINES = 5000
 LINES_ABOVE_TARGET = 20  # a page opened at a line shows a little of what led to it
+GREP_PAGE_HITS = 200
 LIVE_TAIL_LINES = 200
 SEARCH_ATTEMPTS = 500  # the newest attempts a search across attempts looks at
 SEND_TIMEOUT = 30.0  # a viewer that takes nothing for this long is dropped
+TRACEBACK_BYTES = TRACEBACK.encode()
 
 
-def lines_html(attempt_id: Int64, lines: Iterable[Line], *, mark: int | None = None, anchors: bool = True) -> str:
+def lines_html(
+    attempt_id: Int64,
+    lines: Iterable[Line],
+    *,
+    mark: int | None = None,
+    anchors: bool = True,
+    matches: Mapping[int, Sequence[tuple[int, int]]] | None = None,
+    fold_tracebacks: bool = False,
+) -> str:
     """Log lines as HTML: numbered, linked into the full log, coloured, every byte escaped; line
-    `mark` is highlighted. Without `anchors` (for excerpts shown beside a log) lines have no id."""
+    `mark` is highlighted, and in each line of `matches` its byte ranges. Without `anchors` (for
+    excerpts shown beside a log) lines have no id. With `fold_tracebacks` a Python traceback, from
+    its first line to the exception's (the first not indented), is one block that can be folded."""
     href = f"/attempts/{attempt_id}/log"
+    matches = matches or {}
     parts = []
+    in_traceback = False
     for line in lines:
         number, kind = line.number, line_class(line.text)
         anchor = f' id="L{number}"' if anchors else ""
@@ -51,11 +73,28 @@ def lines_html(attempt_id: Int64, lines: Iterable[Line], *, mark: int | None = N
         if line.cut:
             download = f"/api/attempts/{attempt_id}/log/download"
             cut = f' <span class="cut">… {line.cut:,} more bytes in the <a href="{download}">download</a></span>'
-        parts.append(
+        row = (
             f'<div class="ln {kind}"{anchor}>'
             f'<a class="n" href="{href}?line={number}#L{number}">{number}</a>'
-            f'<span class="t">{render_line(line.text)}{cut}</span></div>'
+            f'<span class="t">{render_line(line.text, matches.get(number, ()))}{cut}</span></div>'
         )
+        indented = line.text[:1] in (b" ", b"\t")
+        starts_traceback = fold_tracebacks and not indented and TRACEBACK_BYTES in line.text
+        if in_traceback and starts_traceback:  # a chained exception's traceback follows at once
+            parts.append("</details>")
+            in_traceback = False
+        if in_traceback:
+            parts.append(row)
+            if not indented:
+                parts.append("</details>")
+                in_traceback = False
+        elif starts_traceback:
+            parts.append(f'<details class="traceback" open><summary>{row}</summary>')
+            in_traceback = True
+        else:
+            parts.append(row)
+    if in_traceback:
+        parts.append("</details>")
     return "\n".join(parts)
 
 
@@ -164,6 +203,8 @@ async def full_log(
         line = log.line_at(offset)[0]
     if at == "bottom" or (line is None and at == "error"):
         page = log.last_lines(count)
+        if at == "bottom" and page.lines:
+            line = page.lines[-1].number
     else:
         page = log.lines(start or max(1, (line or 1) - LINES_ABOVE_TARGET), count)
     first = page.lines[0].number if page.lines else 1
@@ -171,7 +212,7 @@ async def full_log(
         "user": user,
         "attempt": attempt,
         "page": page,
-        "lines_html": lines_html(attempt_id, page.lines),
+        "lines_html": lines_html(attempt_id, page.lines, mark=line, fold_tracebacks=True),
         "target": line,
         "notice": notice,
         "previous_line": max(1, first - count) if not page.at_start else None,
@@ -207,17 +248,36 @@ async def grep_page(
     context: Int64 = 0,
     flags: bool = False,
     submitted: bool = False,
+    after: Int64 = 0,
 ) -> Response:
-    """Grep of the attempt's log; hits link into the full log. A form sends `submitted`, so an
-    unticked flag-aware box means off; a plain link without it gets the default, on."""
+    """Grep of the attempt's log, GREP_PAGE_HITS hits at a time from the first after line `after`;
+    hits link into the full log, their matches marked. A form sends `submitted`, so an unticked
+    flag-aware box means off; a plain link without it gets the default, on."""
     flag_aware = flags or not submitted
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flag_aware}
     search: LogSearch | None = None
     error, status = "", 200
+    ranges: list[list[tuple[int, int]]] = []
     if q:
-        searching = search_log(runtime.logs.get(attempt_id), q, limits=runtime.grep_limits, **options)
+        searching = search_log(
+            runtime.logs.get(attempt_id), q, limits=runtime.grep_limits, limit=GREP_PAGE_HITS, after=after, **options
+        )
         search, error, status = await _bounded_search(request, searching)
         runtime.logs.forget(attempt_id)
+    if search and search.result.matches:
+        texts = [m.text for m in search.result.matches]
+        query = {"regex": regex, "ignore_case": ignore_case, "flag_aware": flag_aware}
+        marking = match_ranges(texts, q, limits=runtime.grep_limits, **query)
+        ranges = (await _bounded_search(request, marking))[0] or []  # without them, hits are still shown
+    next_page = ""
+    if search and search.result.more and not search.result.timed_out:
+        last = search.result.matches[-1].line
+        url = request.url.include_query_params(after=last, submitted="true", flags=str(flag_aware).lower())
+        next_page = f"{url.path}?{url.query}"
+    first_page = ""
+    if after > 0:
+        url = request.url.remove_query_params("after")
+        first_page = f"{url.path}?{url.query}"
     page = {
         "user": user,
         "attempt": attempt,
@@ -225,7 +285,9 @@ async def grep_page(
         "options": options,
         "search": search,
         "error": error,
-        "hits_html": _hits_html(attempt_id, search) if search else "",
+        "next_page": next_page,
+        "first_page": first_page,
+        "hits_html": _hits_html(attempt_id, search, ranges) if search else "",
         "tail_html": lines_html(attempt_id, search.tail, anchors=False) if search else "",
     }
     return render(request, "grep.html", page, block="results", status_code=status)
@@ -264,15 +326,17 @@ async def _bounded_search(request: Request, search: Coroutine[Any, Any, T]) -> t
         return partial, str(exc), status_of(exc)
 
 
-def _hits_html(attempt_id: int, search: Any) -> str:
+def _hits_html(attempt_id: int, search: LogSearch, ranges: list[list[tuple[int, int]]]) -> str:
     groups = []
-    for match in search.result.matches:
+    for i, match in enumerate(search.result.matches):
+        found = {match.line: ranges[i]} if i < len(ranges) else {}
         lines = [
             *(Line(c.line, c.offset, c.text, len(c.text)) for c in match.before),
             Line(match.line, match.offset, match.text, len(match.text)),
             *(Line(c.line, c.offset, c.text, len(c.text)) for c in match.after),
         ]
-        groups.append(f'<div class="hit">{lines_html(attempt_id, lines, mark=match.line, anchors=False)}</div>')
+        hit = lines_html(attempt_id, lines, mark=match.line, anchors=False, matches=found)
+        groups.append(f'<div class="hit">{hit}</div>')
     return "\n".join(groups)
 
 
