@@ -73,13 +73,18 @@ def lines_html(
         if line.cut:
             download = f"/api/attempts/{attempt_id}/log/download"
             cut = f' <span class="cut">… {line.cut:,} more bytes in the <a href="{download}">download</a></span>'
-        row = (
-            f'<div class="ln {kind}"{anchor}>'
-            f'<a class="n" href="{href}?line={number}#L{number}">{number}</a>'
-            f'<span class="t">{render_line(line.text, matches.get(number, ()))}{cut}</span></div>'
-        )
         indented = line.text[:1] in (b" ", b"\t")
         starts_traceback = fold_tracebacks and not indented and TRACEBACK_BYTES in line.text
+        # (a traceback's first line is its block's summary, which may hold no link of its own)
+        number_html = (
+            f'<span class="n">{number}</span>'
+            if starts_traceback
+            else f'<a class="n" href="{href}?line={number}#L{number}">{number}</a>'
+        )
+        row = (
+            f'<div class="ln {kind}"{anchor}>{number_html}'
+            f'<span class="t">{render_line(line.text, matches.get(number, ()))}{cut}</span></div>'
+        )
         if in_traceback and starts_traceback:  # a chained exception's traceback follows at once
             parts.append("</details>")
             in_traceback = False
