@@ -320,6 +320,7 @@ async def test_hosts_page_requires_login_and_shows_every_gpu_after_it(tab: Tab, 
     await page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
     print(f"screenshot of the hosts page: {screenshot}")
+    await shoot(page, "hosts.png")
 
 
 async def test_session_cookie_is_httponly_secure_and_strict(tab: Tab, demo: Demo) -> None:
@@ -983,6 +984,8 @@ async def test_every_page_passes_an_automated_accessibility_check(browser: Brows
         for path in A11Y_PAGES:
             await page.goto(demo.base_url + path.format(attempt=attempt))
             found[path] = await serious_violations(page, checker)
+            if path == "/attempts/{attempt}/log":
+                await shoot(page, f"log-viewer-{scheme}.png")
         assert not {path: issues for path, issues in found.items() if issues}, found
     finally:
         await context.close()
