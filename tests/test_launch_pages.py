@@ -31,6 +31,7 @@ async def test_preset_editor_creates_validates_revises_and_diffs(app_client: Asy
     assert 'value="llama"' in bad.text  # what was typed is kept
     created = await app_client.post("/presets", data=form)
     assert created.status_code == 303 and created.headers["location"] == "/presets/llama"
+    assert "Not launched yet." in (await app_client.get("/presets/llama")).text
 
     edit = {**form, "tp_size": "2", "disable_radix_cache": "on", "extra_args": "--served-model-name 'my model'",
             "env": "HF_HUB_OFFLINE=1"}  # fmt: skip
@@ -125,6 +126,8 @@ async def test_launch_form_checks_launches_and_stops(app_client: AsyncClient, ru
     assert 'id="status">stopped<' in page and "exit code 143" in page
     audit = (await app_client.get("/audit")).text
     assert f">attempt {attempt_number}</a>" in audit and "<td>stop</td>" in audit and "<td>launch</td>" in audit
+    on_its_preset = (await app_client.get("/presets/llama")).text  # the preset's page lists its attempts
+    assert f'<a href="{attempt_url}">{attempt_number}</a>' in on_its_preset and "status-stopped" in on_its_preset
 
 
 async def test_launch_form_keeps_the_choice_and_says_what_is_wrong(app_client: AsyncClient) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Preset
 from app.errors import InvalidInput
-from app.launch import preset_flags, presets
+from app.launch import failure_signatures, history, preset_flags, presets
 from app.web.deps import PageUser, ReadDb, WriteDb
 from app.web.params import Int64
 from app.web.templating import render
@@ -130,6 +130,7 @@ async def preset_context(
         "diff": {"a": a, "b": b, "changes": changes},
         "saved": saved,
         "flag_reports": await preset_flags.flag_reports(db, current),
+        **await attempts_context(db, preset.name),
         **editor_context(data, error),
     }
 
@@ -177,3 +178,14 @@ async def rewrite_preset(request: Request, name: str, db: WriteDb, user: PageUse
         context = await preset_context(db, preset, user, input_of(preset), error=f"rewrite: {exc}")
         return render(request, "preset.html", context, status_code=422)
     return RedirectResponse(f"/presets/{name}?saved={revision.number}", status_code=303)
+
+
+PRESET_ATTEMPTS = 10  # the newest shown on a preset's page; the attempts list has the rest
+
+
+async def attempts_context(db: AsyncSession, name: str) -> dict[str, Any]:
+    """The preset's newest attempts with how each failed, for its page."""
+    rows = await history.list_attempts(db, preset=name, limit=PRESET_ATTEMPTS + 1)
+    shown = rows[:PRESET_ATTEMPTS]
+    failures = await failure_signatures.failures_of(db, [row.id for row in shown])
+    return {"attempts": shown, "failures": failures, "more_attempts": len(rows) > PRESET_ATTEMPTS}
