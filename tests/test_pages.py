@@ -48,6 +48,17 @@ async def test_hosts_page_lists_gpus_with_memory_bars(app_client: AsyncClient) -
     assert html.count('role="meter"') == 12
     assert "NVIDIA RTX PRO 6000 Blackwell Server Edition" in html
     assert "/static/vendor/htmx.org@" in html
+    # what the probe reads beside memory: utilisation, temperature and power draw of each GPU
+    assert (
+        len(
+            re.findall(
+                r'<td class="num load"><span title="utilisation">\d+ %</span> · '
+                r'<span title="temperature">\d+ °C</span> · <span title="power draw">\d+ W</span>',
+                html,
+            )
+        )
+        == 12
+    )
 
 
 async def test_wrong_token_is_refused_and_audited(app_client: AsyncClient, running_app: FastAPI) -> None:

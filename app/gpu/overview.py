@@ -76,6 +76,9 @@ class GpuView:
     others_mib: int
     error: str | None
     sparkline: str  # SVG polyline points over the last 30 minutes, used memory against total
+    utilization_pct: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
 
     def share(self, mib: int | None) -> float:
         return 100 * (mib or 0) / self.total_mib if self.total_mib else 0.0
@@ -131,6 +134,9 @@ def _view(name: str, labels: tuple[str, ...], status: HostStatus, gpus: HostGpus
                 others_mib=others,
                 error=gpu.error,
                 sparkline=sparkline(gpus.history.get(gpu.index, ()), snapshot.taken_at if snapshot else 0),
+                utilization_pct=gpu.utilization_pct,
+                temperature_c=gpu.temperature_c,
+                power_w=gpu.power_w,
             )
         )
     return HostView(name, labels, status, gpus.state, gpus.message, gpus.source, views, processes)
