@@ -96,6 +96,11 @@ async def test_the_seed_story_is_diagnosed_filed_and_compared(api: AsyncClient, 
     assert compared["b"]["log_excerpt"] == [] and "ready" in [s["stage"] for s in compared["b"]["stages"]]
     assert compared["gpus"][0]["a"] > 90_000  # free MiB of GPU 0 when the OOM launched
     assert any(row["name"] == "weights_gb" and not row["differs"] for row in compared["memory"])
+    # The page: the changed argument first, above the outcome; what is the same on both folded away.
+    page = (await api.get("/compare", params={"a": oom_id, "b": fixed_id})).text
+    changed, outcome = page.index('data-row="--mem-fraction-static"'), page.index('id="outcome"')
+    same_rows = page.index('<details class="same-rows">', page.index('id="argv-diff"'))
+    assert changed < same_rows < page.index('data-row="--speculative-algorithm"') < outcome
 
     previous = await api.get(f"/attempts/{again_id}/compare/previous", follow_redirects=False)
     assert previous.status_code == 303 and previous.headers["location"] == f"/compare?a={oom_id}&b={again_id}"
