@@ -100,11 +100,12 @@
     var root = document.querySelector("#root-error .root-line") || document.getElementById("attempt-error");
     var where = script.dataset.preset + " on " + script.dataset.host;
     try {
-      new Notification("launchdeck: #" + script.dataset.watchAttempt + " " + status, {
+      var notification = new Notification("launchdeck: #" + script.dataset.watchAttempt + " " + status, {
         body: root && status !== "ready" ? where + "\n" + root.textContent.trim() : where,
         tag: "launchdeck-attempt-" + script.dataset.watchAttempt,
         icon: iconFor(status)
       });
+      notification.onclick = function () { window.focus(); notification.close(); };
     } catch (err) {
       console.warn("launchdeck: could not show a notification", err);
     }
