@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def http_url_problem(url: str) -> str | None:
+    """Why `url` cannot be posted to (None when it can): webhooks are http(s) URLs with a host."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (read for its check: a port out of range raises)
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "give an http:// or https:// URL"
+    if any(c.isspace() for c in url):
+        return "a URL has no spaces"
+    return None
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LAUNCHDECK_", extra="ignore")
+    # Inputs stay out of error messages: the token and the webhook URL are secrets.
+    model_config = SettingsConfigDict(env_prefix="LAUNCHDECK_", extra="ignore", hide_input_in_errors=True)
 
     data_dir: Path = Field(Path("data"), description="Where the database, logs, keys and tokens live.")
     database_url: str | None = Field(
@@ -66,6 +83,16 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest request body accepted, in bytes; a larger one is refused with 413 before it is read.",
     )
+    public_url: str | None = Field(
+        None,
+        description="The dashboard's address as people open it, for the links in notifications; "
+        "default http://<bind>:<port> (the machine's name when bound to every address).",
+    )
+    webhook_url: SecretStr | None = Field(
+        None,
+        description="Slack or Mattermost incoming webhook told when any attempt becomes ready, fails or turns "
+        "unhealthy; a preset's own webhook is told as well.",
+    )
     demo_time_scale: float = Field(
         1.0,
         gt=0,
@@ -76,14 +103,27 @@ class Settings(BaseSettings):
         description="Simulated hosts for `launchdeck demo`, as NAME:MODEL:COUNT,... (models: b200, rtx-pro-6000).",
     )
 
-    @field_validator("database_url", "token", "hosts_file", mode="before")
+    @field_validator("database_url", "token", "hosts_file", "public_url", "webhook_url", mode="before")
     @classmethod
     def empty_means_unset(cls, value: Any) -> Any:
         """`LAUNCHDECK_TOKEN=` (as docker compose passes an unset variable) must not become an empty token."""
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("webhook_url")
+    @classmethod
+    def webhook_is_http(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and (problem := http_url_problem(value.get_secret_value())):
+            raise ValueError(problem)  # the URL itself stays out of the message: its path is the secret
+        return value
+
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'launchdeck.db').resolve()}"
+
+    def resolved_public_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = socket.gethostname() if self.bind in ("0.0.0.0", "::", "") else self.bind
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     def resolved_hosts_file(self) -> Path | None:
         if self.hosts_file is not None:

@@ -520,6 +520,81 @@ async def test_live_log_resumes_exactly_after_drops_and_keeps_markup_inert(tab: 
     assert [e for e in tab.console_errors if e != "[object Event]"] == []  # htmx logs each forced error
 
 
+# Records each desktop notification the page creates, then lets the browser's own show it.
+RECORD_NOTIFICATIONS = """(() => {
+  const Real = window.Notification;
+  window.shownNotifications = [];
+  function Recorded(title, options) {
+    window.shownNotifications.push({title: title, body: (options || {}).body || ""});
+    return new Real(title, options);
+  }
+  Object.defineProperty(Recorded, "permission", {get: () => Real.permission});
+  Recorded.requestPermission = Real.requestPermission.bind(Real);
+  window.Notification = Recorded;
+})()"""
+
+
+async def test_watched_attempts_show_their_status_in_the_tab_and_notify_when_ready_or_failed(
+    tab: Tab, demo: Demo
+) -> None:
+    """Two launches are held while loading (SIGSTOP to their process groups) until a page watches
+    each; then one is let go to ready and the other ended (SIGTERM) as a failure."""
+    page = tab.page
+    await tab.context.grant_permissions(["notifications"], origin=demo.base_url)
+    await tab.context.add_init_script(RECORD_NOTIFICATIONS)
+    await log_in(page)
+    held: dict[str, tuple[int, int]] = {}  # outcome: (attempt id, process group)
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        launched = {}
+        for outcome, gpu in (("failed", 4), ("ready", 5)):
+            body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [gpu], "port": free_port()}
+            launched[outcome] = (await api.post("/api/attempts", json=body)).json()["id"]
+        for outcome, attempt_id in launched.items():
+
+            async def started(attempt_id: int = attempt_id, outcome: str = outcome) -> bool:
+                attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+                if attempt["pgid"] is not None:
+                    os.killpg(attempt["pgid"], signal.SIGSTOP)
+                    held[outcome] = (attempt_id, attempt["pgid"])
+                return attempt["pgid"] is not None
+
+            await wait_until(started, 30, f"attempt {attempt_id} to start", demo)
+        try:
+            pages = {"failed": page, "ready": await tab.context.new_page()}
+            for outcome, (attempt_id, _) in held.items():
+                watching = pages[outcome]
+                await watching.goto(f"/attempts/{attempt_id}")
+                await expect(watching).to_have_title(f"… loading · #{attempt_id} llama31-8b — launchdeck")
+                await expect(watching.locator("link[rel=icon]")).to_have_attribute("data-status", "loading")
+                if outcome == "failed":  # asked once: the other page finds it on
+                    await watching.get_by_role("button", name="notify me").click()
+                on = watching.get_by_role("button", name="notifications on", pressed=True)
+                await expect(on).to_be_visible()
+            assert await page.evaluate("localStorage.getItem('launchdeck.notify')") == "on"
+
+            os.killpg(held["failed"][1], signal.SIGTERM)  # the server dies with no stop asked for: a failure
+            for _, pgid in held.values():
+                os.killpg(pgid, signal.SIGCONT)
+            glyphs = {"failed": "✗", "ready": "✓"}
+            for outcome, (attempt_id, _) in held.items():
+                watching = pages[outcome]
+                title = f"{glyphs[outcome]} {outcome} · #{attempt_id} llama31-8b — launchdeck"
+                await expect(watching).to_have_title(title, timeout=30_000)
+                icon = watching.locator("link[rel=icon]")
+                await expect(icon).to_have_attribute("data-status", outcome)
+                assert (await icon.get_attribute("href") or "").startswith("data:image/svg+xml,")
+                await watching.wait_for_function("window.shownNotifications.length > 0")
+                shown = await watching.evaluate("window.shownNotifications")
+                body = "llama31-8b on b200-01" + ("\nthe server exited with 143" if outcome == "failed" else "")
+                assert shown == [{"title": f"launchdeck: #{attempt_id} {outcome}", "body": body}]
+        finally:
+            for _, pgid in held.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGCONT)
+            await api.post(f"/api/attempts/{held['ready'][0]}/stop")
+    assert tab.console_errors == []
+
+
 async def test_grep_with_zero_hits_pivots_to_the_full_log(tab: Tab, demo: Demo) -> None:
     page = tab.page
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:

@@ -37,6 +37,7 @@ LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
         ({"env": {"1BAD": "x"}}, "env: '1BAD' is not a valid variable name"),
         ({"name": "has space"}, "name: use 1-128 letters"),
         ({"launcher": "vllm serve"}, "launcher: choose"),
+        ({"webhook_url": "hooks.example/services/x"}, "webhook_url: give an http:// or https:// URL"),
     ],
 )
 async def test_bad_presets_are_refused_with_the_field_named(

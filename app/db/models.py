@@ -130,6 +130,9 @@ class Preset(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     description: Mapped[str] = mapped_column(Text, default="")
+    # An incoming webhook told when this preset's attempts become ready, fail or turn unhealthy;
+    # "" for none. Kept on the preset, not its revisions: it says who hears, not what runs.
+    webhook_url: Mapped[str] = mapped_column(Text, default="")
     archived_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

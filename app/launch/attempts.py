@@ -72,6 +72,8 @@ class AttemptService:
         # Told of each attempt whose following ended (the lifespan sets it: re-diagnosis with the
         # team's rules that read the whole log).
         self.on_followed: Callable[[int], None] = lambda attempt_id: None
+        # Told of each status an attempt is given, once it is written (the lifespan sets it: notifications).
+        self.on_status: Callable[[int, AttemptStatus], None] = lambda attempt_id, status: None
 
     async def start(self) -> None:
         """Resumes following every attempt a previous run left unfinished, and mirroring the logs
@@ -252,6 +254,7 @@ class AttemptService:
             tracking=self.tracking,
             pace=self.pace,
             signatures=self.signatures,
+            on_status=self.on_status,
         )
         delay = self.pace.retry
         while True:

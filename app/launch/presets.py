@@ -22,9 +22,11 @@ from sqlalchemy.orm import selectinload
 
 from app import audit
 from app.clock import utcnow
+from app.config import http_url_problem
 from app.db.models import Preset, PresetRevision
 from app.diagnose import flag_history
 from app.errors import InvalidInput, NotFound
+from app.launch.notifications import redacted_url
 
 LAUNCHERS = ("python -m sglang.launch_server", "sglang serve")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -96,6 +98,7 @@ MAX_ENV_NAME = 256
 MAX_ENV_VALUE = 16 * 1024
 MAX_ENV_TOTAL = 64 * 1024
 MAX_DESCRIPTION = 8 * 1024
+MAX_WEBHOOK_URL = 2048
 MAX_OVERRIDE_REASON = 4096  # the reason a launch went ahead despite its preflight
 
 
@@ -120,12 +123,17 @@ class PresetInput:
     launcher: str = LAUNCHERS[0]
     python: str = "python3"
     port: int = 30000
+    webhook_url: str = ""  # told when the preset's attempts become ready, fail or turn unhealthy
 
     def validate(self) -> None:
         self.model_path, self.python = self.model_path.strip(), self.python.strip()
+        self.webhook_url = self.webhook_url.strip()
         check_text("model_path", self.model_path, MAX_MODEL_PATH)
         check_text("python", self.python, MAX_PYTHON)
         check_text("description", self.description, MAX_DESCRIPTION)
+        check_text("webhook_url", self.webhook_url, MAX_WEBHOOK_URL)
+        if self.webhook_url and (problem := http_url_problem(self.webhook_url)):
+            raise InvalidInput(f"webhook_url: {problem}")
         if not NAME.fullmatch(self.name):
             raise InvalidInput("name: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
         if not self.model_path:
@@ -357,7 +365,7 @@ async def _create(session: AsyncSession, data: PresetInput, *, actor: str) -> Pr
     data.validate()
     if await session.scalar(select(Preset.id).where(Preset.name == data.name)) is not None:
         raise InvalidInput(f"name: a preset named {data.name!r} exists already")
-    preset = Preset(name=data.name, description=data.description)
+    preset = Preset(name=data.name, description=data.description, webhook_url=data.webhook_url)
     session.add(preset)
     await session.flush()
     session.add(_revision(preset, 1, data, actor))
@@ -380,6 +388,10 @@ async def save_preset(
     data.validate()
     current = latest(preset)
     preset.description = data.description
+    if data.webhook_url != preset.webhook_url:  # who hears of the attempts: audited, without the URL's secret path
+        shown = redacted_url(data.webhook_url) if data.webhook_url else "none"
+        audit.record(session, actor=actor, action="preset-webhook", target=preset.name, detail={"webhook": shown})
+        preset.webhook_url = data.webhook_url
     if _same(current, data):
         await session.commit()
         return None
@@ -393,7 +405,9 @@ async def save_preset(
 
 async def clone_preset(session: AsyncSession, preset: Preset, new_name: str, *, actor: str) -> Preset:
     source = latest(preset)
-    data = PresetInput(name=new_name, description=preset.description, **revision_fields(source))
+    data = PresetInput(
+        name=new_name, description=preset.description, webhook_url=preset.webhook_url, **revision_fields(source)
+    )
     clone = await _create(session, data, actor=actor)
     audit.record(session, actor=actor, action="preset-clone", target=new_name, detail={"from": preset.name})
     await session.commit()

@@ -85,6 +85,7 @@ class AttemptRecord:
         tracking: Tracking,
         pace: Pace,
         signatures: asyncio.Lock,
+        on_status: Callable[[int, AttemptStatus], None] = lambda attempt_id, status: None,
     ):
         self.sessions = sessions
         self.attempt_id = attempt_id
@@ -92,6 +93,7 @@ class AttemptRecord:
         self.tracking = tracking
         self.pace = pace
         self.signatures = signatures  # one attempt at a time files its failure under a signature
+        self.on_status = on_status  # told of each status once it is written
 
     async def update(self, **changes: Any) -> None:
         async def write(attempt: Attempt, _session: AsyncSession) -> None:
@@ -113,6 +115,8 @@ class AttemptRecord:
                 setattr(attempt, key, value)
 
         await self._write(write)
+        if status is not None:
+            self.on_status(self.attempt_id, status)
 
     async def status(self, status: AttemptStatus, **changes: Any) -> None:
         """A new status, on the timeline under its own name."""

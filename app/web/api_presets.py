@@ -24,6 +24,9 @@ class PresetIn(BaseModel):
     launcher: str = presets.LAUNCHERS[0]
     python: str = "python3"
     port: Int64 = 30000
+    webhook_url: str = Field(
+        "", description="incoming webhook told of this preset's attempts; both it and the dashboard's are told"
+    )
 
     def domain(self) -> presets.PresetInput:
         return presets.PresetInput(**self.model_dump())
@@ -37,6 +40,7 @@ class PresetUpdate(BaseModel):
     launcher: str = presets.LAUNCHERS[0]
     python: str = "python3"
     port: Int64 = 30000
+    webhook_url: str = ""
 
 
 class RevisionPublic(BaseModel):
@@ -65,6 +69,7 @@ class RevisionPublic(BaseModel):
 class PresetPublic(BaseModel):
     name: str
     description: str
+    webhook_url: str
     archived: bool
     revision: RevisionPublic
     revisions: int
@@ -74,6 +79,7 @@ class PresetPublic(BaseModel):
         return cls(
             name=preset.name,
             description=preset.description,
+            webhook_url=preset.webhook_url,
             archived=preset.archived_at is not None,
             revision=RevisionPublic.of(presets.latest(preset)),
             revisions=len(preset.revisions),

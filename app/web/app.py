@@ -19,6 +19,7 @@ from app.config import Settings
 from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
+from app.launch.notifications import Notifier
 from app.launch.record import Pace
 from app.launch.rediagnose import Rediagnosis
 from app.logs.grep import GrepLimits
@@ -129,6 +130,9 @@ def create_app(settings: Settings) -> FastAPI:
         rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
         rediagnosis.start()
         attempts.on_followed = rediagnosis.attempt_ended
+        webhook = settings.webhook_url.get_secret_value() if settings.webhook_url else None
+        notifier = Notifier(sessions, public_url=settings.resolved_public_url(), webhook_url=webhook)
+        attempts.on_status = notifier.status_changed
         versions = frontend_versions()
         app.state.runtime = Runtime(
             settings=settings,
@@ -138,6 +142,7 @@ def create_app(settings: Settings) -> FastAPI:
             ssh=ssh,
             attempts=attempts,
             rediagnosis=rediagnosis,
+            notifier=notifier,
             gpus=gpus,
             logs=logs,
             mirrors=mirrors,
@@ -157,6 +162,7 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             await rediagnosis.close()
             await attempts.close()
+            await notifier.close()
             await mirrors.close()
             await gpus.close()
             await ssh.close()

@@ -25,6 +25,7 @@ from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.history import load_attempt
+from app.launch.notifications import Notifier
 from app.launch.rediagnose import Rediagnosis
 from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
@@ -47,6 +48,7 @@ class Runtime:
     ssh: SSHManager
     attempts: AttemptService
     rediagnosis: Rediagnosis
+    notifier: Notifier
     gpus: GpuMonitor
     logs: LogStore
     mirrors: Mirrors

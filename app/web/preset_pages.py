@@ -42,6 +42,7 @@ async def preset_input(request: Request, name: str) -> presets.PresetInput:
     return presets.PresetInput(
         name=name,
         description=values.get("description", ""),
+        webhook_url=values.get("webhook_url", ""),
         model_path=values.get("model_path", ""),
         launcher=values.get("launcher", presets.LAUNCHERS[0]),
         python=values.get("python", "python3"),
@@ -68,7 +69,10 @@ def editor_context(data: presets.PresetInput | None, error: str | None = None) -
 
 def input_of(preset: Preset) -> presets.PresetInput:
     return presets.PresetInput(
-        name=preset.name, description=preset.description, **presets.revision_fields(presets.latest(preset))
+        name=preset.name,
+        description=preset.description,
+        webhook_url=preset.webhook_url,
+        **presets.revision_fields(presets.latest(preset)),
     )
 
 
