@@ -78,7 +78,7 @@
     var button = document.createElement("button");
     button.type = "button";
     button.id = "notify-toggle";
-    button.className = "link";
+    button.className = "notify-toggle";
     button.addEventListener("click", function () {
       if (notifying()) {
         localStorage.setItem(STORAGE_KEY, "off");
