@@ -702,6 +702,94 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             await api.post(f"/api/attempts/{fixed}/stop")
 
 
+# Notes (in ms of the page's clock) when the root-error card and the failing line first appear.
+LIVE_OBSERVER = """
+window.__seen = {};
+new MutationObserver(() => {
+  const now = performance.now(), lines = document.getElementById("live-lines");
+  if (!("card" in window.__seen) && document.getElementById("root-error")) window.__seen.card = now;
+  if (!("line" in window.__seen) && lines && lines.textContent.includes("33 layers")) window.__seen.line = now;
+}).observe(document, {childList: true, subtree: true});
+"""
+FAILURE = [
+    b"Traceback (most recent call last):",
+    b'  File "/opt/sglang/python/sglang/srt/model_executor/model_runner.py", line 412, in load_model',
+    b"    self.model = get_model(model_config=self.model_config)",
+    b"ValueError: the checkpoint has 33 layers, the config says 32",
+]
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of a process group on this machine (where the simulated hosts run theirs)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_bytes()
+            if entry.name.isdigit() and int(stat[stat.rindex(b")") + 2 :].split()[2]) == pgid:
+                members.append(int(entry.name))
+    return members
+
+
+async def launch_frozen(api: httpx.AsyncClient, demo: Demo, gpu: int) -> dict[str, Any]:
+    """A llama31-8b attempt on b200-01, its processes stopped (SIGSTOP) while it loads, so that a
+    page can be open before anything more happens."""
+    body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [gpu], "port": free_port()}
+    attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+    attempt: dict[str, Any] = {}
+
+    async def loading() -> bool:
+        nonlocal attempt
+        attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+        return attempt["status"] == "loading" and attempt["pgid"] is not None
+
+    await wait_until(loading, 30, f"attempt {attempt_id} to load", demo)
+    os.killpg(attempt["pgid"], signal.SIGSTOP)
+    return attempt
+
+
+async def test_status_and_root_error_are_pushed_to_the_attempt_page_as_they_happen(tab: Tab, demo: Demo) -> None:
+    """The page's live stream says when the attempt changed: the root-error card follows its line
+    within a second (the status block waited for a 2 s poll before), and `ready` and `failed` come
+    without a reload."""
+    page = tab.page
+    await page.add_init_script(LIVE_OBSERVER)
+    await log_in(page)
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        ready = await launch_frozen(api, demo, 4)
+        try:
+            await page.goto(f"/attempts/{ready['id']}")
+            await expect(page.locator("#status")).to_have_text("loading")
+            await page.evaluate("window.__marker = 1")
+            os.killpg(ready["pgid"], signal.SIGCONT)
+            await expect(page.locator("#status")).to_have_text("ready", timeout=30_000)
+            await expect(page.locator("tr[data-stage='ready']")).to_be_visible()
+            assert await page.evaluate("window.__marker") == 1, "the page was reloaded instead of updated in place"
+        finally:
+            os.killpg(ready["pgid"], signal.SIGCONT)
+            await api.post(f"/api/attempts/{ready['id']}/stop")
+
+        failing = await launch_frozen(api, demo, 5)
+        try:
+            await page.goto(f"/attempts/{failing['id']}")
+            await expect(page.locator("#status")).to_have_text("loading")
+            await page.evaluate("window.__marker = 1")
+            append_to_host_log(demo, failing, FAILURE)
+            await expect(page.locator("#root-error .root-line")).to_have_text(FAILURE[-1].decode())
+            seen = await page.evaluate("window.__seen")
+            assert seen["card"] - seen["line"] < 1000, (
+                f"the card came {seen['card'] - seen['line']:.0f} ms after its line"
+            )
+            for pid in group_members(failing["pgid"]):  # the server dies; its launch script records 137
+                if pid != failing["pgid"]:
+                    os.kill(pid, signal.SIGKILL)
+        finally:
+            os.killpg(failing["pgid"], signal.SIGCONT)
+        await expect(page.locator("#status")).to_have_text("failed", timeout=15_000)
+        await expect(page.locator("p.summary")).to_contain_text("exit code 137")
+        assert await page.evaluate("window.__marker") == 1, "the page was reloaded instead of updated in place"
+    assert tab.console_errors == []
+
+
 STALE_COPY = {
     "name": "llama31-8b-stale-copy",
     "model_path": "meta-llama/Llama-3.1-8B-Instruct",

@@ -217,6 +217,16 @@ class Analyzer:
             return self._cut_off(self._cut)
         return self._diagnosis(root or self._secondary)
 
+    def landmarks(self) -> tuple[object, ...]:
+        """What the answer's stage, progress, root error and adjustments rest on: it changes
+        whenever they may have, and is cheap enough to take after every chunk (the answer is not)."""
+        current = self._current
+        return (
+            self._stage_index, self._percent, self._root, self._secondary, self._fatal_line, self._precursor,
+            current, len(current.exceptions) if current else 0, len(self._adjustments),
+            self._figures.server_args is not None,
+        )  # fmt: skip
+
     def hung(self) -> Diagnosis:
         """The answer for a launch that stopped making progress: rooted in the wait it ended on, or
         in its last progress line."""

@@ -35,7 +35,7 @@ from app.launch.history import load_attempt
 from app.launch.owners import owners_by_host, started_by_launchdeck
 from app.launch.preflight import OwnersOf, Preflight, run_preflight
 from app.launch.presets import MAX_OVERRIDE_REASON, check_text, command_argv, get_preset, latest, revision_of
-from app.launch.record import AttemptRecord, Pace, Tracking, reason_of
+from app.launch.record import AttemptRecord, Changes, Pace, Tracking, reason_of
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
 from app.ssh import HostConnection, SSHManager
 
@@ -66,6 +66,7 @@ class AttemptService:
         self.stop_grace = stop_grace
         self.pace = pace or Pace()
         self.tracking = Tracking()
+        self.changes = Changes()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.signatures = asyncio.Lock()  # one attempt at a time files its failure under a signature
@@ -189,6 +190,7 @@ class AttemptService:
                 raise InvalidInput(f"attempt {attempt.id} has no process to stop (status {attempt.status})")
             attempt.stop_requested_at = attempt.stop_requested_at or utcnow()
             audit.record(session, actor=actor, action="stop", target=f"attempt {attempt.id}")
+        self.changes.changed(attempt_id)
         connection = self.ssh.get(attempt.host.name)
         await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(attempt.pgid)], check=False)
         self._in_background(self._kill_after_grace(connection, attempt.pgid))
@@ -252,6 +254,7 @@ class AttemptService:
             attempt_id,
             mirrors=self.mirrors,
             tracking=self.tracking,
+            changes=self.changes,
             pace=self.pace,
             signatures=self.signatures,
             on_status=self.on_status,

@@ -4,6 +4,7 @@ and the arguments SGLang used lined up with those asked for and those preflight 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,8 @@ class LiveDiagnosis:
         self.analyzer = Analyzer()
         self.offset = 0  # bytes of the local log read so far
         self.changed = False  # read more since the answer was last taken
+        self.news = asyncio.Event()  # set when what the attempt's page shows may have changed
+        self._landmarks = self.analyzer.landmarks()
         self._stages_taken = 0
 
     def feed(self, offset: int, data: bytes) -> None:
@@ -38,6 +41,14 @@ class LiveDiagnosis:
         self.analyzer.feed_bytes(data[max(0, self.offset - offset) :])
         self.offset = offset + len(data)
         self.changed = True
+
+    def watch(self, offset: int, data: bytes) -> None:
+        """The log file's watcher, in the event loop: reads what the mirror appended, and tells the
+        follower at once when the stage, its progress or the root error may have changed."""
+        self.feed(offset, data)
+        if (landmarks := self.analyzer.landmarks()) != self._landmarks:
+            self._landmarks = landmarks
+            self.news.set()
 
     def new_stages(self) -> list[str]:
         """Stages reached since the last call, by their timeline names."""

@@ -104,12 +104,30 @@ class Follower:
                     await self._finish_process(probe)
                     return
                 status = await self._check_readiness(connection, port, status, probe)
-                await asyncio.sleep(
-                    self.dashboard.pace.serving if status == AttemptStatus.READY else self.dashboard.pace.loading
-                )
+                status = await self._until_next_probe(mirror, connection, port, status, probe)
         finally:
             if mirror is not None:
-                mirror.log.watchers.discard(self.live.feed)
+                mirror.log.watchers.discard(self.live.watch)
+
+    async def _until_next_probe(
+        self, mirror: LogMirror | None, connection: HostConnection, port: int | None, status: AttemptStatus, probe: Any
+    ) -> AttemptStatus:
+        """Waits until the host is to be asked again; meanwhile a new stage, its progress or a root
+        error in the log is written as soon as it is read (the page shows it at once), and a ready
+        line has /health asked at once."""
+        pace = self.dashboard.pace
+        loop = asyncio.get_running_loop()
+        until = loop.time() + (pace.serving if status == AttemptStatus.READY else pace.loading)
+        while (left := until - loop.time()) > 0:
+            try:
+                await asyncio.wait_for(self.live.news.wait(), left)
+            except TimeoutError:
+                break
+            self.live.news.clear()
+            await self._record_log_progress(mirror)
+            if status != AttemptStatus.READY:
+                status = await self._check_readiness(connection, port, status, probe)
+        return status
 
     async def _probe(self, connection: HostConnection, directory: str, pid: int | None, start: int | None) -> Any:
         args = ["sh", "-c", remote.PROBE, "sh", directory, str(pid or ""), str(start or "")]
@@ -123,7 +141,7 @@ class Follower:
         scanned = log_file.size
         if scanned:
             await asyncio.to_thread(self._read_file, log_file.path, scanned)
-        log_file.watchers.add(self.live.feed)
+        log_file.watchers.add(self.live.watch)
         if log_file.size > scanned:  # appended while the file was read
             self.live.feed(scanned, log_file.read(scanned, log_file.size - scanned))
         async with self.dashboard.sessions.read() as session:
@@ -180,8 +198,8 @@ class Follower:
         if status != AttemptStatus.READY and healthy and group_complete:
             self.ready_group_size = self.ready_group_size or probe.group_size
             first = {"ready_at": utcnow()} if status == AttemptStatus.LOADING else {}
-            await self._record_server_info(info[0])  # first: whoever sees "ready" sees its arguments too
-            await self.record.status(AttemptStatus.READY, error="", **first)
+            # One write: whoever sees "ready" sees the arguments the server reported too.
+            await self.record.status(AttemptStatus.READY, change=_with_server_info(info[0]), error="", **first)
             return AttemptStatus.READY
         if status == AttemptStatus.READY and (not healthy or probe.group_size < self.ready_group_size):
             reason = "health check failed" if not healthy else "server processes have exited"
@@ -192,37 +210,24 @@ class Follower:
     async def _ask_server(
         self, connection: HostConnection, port: int, paths: tuple[str, ...]
     ) -> list[httpx.Response | None]:
-        """GETs each path from the server through one SSH port forward; None where that failed."""
+        """GETs the paths from the server at once through one SSH port forward; None where that
+        failed. (A health check runs a generation: the other answers come meanwhile.)"""
         try:
             listener = await connection.forward_local_port(port)
         except HostError:
             return [None for _ in paths]
-        responses: list[httpx.Response | None] = []
         try:
             async with httpx.AsyncClient(timeout=self.dashboard.pace.health_timeout) as client:
-                for path in paths:
+
+                async def get(path: str) -> httpx.Response | None:
                     try:
-                        responses.append(await client.get(f"http://127.0.0.1:{listener.get_port()}{path}"))
+                        return await client.get(f"http://127.0.0.1:{listener.get_port()}{path}")
                     except httpx.HTTPError:
-                        responses.append(None)
+                        return None
+
+                return list(await asyncio.gather(*(get(path) for path in paths)))
         finally:
             listener.close()
-        return responses
-
-    async def _record_server_info(self, response: httpx.Response | None) -> None:
-        """The arguments a live server reports it runs with, kept with the diagnosis for drift."""
-        try:
-            info = response.json() if response is not None and response.status_code == 200 else None
-        except ValueError:
-            info = None
-        if not isinstance(info, dict):
-            return
-        arguments = {key: value for key, value in info.items() if key not in SERVER_INFO_STATE}
-
-        def change(attempt: Attempt) -> None:
-            attempt.diagnosis = replace(StoredDiagnosis.from_json(attempt.diagnosis), server_info=arguments).to_json()
-
-        await self.record.progress(change)
 
     async def _finish_process(self, probe: Any) -> None:
         async with self.dashboard.sessions.read() as session:
@@ -240,3 +245,20 @@ class Follower:
                 error=f"the server exited with {probe.exit_code}",
                 gpu_snapshot={**attempt.gpu_snapshot, "at_failure": at_failure},
             )
+
+
+def _with_server_info(response: httpx.Response | None) -> Callable[[Attempt], None] | None:
+    """The arguments a live server reports it runs with (its /get_server_info), kept with the
+    diagnosis for drift; None without them."""
+    try:
+        info = response.json() if response is not None and response.status_code == 200 else None
+    except ValueError:
+        info = None
+    if not isinstance(info, dict):
+        return None
+    arguments = {key: value for key, value in info.items() if key not in SERVER_INFO_STATE}
+
+    def change(attempt: Attempt) -> None:
+        attempt.diagnosis = replace(StoredDiagnosis.from_json(attempt.diagnosis), server_info=arguments).to_json()
+
+    return change

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import joinedload, load_only, selectinload
 
-from app.db.models import Attempt, AttemptStatus, Host, Preset, PresetRevision
+from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus, Host, Preset, PresetRevision
 from app.errors import InvalidInput, NotFound
 
 # What an attempt's pages show of it besides its own row.
@@ -37,6 +37,12 @@ async def load_attempt(session: AsyncSession, attempt_id: int) -> Attempt:
     if attempt is None:
         raise NotFound(f"no attempt {attempt_id}")
     return attempt
+
+
+async def attempt_finished(session: AsyncSession, attempt_id: int) -> bool:
+    """Whether the attempt has ended (an unknown one has nothing more to show either)."""
+    status = await session.scalar(select(Attempt.status).where(Attempt.id == attempt_id))
+    return status is None or status in FINISHED_STATUSES
 
 
 async def list_attempts(

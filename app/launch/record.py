@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,30 @@ class Tracking:
         return f"tracking interrupted: {reason}" if reason else ""
 
 
+class Changes:
+    """When each attempt's row was last written, for the pages that show it live: a stamp (one
+    that differs after a restart of the dashboard), and a wake-up for whoever waits on it."""
+
+    def __init__(self) -> None:
+        self._started = time.time_ns()
+        self._stamps: dict[int, int] = {}
+        self._waiting: dict[int, asyncio.Event] = {}
+
+    def stamp(self, attempt_id: int) -> int:
+        return self._stamps.get(attempt_id, self._started)
+
+    def changed(self, attempt_id: int) -> None:
+        self._stamps[attempt_id] = max(time.time_ns(), self.stamp(attempt_id) + 1)
+        if (waiting := self._waiting.pop(attempt_id, None)) is not None:
+            waiting.set()
+
+    async def wait(self, attempt_id: int, seen: int) -> int:
+        """The attempt's stamp, once it is not `seen`."""
+        while (stamp := self.stamp(attempt_id)) == seen:
+            await self._waiting.setdefault(attempt_id, asyncio.Event()).wait()
+        return stamp
+
+
 def reason_of(exc: BaseException) -> str:
     """One line on what went wrong in the dashboard, without the SQL it was running."""
     cause = getattr(exc, "orig", None) or exc
@@ -83,6 +108,7 @@ class AttemptRecord:
         *,
         mirrors: Mirrors,
         tracking: Tracking,
+        changes: Changes,
         pace: Pace,
         signatures: asyncio.Lock,
         on_status: Callable[[int, AttemptStatus], None] = lambda attempt_id, status: None,
@@ -91,6 +117,7 @@ class AttemptRecord:
         self.attempt_id = attempt_id
         self.mirrors = mirrors
         self.tracking = tracking
+        self.changes = changes  # told of every write, which the attempt's page then shows at once
         self.pace = pace
         self.signatures = signatures  # one attempt at a time files its failure under a signature
         self.on_status = on_status  # told of each status once it is written
@@ -102,8 +129,16 @@ class AttemptRecord:
 
         await self._write(write)
 
-    async def stage(self, stage: str, status: AttemptStatus | None = None, **changes: Any) -> None:
-        """A new step on the attempt's timeline, with the status the host's evidence gives it."""
+    async def stage(
+        self,
+        stage: str,
+        status: AttemptStatus | None = None,
+        *,
+        change: Callable[[Attempt], None] | None = None,
+        **changes: Any,
+    ) -> None:
+        """A new step on the attempt's timeline, with the status the host's evidence gives it, and
+        what came with it (`change`, applied in the same transaction)."""
         at = utcnow().isoformat()
 
         async def write(attempt: Attempt, _session: AsyncSession) -> None:
@@ -113,14 +148,18 @@ class AttemptRecord:
                 attempt.status = status
             for key, value in changes.items():
                 setattr(attempt, key, value)
+            if change is not None:
+                change(attempt)
 
         await self._write(write)
         if status is not None:
             self.on_status(self.attempt_id, status)
 
-    async def status(self, status: AttemptStatus, **changes: Any) -> None:
+    async def status(
+        self, status: AttemptStatus, *, change: Callable[[Attempt], None] | None = None, **changes: Any
+    ) -> None:
         """A new status, on the timeline under its own name."""
-        await self.stage(status, status, **changes)
+        await self.stage(status, status, change=change, **changes)
 
     async def finish(self, status: AttemptStatus, **changes: Any) -> None:
         """The attempt ended on its host; a log that never got a line is closed as empty."""
@@ -164,4 +203,5 @@ class AttemptRecord:
                 delay = min(delay * 2, self.pace.retry_max)
                 continue
             self.tracking.resumed(self.attempt_id)
+            self.changes.changed(self.attempt_id)
             return

@@ -159,11 +159,13 @@ def serving_example(attempt: Attempt) -> dict[str, Any]:
 async def attempt_page(
     request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, user: PageUser
 ) -> Response:
+    seen = runtime.attempts.changes.stamp(attempt_id)  # before the row is read: no later change is missed
     attempt = await history.load_attempt(db, attempt_id)
     gpus = runtime.gpus.hosts.get(attempt.host.name)  # none for a host no longer configured
     context: dict[str, Any] = {
         "user": user,
         "attempt": attempt,
+        "seen": seen,
         "active": attempt.status in ACTIVE_STATUSES,
         "tracking": runtime.attempts.tracking_note(attempt_id),
         "mirror_note": runtime.mirror_note(attempt_id),

@@ -3,7 +3,8 @@ paged through the line index, and grep across attempts."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
@@ -14,7 +15,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.db.models import Attempt
 from app.errors import InvalidInput, SearchBusy, SearchTooSlow
-from app.launch.history import list_attempts, load_attempt
+from app.launch.history import attempt_finished, list_attempts, load_attempt
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.render import line_class, render_line
 from app.logs.search import (
@@ -45,6 +46,7 @@ LIVE_TAIL_LINES = 200
 SEARCH_ATTEMPTS = 500  # the newest attempts a search across attempts looks at
 SEND_TIMEOUT = 30.0  # a viewer that takes nothing for this long is dropped
 TRACEBACK_BYTES = TRACEBACK.encode()
+NOTES_EVERY = 1.0  # how often a live page's notes kept only in memory (tracking, log mirror) are compared
 
 
 def lines_html(
@@ -138,15 +140,73 @@ def resume_offset(offset: int, last_event_id: str | None) -> int:
     return max(offset, 0)
 
 
-async def live_events(runtime: Runtime, attempt_id: int, offset: int) -> AsyncIterator[bytes]:
-    async for event in runtime.fanout.follow(attempt_id, offset):
-        if isinstance(event, Lines):
-            yield b"".join(batch_event(attempt_id, batch) for batch in event.batches)
-        elif isinstance(event, Ended):
-            yield ServerSentEvent(data="", event="end", id=str(event.offset)).encode()
-        else:
-            end = str(event.end) if isinstance(event, Skipped) else None
-            yield ServerSentEvent(data=marker_html(attempt_id, event), event="lines", id=end).encode()
+async def live_events(runtime: Runtime, attempt_id: int, offset: int, seen: int) -> AsyncIterator[bytes]:
+    """The attempt page's stream: the log's new lines, and a `status` event whenever the page's
+    status block (status, stage, diagnosis, drift) has changed, which the page then fetches. It ends
+    (`end`) once the log is complete and the attempt has ended, which may come in either order."""
+    log = runtime.fanout.follow(attempt_id, offset)
+    changes = _status_changes(runtime, attempt_id, seen)
+    next_event: asyncio.Future[Any] = asyncio.ensure_future(anext(log))
+    next_change: asyncio.Future[Any] = asyncio.ensure_future(anext(changes))
+    ended: Ended | None = None
+    try:
+        while True:
+            await asyncio.wait({next_event, next_change}, return_when=asyncio.FIRST_COMPLETED)
+            if next_change.done():
+                seen = next_change.result()
+                yield _status_event(seen)
+                next_change = asyncio.ensure_future(anext(changes))
+            if next_event.done():
+                event = next_event.result()
+                if isinstance(event, Ended):
+                    ended, next_event = event, asyncio.get_running_loop().create_future()  # no more lines
+                else:
+                    yield _log_event(attempt_id, event)
+                    next_event = asyncio.ensure_future(anext(log))
+            if ended is not None:
+                async with runtime.sessions.read() as db:
+                    finished = await attempt_finished(db, attempt_id)
+                if finished:
+                    if (stamp := runtime.attempts.changes.stamp(attempt_id)) != seen:
+                        yield _status_event(stamp)
+                    yield ServerSentEvent(data="", event="end", id=str(ended.offset)).encode()
+                    return
+    finally:
+        for task in (next_event, next_change):
+            task.cancel()
+        await asyncio.gather(next_event, next_change, return_exceptions=True)
+        await log.aclose()  # type: ignore[attr-defined]
+        await changes.aclose()
+
+
+def _log_event(attempt_id: int, event: Lines | Skipped | Restarted) -> bytes:
+    if isinstance(event, Lines):
+        return b"".join(batch_event(attempt_id, batch) for batch in event.batches)
+    end = str(event.end) if isinstance(event, Skipped) else None
+    return ServerSentEvent(data=marker_html(attempt_id, event), event="lines", id=end).encode()
+
+
+def _status_event(stamp: int) -> bytes:
+    return ServerSentEvent(data=str(stamp), event="status").encode()
+
+
+async def _status_changes(runtime: Runtime, attempt_id: int, seen: int) -> AsyncGenerator[int, None]:
+    """The attempt's stamp each time its row is written, at once if it was since the page had it
+    (`seen`, its stamp then: a reconnected page catches up), and when a note that the status
+    block shows from memory (tracking interrupted, log mirror behind) changes."""
+
+    def notes() -> tuple[str, str]:
+        return runtime.attempts.tracking_note(attempt_id), runtime.mirror_note(attempt_id)
+
+    shown = notes()
+    while True:
+        try:
+            seen = await asyncio.wait_for(runtime.attempts.changes.wait(attempt_id, seen), NOTES_EVERY)
+        except TimeoutError:
+            if notes() == shown:
+                continue
+        shown = notes()
+        yield seen
 
 
 def log_context(runtime: Runtime, attempt_id: Int64) -> dict[str, Any]:
@@ -166,9 +226,11 @@ async def log_stream(
     attempt_id: Int64,
     runtime: RuntimeDep,
     offset: Int64 = 0,
+    seen: Int64 = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
-    """New lines of the attempt's log as HTML fragments; event id = the byte offset after them."""
+    """New lines of the attempt's log as HTML fragments (event id = the byte offset after them),
+    and `status` events when the attempt changed since `seen` (see AttemptService.changes)."""
     user = session_user(request, runtime)
     if user is None:  # this swaps in an element whose request htmx turns into the login redirect
 
@@ -179,7 +241,7 @@ async def log_stream(
         return EventSourceResponse(login())
     async with runtime.sessions.read() as db:  # the stream may last hours: it holds no session
         await load_attempt(db, attempt_id)  # 404 for an unknown attempt
-    events = live_events(runtime, attempt_id, resume_offset(offset, last_event_id))
+    events = live_events(runtime, attempt_id, resume_offset(offset, last_event_id), seen)
     return event_stream(events)
 
 
