@@ -450,7 +450,7 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)
     await expect(page.locator("p.summary")).to_contain_text("exit code 143")
     assert simgpu.read(str(demo.gpu_state_path("rtxpro-01")))["processes"] == []
-    assert tab.console_errors == []
+    assert tab.console_errors == [], tab.console_errors
 
 
 async def launch_ready(demo: Demo, gpu: int) -> dict[str, Any]:
