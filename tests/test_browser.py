@@ -668,8 +668,7 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             # The zero-hits test's attempt of this preset failed the same way before, when it ran first.
             same = re.compile(r"same signature: \d+ earlier attempts?:|first attempt to fail this way")
             await expect(page.locator("#same-signature")).to_have_text(same)
-            if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-                await page.locator("#diagnosis").screenshot(path=f"{shots}/diagnosis-override.png")
+            await shoot(page, "diagnosis-override.png", page.locator("#diagnosis"))  # (a live block is never still)
             await page.locator("#root-error-link").click()
             await expect(page).to_have_url(re.compile(r"/log\?line=\d+#L\d+$"))
             target = page.locator(".ln:target")
@@ -691,7 +690,7 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             await expect(fraction).to_contain_text("0.95")
             await expect(page.locator("#outcome .failure-class.healthy")).to_have_text("healthy")
             await expect(page.locator("#root-logs .ln.mark")).to_contain_text("Not enough memory")
-            if shots:
+            if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
                 await page.screenshot(path=f"{shots}/compare-oom-fixed.png", full_page=True)
                 await page.goto(f"/compare?a={override}&b={fixed}")
                 await page.screenshot(path=f"{shots}/compare-override-fixed.png", full_page=True)
