@@ -947,6 +947,7 @@ async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light
     await expect(page.locator("#status")).to_have_text(re.compile(r"^(stopping…|stopped)$"))
     seen = await page.evaluate("window.__seen")
     assert seen[0] == "stopping…", f"the status went {seen} after Stop was confirmed"
+    await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)  # the page has settled
 
     # A dead link followed inside the page (a boosted request, which accepts anything) shows the error in the layout.
     await page.evaluate(
