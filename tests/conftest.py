@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -180,6 +180,17 @@ async def api(running_app: FastAPI, app_client: AsyncClient) -> AsyncIterator[As
             host = runtime.ssh.get(attempt["host"])
             await host.run(["env", "kill", "-KILL", "--", f"-{attempt['pgid']}"], check=False)
     for host in runtime.ssh:
+        await wait_until_free(host)
+
+
+async def end_every_attempt(
+    api: AsyncClient, ssh: Iterable[HostConnection], by_name: Callable[[str], HostConnection]
+) -> None:
+    """After a test: every attempt's process group killed, and every host's GPUs free again."""
+    for attempt in (await api.get("/api/attempts")).json():
+        if attempt["pgid"]:
+            await by_name(attempt["host"]).run(["env", "kill", "-KILL", "--", f"-{attempt['pgid']}"], check=False)
+    for host in ssh:
         await wait_until_free(host)
 
 

@@ -29,7 +29,7 @@ from app.launch.record import Pace
 from app.ssh import HostSpec
 from app.web.app import create_app
 from app.web.deps import Runtime
-from tests.conftest import AUTH, TOKEN, make_settings, wait_until_free
+from tests.conftest import AUTH, TOKEN, end_every_attempt, make_settings
 from tests.support import fill, free_port, small_filesystem
 
 PRESET = "llama31-8b"
@@ -124,12 +124,7 @@ async def deck(tmp_path: Path, small: Path, sim_specs: list[HostSpec], sim_clust
         ):
             yield Deck(runtime, api, browser, small / "data", sim_cluster)
             (small / "filler").unlink(missing_ok=True)
-            for attempt in (await api.get("/api/attempts")).json():
-                if attempt["pgid"]:
-                    host = runtime.ssh.get(attempt["host"])
-                    await host.run(["env", "kill", "-KILL", "--", f"-{attempt['pgid']}"], check=False)
-            for host in runtime.ssh:
-                await wait_until_free(host)
+            await end_every_attempt(api, runtime.ssh, runtime.ssh.get)
 
 
 async def test_writes_on_a_full_data_dir_answer_507_with_the_sentence_and_reads_go_on(deck: Deck) -> None:

@@ -23,7 +23,7 @@ from app.launch.notifications import Delivery, Notice, slack_message
 from app.launch.record import Pace
 from app.ssh import HostSpec
 from app.web.app import create_app
-from tests.conftest import AUTH, make_settings, wait_until_free
+from tests.conftest import AUTH, end_every_attempt, make_settings
 from tests.test_launch import launch, wait_for
 from tests.test_pages import log_in
 
@@ -108,12 +108,7 @@ async def notifying_app(tmp_path: Path, sim_specs: list[HostSpec], hook: Hook) -
             await host.wait_online(10)
         yield app
         async with AsyncClient(transport=ASGITransport(app=app), base_url="http://t", headers=AUTH) as api:
-            for attempt in (await api.get("/api/attempts")).json():
-                if attempt["pgid"]:
-                    host = runtime.ssh.get(attempt["host"])
-                    await host.run(["env", "kill", "-KILL", "--", f"-{attempt['pgid']}"], check=False)
-        for host in runtime.ssh:
-            await wait_until_free(host)
+            await end_every_attempt(api, runtime.ssh, runtime.ssh.get)
 
 
 async def test_webhooks_hear_ready_failed_and_unhealthy_and_a_dead_one_delays_nothing(
