@@ -212,5 +212,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests against real SGLang run last: its environment takes some 90 s to build on a fresh
-    machine, which CI starts in the background (`.ci/run`) while the rest of the suite runs."""
+    machine, which CI starts in the background (`.ci/run`) while the rest of the suite runs; the
+    first of them may wait for that build, so they get a longer time limit."""
     items.sort(key=lambda item: "sglang_oracle" in getattr(item, "fixturenames", ()))
+    for item in items:
+        if "sglang_oracle" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(900))

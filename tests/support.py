@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import inspect
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 import pytest
@@ -22,6 +24,21 @@ import pytest
 from app.ssh.hostkeys import generate_key_file
 
 STRICT = os.environ.get("LAUNCHDECK_TEST_STRICT") == "1"
+
+
+async def until(check: Callable[[], Any | Awaitable[Any]], what: str, timeout: float = 30) -> Any:
+    """Polls `check` (plain or async) until it returns something true, and returns that; a test that
+    waits for something never waits forever: after `timeout` it fails, saying `what` it waited for."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} (waited {timeout:g} s)")
+        await asyncio.sleep(0.05)
 
 
 def require(condition: bool, reason: str) -> None:

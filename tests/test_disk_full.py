@@ -11,7 +11,7 @@ import errno
 import re
 import signal
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from app.ssh import HostSpec
 from app.web.app import create_app
 from app.web.deps import Runtime
 from tests.conftest import AUTH, TOKEN, end_every_attempt, make_settings
-from tests.support import fill, free_port, small_filesystem
+from tests.support import fill, free_port, small_filesystem, until
 
 PRESET = "llama31-8b"
 
@@ -79,7 +79,7 @@ class Deck:
             attempt: dict[str, Any] = (await self.api.get(f"/api/attempts/{attempt_id}")).json()
             return attempt if condition(attempt) else None
 
-        return await eventually(check, f"attempt {attempt_id} not as expected")
+        return await until(check, f"attempt {attempt_id} not as expected")
 
     def host_log(self, attempt: dict[str, Any]) -> Path:
         return self.cluster.hosts[attempt["host"]].home / attempt["remote_dir"] / "server.log"
@@ -90,14 +90,6 @@ class Deck:
         assert found, form.text[:300]
         answer = await self.browser.post("/login", data={"token": TOKEN, "next": "/hosts", "csrf_token": found[1]})
         return answer.status_code
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], what: str, timeout: float = 30) -> Any:
-    for _ in range(int(timeout * 20)):
-        if result := await check():
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} within {timeout} s")
 
 
 @pytest.fixture
@@ -175,7 +167,7 @@ async def test_the_mirror_pauses_on_a_full_data_dir_and_resumes_exactly_at_its_o
     attempt = await deck.launch(gpu=2)
     host_log = deck.host_log(attempt)
     mirror_file = deck.data_dir / "logs" / f"{attempt['id']}.log"
-    await eventually(lambda: _same(mirror_file, host_log), "the mirror did not catch up")
+    await until(lambda: _same(mirror_file, host_log), "the mirror did not catch up")
     filler = await deck.fill()
     with host_log.open("ab") as log:
         for n in range(20_000):  # about 1 MB, with no room for it on the dashboard
@@ -189,13 +181,13 @@ async def test_the_mirror_pauses_on_a_full_data_dir_and_resumes_exactly_at_its_o
     assert mirror_file.stat().st_size < host_log.stat().st_size
 
     filler.unlink()
-    await eventually(lambda: _same(mirror_file, host_log), "the mirror did not resume")
+    await until(lambda: _same(mirror_file, host_log), "the mirror did not resume")
     assert (await deck.api.get(f"/api/attempts/{attempt['id']}")).json()["log_mirror"] == ""
     host = deck.runtime.ssh.get(attempt["host"])
     await host.run(["env", "kill", f"-{signal.SIGKILL}", "--", f"-{attempt['pgid']}"], check=False)
     await deck.attempt_when(attempt["id"], lambda a: a["status"] in ("failed", "lost"))
     log = deck.runtime.logs.get(attempt["id"])
-    await eventually(_async(lambda: log.meta.complete), "the mirror did not finish")
+    await until(lambda: log.meta.complete, "the mirror did not finish")
     assert log.meta.segments == []  # no false "replaced" or "truncated"
     assert mirror_file.read_bytes() == host_log.read_bytes()  # nothing copied twice, nothing lost
     assert log.meta.verification is not None and log.meta.verification["match"] is True
@@ -218,15 +210,8 @@ async def test_a_server_that_exits_while_the_data_dir_is_full_gets_its_status_on
     await deck.attempt_when(attempt["id"], lambda a: a["tracking"] == "")
 
 
-async def _same(mirror: Path, host_log: Path) -> bool:
+def _same(mirror: Path, host_log: Path) -> bool:
     return mirror.exists() and mirror.read_bytes() == host_log.read_bytes()
-
-
-def _async(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
-    async def run() -> bool:
-        return check()
-
-    return run
 
 
 def test_every_shape_of_a_full_disk_is_recognised_and_nothing_else() -> None:

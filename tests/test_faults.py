@@ -27,7 +27,7 @@ from app.demo.presets import DEMO_PRESETS
 from app.demo.sshserver import SimHost
 from app.ssh import HostConnection
 from tests.faults import AUTH, KEEPALIVE, TOKEN, Dashboard, HostProcess, Watch, follow_events, watching
-from tests.support import fill, free_port, small_filesystem
+from tests.support import fill, free_port, small_filesystem, until
 
 pytestmark = pytest.mark.faults
 
@@ -94,20 +94,11 @@ async def attempt_of(client: httpx.AsyncClient, attempt_id: int) -> dict[str, An
     return dict(response.json())
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := await check():
-            return result
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} within {timeout} s")
-
-
 async def live_caught_up(received: bytearray, size: int) -> None:
     async def check() -> bool:
         return len(received) >= size
 
-    await eventually(check, 20, "the live log did not catch up with the mirror")
+    await until(check, "the live log did not catch up with the mirror")
 
 
 async def state_seen(watch: Watch, host: str, state: str, after: float, timeout: float) -> float:
@@ -116,7 +107,7 @@ async def state_seen(watch: Watch, host: str, state: str, after: float, timeout:
     async def check() -> float | None:
         return watch.first_state(host, state, after)
 
-    return float(await eventually(check, timeout, f"{host} was not seen {state}"))
+    return float(await until(check, f"{host} was not seen {state}", timeout))
 
 
 async def settled(client: httpx.AsyncClient, attempt_id: int, timeout: float = 90) -> dict[str, Any]:
@@ -124,7 +115,7 @@ async def settled(client: httpx.AsyncClient, attempt_id: int, timeout: float = 9
         attempt = await attempt_of(client, attempt_id)
         return attempt if attempt["status"] in SETTLED else None
 
-    return dict(await eventually(check, timeout, f"attempt {attempt_id} did not settle"))
+    return dict(await until(check, f"attempt {attempt_id} did not settle", timeout))
 
 
 async def streaming(client: httpx.AsyncClient, attempt_id: int) -> dict[str, Any]:
@@ -132,7 +123,7 @@ async def streaming(client: httpx.AsyncClient, attempt_id: int) -> dict[str, Any
         attempt = await attempt_of(client, attempt_id)
         return attempt if attempt["status"] == "loading" and attempt["log_size"] > 0 else None
 
-    return dict(await eventually(check, 60, f"attempt {attempt_id} did not start writing its log"))
+    return dict(await until(check, f"attempt {attempt_id} did not start writing its log", 60))
 
 
 def host_file(host: HostProcess, attempt: dict[str, Any]) -> bytes:
@@ -170,7 +161,7 @@ async def mirror_matches(client: httpx.AsyncClient, host: HostProcess, attempt: 
         data, _ = await mirrored(client, attempt["id"])
         return len(data) if data == expected else None
 
-    size = await eventually(check, 20, f"attempt {attempt['id']}'s mirror did not match the host's file")
+    size = await until(check, f"attempt {attempt['id']}'s mirror did not match the host's file")
     return int(size)
 
 
@@ -342,7 +333,7 @@ async def test_a_dashboard_killed_under_load_reconciles_every_attempt_without_du
                 attempt = await attempt_of(client, attempt_id)
                 return attempt if attempt["status"] in ("stopped", "failed", "lost") else None
 
-            attempts[attempt_id] = await eventually(stopped, 30, f"attempt {attempt_id} did not stop")
+            attempts[attempt_id] = await until(stopped, f"attempt {attempt_id} did not stop", 30)
         compared = 0
         for attempt_id, attempt in attempts.items():
             assert attempt is not None
@@ -352,7 +343,7 @@ async def test_a_dashboard_killed_under_load_reconciles_every_attempt_without_du
                 data, done = await mirrored(client, attempt_id)
                 return (data, done) if done else None
 
-            data, _ = await eventually(complete, 30, f"attempt {attempt_id}'s mirror was not completed")
+            data, _ = await until(complete, f"attempt {attempt_id}'s mirror was not completed", 30)
             assert data == host_file(ids[attempt_id], attempt), f"attempt {attempt_id}'s mirror differs"
             compared += len(data)
             await live_caught_up(received[attempt_id], len(data))
@@ -450,7 +441,7 @@ async def test_a_full_data_dir_refuses_writes_with_a_sentence_keeps_reads_and_re
             async def says_so() -> bool:
                 return "the data dir is full" in (await client.get(f"/api/attempts/{attempt_id}")).text
 
-            await eventually(says_so, 20, "the attempt did not say its mirror is paused for a full data dir")
+            await until(says_so, "the attempt did not say its mirror is paused for a full data dir")
             filler.unlink()
             size = await mirror_matches(client, host, attempt)
             meta_file = data_dir / "logs" / f"{attempt_id}.json"
@@ -468,7 +459,7 @@ async def test_a_full_data_dir_refuses_writes_with_a_sentence_keeps_reads_and_re
                 complete = (await mirrored(client, attempt_id))[1]
                 return now if now["status"] in ("failed", "lost") and complete else None
 
-            assert_status_is_true(host, await eventually(ended, 30, "the attempt did not end with its log complete"))
+            assert_status_is_true(host, await until(ended, "the attempt did not end with its log complete", 30))
             verification = json.loads(meta_file.read_text())["verification"]
             assert verification["match"] is True and verification["host_size"] == size, verification
     finally:
@@ -551,7 +542,7 @@ async def test_a_slow_preflight_and_a_slow_search_block_no_reader_and_no_followe
         attempt = await attempt_of(client, victim)
         return attempt if attempt["status"] != "ready" else None
 
-    await eventually(victim_settled, 30, f"attempt {victim} still said ready 30 s after its server was killed")
+    await until(victim_settled, f"attempt {victim} still said ready 30 s after its server was killed", 30)
     attempts = {i: await attempt_of(client, i) for i in ids}
     print(f"final statuses {[(i, a['status'], a['error']) for i, a in attempts.items()]}")
     assert not errors and not readers.locked

@@ -20,17 +20,10 @@ from app.gpu.monitor import GpuMonitor, HostGpus
 from app.ssh import HostConnection, HostSpec
 from app.web.app import create_app
 from tests.conftest import SIM_TIME_SCALE, make_settings
+from tests.support import until
 from tests.test_pages import log_in
 
 Connect = Callable[..., HostConnection]
-
-
-async def until(condition: Callable[[], bool], timeout: float = 15, what: str = "") -> None:
-    for _ in range(int(timeout * 20)):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def used(status: HostGpus, index: int) -> int | None:

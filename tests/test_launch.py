@@ -26,7 +26,7 @@ from app.launch.record import Pace
 from app.ssh import HostSpec, render_hosts
 from app.web.app import create_app
 from tests.conftest import AUTH, TOKEN, make_settings, wait_until_free
-from tests.support import Relay, free_port
+from tests.support import Relay, free_port, until
 
 ROOT = Path(__file__).resolve().parents[1]
 FINAL = {"ready", "failed", "stopped", "lost", "unhealthy"}
@@ -316,8 +316,7 @@ async def test_cli_launches_follows_and_lists(api: AsyncClient, running_app: Fas
         return process.returncode, output.decode()
 
     try:
-        while not server.started:
-            await asyncio.sleep(0.05)
+        await until(lambda: server.started or serving.done(), "the server to start")
         code, output = await launchdeck("launch", "llama31-8b", "rtxpro-01", "--gpus", "1", "--port", str(free_port()))
         assert code == 0, output
         assert output.splitlines()[0].startswith(f"attempt 1: {url}/attempts/1")

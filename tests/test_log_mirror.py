@@ -15,7 +15,7 @@ from app.demo.cluster import SimCluster
 from app.logs.mirror import Mirrors, MirrorSource
 from app.logs.store import LogStore
 from app.ssh import HostConnection, HostSpec
-from tests.support import LOG_WRITER, START_DETACHED
+from tests.support import LOG_WRITER, START_DETACHED, until
 
 
 @pytest.fixture
@@ -78,8 +78,7 @@ async def test_truncation_on_the_host_is_marked_and_mirroring_goes_on(
     mirrors = Mirrors(LogStore(tmp_path / "logs"))
     mirror = mirrors.start(1, MirrorSource(host, path, pid, None))
     try:
-        while mirror.log.size < 200_000:
-            await asyncio.sleep(0.05)
+        await until(lambda: mirror.log.size >= 200_000, "200 kB in the mirror")
         await host.run(["truncate", "-s", "0", path])
         await asyncio.wait_for(mirror.done.wait(), 30)
     finally:
@@ -103,15 +102,13 @@ async def test_a_restarted_mirror_resumes_and_notices_a_replaced_file(
     source = MirrorSource(host, path, int(sleeper.stdout.split()[0]), None)
     mirrors = Mirrors(LogStore(tmp_path / "logs"))
     mirror = mirrors.start(1, source)
-    while mirror.log.size < 11_000:
-        await asyncio.sleep(0.02)
+    await until(lambda: mirror.log.size >= 11_000, "the first file in the mirror")
     await mirrors.close()  # the dashboard stops
     local.write_bytes(b"second life, longer than the first\n" * 1000)  # replaced while nobody watched
     mirrors = Mirrors(LogStore(tmp_path / "logs"))
     mirror = mirrors.start(1, source)
     try:
-        while mirror.log.size < 11_000 + 35_000:
-            await asyncio.sleep(0.02)
+        await until(lambda: mirror.log.size >= 11_000 + 35_000, "the second file in the mirror")
     finally:
         await host.run(["kill", str(source.pid)])
         await asyncio.wait_for(mirror.done.wait(), 10)
@@ -128,8 +125,7 @@ async def test_verification_reads_the_mirror_from_disk_so_a_corrupted_byte_is_no
     mirrors = Mirrors(LogStore(tmp_path / "logs"))
     mirror = mirrors.start(1, MirrorSource(host, path, pid, None))
     try:
-        while mirror.log.size < 10_000:
-            await asyncio.sleep(0.02)
+        await until(lambda: mirror.log.size >= 10_000, "10 kB in the mirror")
         with (tmp_path / "logs" / "1.log").open("r+b") as mirrored:  # one bit flips on the dashboard's disk
             mirrored.seek(100)
             byte = mirrored.read(1)[0]

@@ -20,7 +20,7 @@ from app.demo.inventory import SimHostSpec
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
 from app.logs.store import LogStore
 from app.ssh import HostConnection, HostSpec
-from tests.support import START_DETACHED, free_port
+from tests.support import START_DETACHED, free_port, until
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +64,6 @@ async def start_process(host: Host) -> int:
     """A process that stands for the server: the log ends once it has exited."""
     result = await host.connection.run(["sh", "-c", START_DETACHED, "sh", "sleep", "120"])
     return int(result.stdout.split()[0])
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    for _ in range(int(timeout * 50)):
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"still waiting for {what}")
 
 
 def new_log(host: Host) -> tuple[str, Path]:

@@ -22,6 +22,7 @@ from app.launch import team_rules
 from app.launch.failure_signatures import assign_signature
 from app.launch.rediagnose import Rediagnosis, decide
 from app.logs.store import LogStore
+from tests.support import until
 
 ROOT = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
 STORED: dict[str, Any] = {
@@ -181,8 +182,7 @@ async def test_the_background_pass_rediagnoses_past_attempts_and_undoes_a_delete
 
 
 async def wait_for_pass(rediagnosis: Rediagnosis, passes: int) -> None:
-    while rediagnosis.passes < passes:
-        await asyncio.sleep(0.02)
+    await until(lambda: rediagnosis.passes >= passes, f"rediagnosis pass {passes}")
 
 
 async def test_rules_export_and_import_round_trip_and_a_bad_file_writes_nothing(sessions: db.Sessions) -> None:

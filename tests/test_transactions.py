@@ -17,6 +17,7 @@ from httpx import ASGITransport, AsyncClient
 from sqlalchemy.engine import make_url
 
 from app.demo.cluster import SimCluster
+from tests.support import until
 from tests.test_launch import launch, wait_for
 from tests.test_pages import log_in
 
@@ -70,14 +71,6 @@ def grep_running() -> bool:
         if name.endswith("(grep") and int(rest.split()[1]) == os.getpid():
             return True
     return False
-
-
-async def until(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    for _ in range(int(timeout * 20)):
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"still not true after {timeout} s")
 
 
 class Readers:
@@ -148,7 +141,7 @@ async def test_slow_preflight_and_grep_block_no_one_and_every_attempt_ends_as_it
             preflight = asyncio.create_task(
                 api.post("/api/preflight", json={"preset": "slow-python", "host": "rtxpro-01", "gpus": [1]})
             )
-            await until(marker.exists)
+            await until(marker.exists, "the slow statement to start")
             probe = asyncio.create_task(asyncio.to_thread(probe_write_lock, path, marker.exists))
             assert (await api.get("/api/presets")).status_code == 200
             assert (await api.get("/api/attempts")).status_code == 200
@@ -162,10 +155,11 @@ async def test_slow_preflight_and_grep_block_no_one_and_every_attempt_ends_as_it
 
             # A grep that backtracks for seconds, and meanwhile a stop.
             await wait_for(api, stopped, {"loading", "ready"})
-            await until(lambda: runtime.logs.get(serving).size >= served["log_size"] + 3 * len(SLOW_LINE))
+            grown = served["log_size"] + 3 * len(SLOW_LINE)
+            await until(lambda: runtime.logs.get(serving).size >= grown, "the slow lines in the mirror")
             params = {"q": SLOW_PATTERN, "regex": "true", "flags": "false"}
             grep = asyncio.create_task(api.get(f"/api/attempts/{serving}/grep", params=params))
-            await until(grep_running)
+            await until(grep_running, "the grep to be running")
             probe = asyncio.create_task(asyncio.to_thread(probe_write_lock, path, grep_running))
             assert (await api.get("/api/attempts")).status_code == 200
             assert (await api.post(f"/api/attempts/{stopped}/stop")).status_code == 202

@@ -4,6 +4,7 @@ paged through the line index, and grep across attempts."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from html import escape
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Annotated, Any, TypeVar, cast
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import HTMLResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
+from starlette.types import Receive, Scope, Send
 
 from app.db.models import Attempt
 from app.errors import InvalidInput, SearchBusy, SearchTooSlow
@@ -35,6 +38,8 @@ from app.web.params import INT64_MAX, Int64
 from app.web.templating import render
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(include_in_schema=False)
 
@@ -127,9 +132,20 @@ def batch_event(attempt_id: Int64, batch: Batch) -> bytes:
     return encoded
 
 
+class _LogStream(EventSourceResponse):
+    """sse-starlette drops a viewer that takes nothing for `send_timeout` by raising to the server,
+    which would log a traceback per dropped viewer: the drop is expected, so it is one line here."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            log.info("dropped a viewer of %s that took nothing for %g s", scope.get("path"), SEND_TIMEOUT)
+
+
 def event_stream(events: AsyncIterator[ServerSentEvent | bytes]) -> EventSourceResponse:
     """A long-lived stream of a log: a viewer that takes nothing for SEND_TIMEOUT is dropped."""
-    return EventSourceResponse(events, send_timeout=SEND_TIMEOUT, headers={"X-Accel-Buffering": "no"})
+    return _LogStream(events, send_timeout=SEND_TIMEOUT, headers={"X-Accel-Buffering": "no"})
 
 
 def resume_offset(offset: int, last_event_id: str | None) -> int:
