@@ -153,3 +153,15 @@ async def test_relaunch_confirms_once_and_the_launch_form_remembers_the_last_cho
     chosen = (await api.get("/launch?preset=llama31-8b&host=rtxpro-01&gpus=1&port=31000")).text
     assert "<option selected>rtxpro-01</option>" in chosen and 'name="port" value="31000"' in chosen
     assert re.search(r'value="1" checked>', chosen)
+
+
+async def test_memory_pools_that_do_not_fit_suggest_a_larger_static_fraction(api: AsyncClient) -> None:
+    oom_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0])
+    oom = await wait_for(api, oom_id, FINAL)
+    found = oom["diagnosis"]
+    assert found["class"] == "oom" and round(found["server_args"]["mem_fraction_static"], 3) == 0.759
+    assert oom["diagnosis"]["change"] == {"flag": "--mem-fraction-static", "value": "0.86", "remove": False}
+    relaunched = await api.post(f"/api/attempts/{oom_id}/relaunch", json={"apply_suggested": True})
+    again = await wait_for(api, relaunched.json()["id"], FINAL)
+    assert again["argv"][-2:] == ["--mem-fraction-static", "0.86"]
+    assert again["status"] == "ready", again["error"]  # the draft tokens' mamba states fit at 0.86
