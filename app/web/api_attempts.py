@@ -208,10 +208,11 @@ async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiUser) -> Launched
 
 @router.post("/attempts/{attempt_id}/relaunch", status_code=status.HTTP_202_ACCEPTED)
 async def relaunch_attempt(
-    attempt_id: Int64, body: RelaunchIn, runtime: RuntimeDep, user: ApiUser, attempt: AttemptDep
+    attempt_id: Int64, runtime: RuntimeDep, user: ApiUser, attempt: AttemptDep, body: RelaunchIn | None = None
 ) -> Relaunched:
     """Launches the attempt's preset revision again on its host, GPUs and port; with changes, a new
-    revision made from the attempt's runs instead."""
+    revision made from the attempt's runs instead. No body: the same choices again."""
+    body = body or RelaunchIn()
     changes = [SuggestedChange(change.flag, change.value, change.remove) for change in body.changes]
     if body.apply_suggested:
         if (suggested := suggested_change(attempt)) is None:
