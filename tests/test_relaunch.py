@@ -7,10 +7,12 @@ import re
 
 from fastapi import FastAPI
 from httpx import AsyncClient
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import select
 
 from app.db.models import AuditEvent
-from app.diagnose.hints import SuggestedChange
+from app.diagnose.hints import Evidence, SuggestedChange, explain, generic_change
 from app.launch.relaunch import apply_change
 from tests.conftest import AUTH
 from tests.test_launch import FINAL, launch, wait_for
@@ -34,6 +36,33 @@ def test_a_change_sets_the_flag_where_it_stands_in_the_spelling_the_preset_uses(
     assert apply_change(["--enable-metrics"], SuggestedChange("--served-model-name", "a b")) == [
         "--enable-metrics", "--served-model-name", "a b",
     ]  # fmt: skip
+
+
+WORDS = st.sampled_from(["--mem-fraction-static", "--tp-size", "--enable-metrics", "--disable-radix-cache", "0.8", "x"])
+
+
+@given(args=st.lists(WORDS, max_size=8), value=st.sampled_from(["0.7", None]), remove=st.booleans())
+def test_a_change_leaves_every_other_argument_as_it_was(args: list[str], value: str | None, remove: bool) -> None:
+    change = SuggestedChange("--mem-fraction-static", value, remove)
+    changed = apply_change(args, change)
+    assert changed.count("--mem-fraction-static") == (0 if remove else 1)
+    others = [arg for arg in changed if arg.startswith("--") and arg != "--mem-fraction-static"]
+    assert others == [arg for arg in args if arg.startswith("--") and arg != "--mem-fraction-static"]
+    assert apply_change(changed, change) == changed  # applying it twice changes nothing more
+
+
+def test_hints_name_their_fix_as_a_typed_change() -> None:
+    newest = ["python3", "-m", "sglang.launch_server", "--mamba-radix-cache-strategy", "no_buffer"]
+    refused = explain("AssertionError: no_buffer does not support overlap schedule.", "arg-conflict", argv=newest)
+    assert refused and refused.change == SuggestedChange("--mamba-radix-cache-strategy", "extra_buffer")
+    pair = explain("ValueError: mamba extra_buffer is not compatible with --disable-radix-cache", "arg-conflict")
+    assert pair and str(pair.change) == "drop --disable-radix-cache"
+    # Out of memory at run time: the class's hint says first to lower the static fraction, by a step.
+    ran = Evidence("torch.OutOfMemoryError: CUDA out of memory.", "oom", {"mem_fraction_static": 0.88}, [], "")
+    assert generic_change("oom", "memory exhausted", ran) == SuggestedChange("--mem-fraction-static", "0.78")
+    assert generic_change("oom", "kernel workspace too small", ran) is None  # its hint names another fix
+    bottom = Evidence("torch.OutOfMemoryError", "oom", {"mem_fraction_static": 0.1}, [], "")
+    assert generic_change("oom", "memory exhausted", bottom) is None
 
 
 async def test_api_relaunch_applies_the_suggested_change_on_the_same_host_gpus_and_port(
