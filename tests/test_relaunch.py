@@ -152,6 +152,10 @@ async def test_edit_and_relaunch_from_the_root_error_card_takes_three_clicks(api
     fixed = await wait_for(api, new_id, FINAL)
     assert fixed["status"] == "ready" and fixed["revision"] == 2
     assert (fixed["host"], fixed["gpus"], fixed["port"]) == ("rtxpro-01", [2], failed["port"])
+    # Compare offers the same for the side that failed.
+    compared = (await api.get("/compare", params={"a": failed_id, "b": new_id})).text
+    assert f'href="/attempts/{failed_id}/edit" data-edit-relaunch' in compared
+    assert f'href="/attempts/{new_id}/edit"' not in compared
 
 
 async def test_relaunch_confirms_once_and_the_launch_form_remembers_the_last_choices(api: AsyncClient) -> None:
