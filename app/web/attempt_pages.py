@@ -45,11 +45,17 @@ async def launch_choice(request: Request) -> dict[str, Any]:
 
 
 async def launch_context(runtime: Runtime, user: str, choice: dict[str, Any]) -> dict[str, Any]:
-    """The form's choices; the host's GPUs may be asked of the host, after the presets are read."""
+    """The form's choices, those not given taken from the user's last launch of the preset; the
+    host's GPUs may be asked of the host, after the presets are read."""
     async with runtime.sessions.read() as db:
         active = await presets.list_presets(db)
+        preset_name = choice.get("preset") or (active[0].name if active else "")
+        if preset_name and not choice.get("host"):  # the choices of the user's last launch of it
+            last = await history.last_launch(db, preset=preset_name, actor=user)
+            if last is not None:
+                choice = {**choice, "host": last.host.name, "gpus": choice.get("gpus") or list(last.gpus)}
+                choice["port"] = choice.get("port") or last.port
     hosts = [host.name for host in runtime.ssh]
-    preset_name = choice.get("preset") or (active[0].name if active else "")
     host_name = choice.get("host") or (hosts[0] if hosts else "")
     overview = None
     if host_name in hosts:
