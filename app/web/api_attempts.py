@@ -14,7 +14,7 @@ from app.db.models import Attempt, AttemptStatus
 from app.diagnose.stored import StoredDiagnosis
 from app.launch import failure_signatures, history
 from app.launch.failure_signatures import drift_of
-from app.web.deps import ApiUser, ReadDb, RuntimeDep
+from app.web.deps import ApiUser, AttemptDep, ReadDb, RuntimeDep
 from app.web.paging import link_next
 from app.web.params import Int64
 
@@ -206,8 +206,7 @@ async def list_attempts(
 
 
 @router.get("/attempts/{attempt_id}")
-async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> AttemptPublic:
-    attempt = await history.load_attempt(db, attempt_id)
+async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, _user: ApiUser, attempt: AttemptDep) -> AttemptPublic:
     tracking, log_mirror = runtime.attempts.tracking_note(attempt_id), runtime.mirror_note(attempt_id)
     return AttemptPublic.of(attempt, tracking=tracking, log_mirror=log_mirror)
 
