@@ -250,8 +250,7 @@ async def list_attempts(
 
 
 @router.get("/attempts/{attempt_id}")
-async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> AttemptPublic:
-    attempt = await history.load_attempt(db, attempt_id)
+async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, _user: ApiUser, attempt: AttemptDep) -> AttemptPublic:
     tracking, log_mirror = runtime.attempts.tracking_note(attempt_id), runtime.mirror_note(attempt_id)
     return AttemptPublic.of(attempt, tracking=tracking, log_mirror=log_mirror)
 

@@ -15,15 +15,16 @@ from app.errors import HostError, InvalidInput, LaunchdeckError
 from app.gpu.overview import current_overview
 from app.launch import compare, failure_signatures, history, presets
 from app.logs.live import tail
-from app.web.deps import PageUser, ReadDb, Runtime, RuntimeDep
-from app.web.diagnosis_pages import diagnosis_context
-from app.web.log_pages import LIVE_TAIL_LINES, lines_html, log_context
+from app.web.deps import LogsDep, PageUser, ReadDb, Runtime, RuntimeDep
+from app.web.diagnosis_panel import diagnosis_context
+from app.web.log_views import lines_html, log_context
 from app.web.params import INT64_MAX, Int64
 from app.web.templating import render, wants_fragment
 
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 25
 AUDIT_PAGE_SIZE = 100
+LIVE_TAIL_LINES = 200
 
 
 async def launch_choice(request: Request) -> dict[str, Any]:
@@ -163,7 +164,7 @@ def serving_example(attempt: Attempt) -> dict[str, Any]:
 
 @router.get("/attempts/{attempt_id}", response_class=HTMLResponse)
 async def attempt_page(
-    request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, user: PageUser
+    request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, logs: LogsDep, user: PageUser
 ) -> Response:
     seen = runtime.attempts.changes.stamp(attempt_id)  # before the row is read: no later change is missed
     attempt = await history.load_attempt(db, attempt_id)
@@ -185,12 +186,9 @@ async def attempt_page(
         **await diagnosis_context(db, attempt),
     }
     if not wants_fragment(request):  # the live log, which the status block's refreshes leave alone
-        lines, offset = tail(runtime.logs.get(attempt_id), LIVE_TAIL_LINES)
-        context |= log_context(runtime, attempt_id) | {
-            "tail_html": lines_html(attempt_id, lines),
-            "live_offset": offset,
-        }
-        runtime.logs.forget(attempt_id)
+        log = logs.get(attempt_id)
+        lines, offset = tail(log, LIVE_TAIL_LINES)
+        context |= log_context(runtime, log) | {"tail_html": lines_html(attempt_id, lines), "live_offset": offset}
     return render(request, "attempt.html", context, block="attempt_status")
 
 
