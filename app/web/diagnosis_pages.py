@@ -1,11 +1,11 @@
 """What went wrong, across attempts: the attempt page's diagnosis panel, the error groups, and
-two attempts compared side by side."""
+two to four attempts compared side by side."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import load_only
 
@@ -17,7 +17,7 @@ from app.errors import NotFound
 from app.launch import compare, failure_signatures, history
 from app.web.deps import PageUser, ReadDb, RuntimeDep
 from app.web.log_pages import lines_html
-from app.web.params import Int64
+from app.web.params import Int64, compared_ids
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -114,12 +114,18 @@ async def error_group_page(
 
 @router.get("/compare", response_class=HTMLResponse)
 async def compare_page(
-    request: Request, a: Int64, b: Int64, runtime: RuntimeDep, db: ReadDb, user: PageUser
+    request: Request,
+    runtime: RuntimeDep,
+    db: ReadDb,
+    user: PageUser,
+    a: Int64 | None = None,
+    b: Int64 | None = None,
+    ids: Annotated[list[str] | None, Query()] = None,
 ) -> Response:
-    result = await compare.compare(db, runtime.logs, a, b)
+    """`ids=1,2,3` (or the attempts list's checkboxes, `ids=1&ids=2`), or the older `a` and `b`."""
+    result = await compare.compare(db, runtime.logs, compared_ids(a, b, ids))
     excerpts = {
-        side.id: lines_html(side.id, side.log_excerpt, mark=side.root_line, anchors=False)
-        for side in (result.a, result.b)
+        side.id: lines_html(side.id, side.log_excerpt, mark=side.root_line, anchors=False) for side in result.sides
     }
     return render(request, "compare.html", {"user": user, "cmp": result, "excerpts": excerpts})
 
