@@ -68,7 +68,7 @@ async def test_compact_view_has_a_row_per_host_and_a_labelled_meter_per_gpu(app_
     assert re.fullmatch(r"GPU 0: \d+\.\d of \d+\.\d GiB used, \d+\.\d GiB free, \d+ % load", meters[0]), meters[0]
     assert 'role="img" aria-label="online"' in html  # the state in words as well as colour
     assert 'sse-connect="/hosts/events?view=compact"' in html  # the live updates keep the view
-    assert '<a href="/hosts">Cards</a><a href="/hosts?view=compact" aria-current="page">Compact</a>' in html
+    assert '<a href="/hosts">Cards</a><a href="/hosts?view=compact" aria-current="true">Compact</a>' in html
 
 
 async def test_host_filter_in_the_query_string_narrows_both_views(app_client: AsyncClient) -> None:
