@@ -692,6 +692,19 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             await expect(page.locator("#root-logs .ln.mark")).to_contain_text("Not enough memory")
             if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
                 await page.screenshot(path=f"{shots}/compare-oom-fixed.png", full_page=True)
+
+            # All three, picked on the attempts list: one column each, the changed argument first.
+            await page.goto("/attempts")
+            for attempt_id in (oom, override, fixed):
+                await page.locator(f"#pick-{attempt_id}").check()
+            await page.get_by_role("button", name="Compare selected").click()
+            await expect(page).to_have_url(f"{demo.base_url}/compare?ids={fixed}&ids={override}&ids={oom}")
+            await expect(page.locator("#argv-diff thead th")).to_have_text(["", f"#{fixed}", f"#{override}", f"#{oom}"])
+            await expect(fraction.locator("td")).to_have_text(["--mem-fraction-static", "0.95", "0.95", "—"])
+            await expect(page.locator("#outcome .failure-class")).to_have_text(["healthy", "arg-conflict", "oom"])
+            await expect(page.locator("#stages table")).to_have_count(3)
+            await shoot(page, "compare-three.png")
+            if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
                 await page.goto(f"/compare?a={override}&b={fixed}")
                 await page.screenshot(path=f"{shots}/compare-override-fixed.png", full_page=True)
                 await page.goto("/errors")
@@ -941,8 +954,10 @@ FEEDBACK_PRESET = {
     "description": "Llama 3.1 8B, a preset of its own, so its first attempt has nothing to compare with.",
 }
 NARROW_PAGES = [
-    "/hosts", "/hosts/b200-01", "/presets", f"/presets/{FEEDBACK_PRESET['name']}", "/launch", "/attempts",
-    "/attempts/{first}", "/attempts/{first}/log", "/compare?a={first}&b={second}", "/errors", "/rules", "/search",
+    "/hosts", "/hosts?view=compact&gpus=2&free_gib=80",
+    "/hosts/b200-01", "/presets", f"/presets/{FEEDBACK_PRESET['name']}", "/launch", "/attempts",
+    "/attempts/{first}", "/attempts/{first}/log", "/compare?a={first}&b={second}",
+    "/compare?ids={second},{first}", "/errors", "/rules", "/search",
     "/audit", "/attempts/999999999",
 ]  # fmt: skip
 
@@ -965,7 +980,7 @@ async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light
         first = await launch_feedback_preset(api, demo, 0)
         await log_in(page)
         await page.goto(f"/attempts/{first}")
-        await expect(page.locator("nav a[aria-current=page]")).to_have_text("Attempts")
+        await expect(page.locator(".wide-menu nav a[aria-current=page]")).to_have_text("Attempts")
         # Nothing to compare with yet: no links that would answer 404.
         await expect(page.locator(".compare-links a")).to_have_count(0)
         port = (await api.get(f"/api/attempts/{first}")).json()["port"]
@@ -1024,8 +1039,15 @@ async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light
         await page.goto(path.format(first=first, second=second))
         widths = await page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]")
         assert widths[0] <= widths[1], f"{path} scrolls sideways at 390 px: {widths}"
-    await expect(page.get_by_role("button", name="Log out")).to_be_in_viewport()
-    await expect(page.get_by_role("link", name="Audit")).to_be_in_viewport()
+    # The menu is folded under its button; opened, every entry and "Log out" are on the screen.
+    menu = page.get_by_role("group").filter(has=page.locator("summary", has_text="Menu"))
+    await expect(page.get_by_role("link", name="Audit")).to_be_hidden()
+    await page.locator("summary", has_text="Menu").click()
+    await expect(menu.get_by_role("link", name="Audit")).to_be_in_viewport()
+    await expect(menu.get_by_role("button", name="Log out")).to_be_in_viewport()
+    await shoot(page, "phone-menu.png")
+    await page.locator("summary", has_text="Menu").click()
+    await expect(page.get_by_role("link", name="Audit")).to_be_hidden()
 
     # The system's dark preference is followed, and light comes back with it.
     background = "getComputedStyle(document.documentElement).backgroundColor"
@@ -1034,6 +1056,66 @@ async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light
     await page.emulate_media(color_scheme="light")
     assert await page.evaluate(background) == "rgb(246, 247, 249)"
     assert set(tab.console_errors) <= {"Failed to load resource: the server responded with a status of 404 (Not Found)"}
+
+
+def generated_hosts_page(count: int) -> str:
+    """The compact hosts view of `count` generated 8-GPU hosts, rendered by the page's own template
+    and context (the demo has two hosts; 64 real ones would cost a minute of CPU to start)."""
+    from starlette.requests import Request as StarletteRequest
+
+    from app.web.host_pages import HostsQuery, hosts_context
+    from app.web.templating import templates
+    from tests.test_host_views import generated_hosts
+
+    scope = {"type": "http", "method": "GET", "path": "/hosts", "query_string": b"view=compact", "headers": [],
+             "scheme": "http", "server": ("127.0.0.1", 80), "root_path": ""}  # fmt: skip
+    context = hosts_context(generated_hosts(count), HostsQuery(view="compact"))
+    context |= {"request": StarletteRequest(scope), "csrf_token": "x", "htmx_version": HTMX_VERSION,
+                "htmx_sse_version": json.loads((ROOT / "package.json").read_text())["dependencies"]["htmx-ext-sse"],
+                "disk_warning": None, "user": "admin"}  # fmt: skip
+    return templates.get_template("hosts.html").render(context)
+
+
+async def test_compact_hosts_view_fits_64_hosts_of_8_gpus_on_one_screen_and_the_filter_narrows_it(
+    tab: Tab, demo: Demo
+) -> None:
+    page = tab.page
+    await page.set_viewport_size({"width": 1280, "height": 800})
+    await log_in(page)
+    await page.goto("/hosts?view=compact")
+    rows = page.locator("#compact-hosts li.chost")
+    await expect(rows).to_have_count(2)
+    await expect(rows.first.get_by_role("meter").first).to_have_attribute("aria-label", re.compile(r"^GPU 0: .* free"))
+    await page.get_by_label("Label").select_option("rtx-pro-6000")
+    await page.get_by_label("GPUs").fill("2")
+    await page.get_by_label("with free GiB").fill("80")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page).to_have_url(f"{demo.base_url}/hosts?view=compact&label=rtx-pro-6000&gpus=2&free_gib=80")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_have_attribute("data-host", "rtxpro-01")
+    await expect(page.locator("#match-count")).to_have_text(
+        "1 of 2 hosts labelled rtx-pro-6000 with 2 GPUs of ≥ 80 GiB free."
+    )
+    await page.get_by_role("link", name="Cards").click()  # the other view keeps the filter
+    await expect(page.locator("article.host")).to_have_count(1)
+    await expect(page.locator("#match-count")).to_contain_text("1 of 2 hosts")
+
+    assert tab.console_errors == []
+
+    # 64 hosts of 8 GPUs: the same template and context from generated readings, with the demo's styles.
+    html = generated_hosts_page(64)
+    await page.route(
+        "**/hosts?view=compact&generated=64", lambda route: route.fulfill(body=html, content_type="text/html")
+    )
+    await page.route("**/hosts/events*", lambda route: route.abort())  # the demo's own two hosts stay out
+    await page.goto("/hosts?view=compact&generated=64")
+    await expect(rows).to_have_count(64)
+    await expect(page.locator("#compact-hosts .cgpu")).to_have_count(512)
+    sizes = await page.evaluate(
+        "[document.scrollingElement.scrollHeight, innerHeight, document.scrollingElement.scrollWidth, innerWidth]"
+    )
+    assert sizes[0] <= sizes[1] and sizes[2] <= sizes[3], f"64 hosts overflow 1280x800: {sizes}"
+    await shoot(page, "hosts-compact.png")
 
 
 async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys(tab: Tab, demo: Demo) -> None:

@@ -107,15 +107,16 @@ def sparkline(points: Iterable[tuple[float, int, int]], now: float, span: float 
 
 
 def host_view(host: HostConnection, gpus: HostGpus, classify: Classify) -> HostView:
-    return _view(host.name, host.spec.labels, host.status, gpus, classify)
+    return view_of(host.name, host.spec.labels, host.status, gpus, classify)
 
 
 def local_view(gpus: HostGpus, classify: Classify) -> HostView:
     """The dashboard's own machine, read directly rather than over SSH."""
-    return _view(gpus.name, ("local",), HostStatus(HostState.ONLINE, gpus.since), gpus, classify)
+    return view_of(gpus.name, ("local",), HostStatus(HostState.ONLINE, gpus.since), gpus, classify)
 
 
-def _view(name: str, labels: tuple[str, ...], status: HostStatus, gpus: HostGpus, classify: Classify) -> HostView:
+def view_of(name: str, labels: tuple[str, ...], status: HostStatus, gpus: HostGpus, classify: Classify) -> HostView:
+    """A host's readings as the views show them, whoever read them."""
     snapshot = gpus.snapshot
     processes = [classify(p) for p in snapshot.processes] if snapshot else []
     views = []
@@ -140,3 +141,36 @@ def _view(name: str, labels: tuple[str, ...], status: HostStatus, gpus: HostGpus
             )
         )
     return HostView(name, labels, status, gpus.state, gpus.message, gpus.source, views, processes)
+
+
+@dataclass(frozen=True)
+class HostFilter:
+    """Which hosts a hosts view shows: those with `label` (any when empty) and at least `gpus` GPUs
+    that each have `free_gib` GiB free ("2 GPUs of 80 GiB"): where a launch that needs them fits."""
+
+    label: str = ""
+    gpus: int = 0
+    free_gib: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return bool(self.label or self.gpus or self.free_gib)
+
+    def fits(self, gpu: GpuView) -> bool:
+        """A GPU with the free memory asked for (and a reading to tell)."""
+        return gpu.error is None and gpu.free_mib is not None and gpu.free_mib >= self.free_gib * 1024
+
+    def matches(self, host: HostView) -> bool:
+        if self.label and self.label not in host.labels:
+            return False
+        wanted = max(self.gpus, 1 if self.free_gib else 0)
+        return sum(1 for gpu in host.gpus if self.fits(gpu)) >= wanted
+
+
+def filter_hosts(hosts: Iterable[HostView], wanted: HostFilter) -> list[HostView]:
+    return [host for host in hosts if wanted.matches(host)]
+
+
+def labels_of(hosts: Iterable[HostView]) -> list[str]:
+    """Every label any host carries, for the filter's choices."""
+    return sorted({label for host in hosts for label in host.labels})

@@ -1,4 +1,4 @@
-"""Two attempts side by side: what was asked (preset revision, argv, env), where it ran (host,
+"""Two to four attempts side by side: what was asked (preset revision, argv, env), where it ran (host,
 GPUs, free memory at launch), what SGLang made of it (drift), how far it got and when, and how it
 ended (outcome, signature, the log around the root error)."""
 
@@ -13,22 +13,23 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Attempt, PresetRevision
 from app.diagnose.drift import Drift, requested_args
 from app.diagnose.stored import StoredDiagnosis
+from app.errors import InvalidInput
 from app.launch.failure_signatures import drift_of
 from app.launch.history import durations, load_attempt
 from app.logs.store import Line, LogLoan
 
 CONTEXT_LINES = 6  # of log on each side of the root error
+MAX_SIDES = 4  # more columns than this no longer fit a screen side by side
 
 
 @dataclass(frozen=True)
 class Row:
     name: str
-    a: Any
-    b: Any
+    values: tuple[Any, ...]  # one per side, in the sides' order
 
     @property
     def differs(self) -> bool:
-        return bool(self.a != self.b)
+        return any(value != self.values[0] for value in self.values[1:])
 
 
 @dataclass
@@ -55,26 +56,37 @@ class Side:
 
 @dataclass
 class Comparison:
-    a: Side
-    b: Side
+    sides: list[Side]
     revision: list[Row]  # the preset revisions' fields
     argv: list[Row]  # each option of the command line
     env: list[Row]
     gpus: list[Row]  # free memory at launch, per GPU
     memory: list[Row]  # the memory figures SGLang printed
 
+    def differs(self, name: str) -> bool:
+        """Whether the sides' `name` (status, host, ...) is not the same on all of them."""
+        return Row(name, tuple(getattr(side, name) for side in self.sides)).differs
+
     def as_dict(self) -> dict[str, Any]:
+        """Every row's values in the sides' order; two sides also keep the `a` and `b` keys that
+        scripts of the two-attempt comparison read."""
+        pair = len(self.sides) == 2
+
         def rows(items: list[Row]) -> list[dict[str, Any]]:
-            return [{"name": row.name, "a": row.a, "b": row.b, "differs": row.differs} for row in items]
+            return [
+                {"name": row.name, "values": list(row.values), "differs": row.differs}
+                | ({"a": row.values[0], "b": row.values[1]} if pair else {})
+                for row in items
+            ]
 
         def side(item: Side) -> dict[str, Any]:
             excerpt = [{"number": line.number, "text": line.text.decode(errors="replace")} for line in item.log_excerpt]
             drift = [asdict(row) | {"changed": row.changed, "unforeseen": row.unforeseen} for row in item.drift]
             return asdict(item) | {"log_excerpt": excerpt, "drift": drift}
 
-        return {
-            "a": side(self.a),
-            "b": side(self.b),
+        sides = [side(item) for item in self.sides]
+        return ({"a": sides[0], "b": sides[1]} if pair else {}) | {
+            "sides": sides,
             "revision": rows(self.revision),
             "argv": rows(self.argv),
             "env": rows(self.env),
@@ -83,16 +95,19 @@ class Comparison:
         }
 
 
-async def compare(session: AsyncSession, logs: LogLoan, a_id: int, b_id: int) -> Comparison:
-    a, b = await load_attempt(session, a_id), await load_attempt(session, b_id)
+async def compare(session: AsyncSession, logs: LogLoan, ids: list[int]) -> Comparison:
+    """The attempts in the order given; an unknown one raises NotFound."""
+    if not 2 <= len(ids) <= MAX_SIDES:
+        raise InvalidInput(f"compare takes 2 to {MAX_SIDES} attempts, not {len(ids)}")
+    attempts = [await load_attempt(session, attempt_id) for attempt_id in ids]
+    sides = [_side(attempt, logs) for attempt in attempts]
     return Comparison(
-        a=_side(a, logs),
-        b=_side(b, logs),
-        revision=_revision_rows(a.revision, b.revision),
-        argv=_rows(_options(a.argv), _options(b.argv)),
-        env=_rows(a.env, b.env),
-        gpus=_rows(_free_at_launch(a), _free_at_launch(b)),
-        memory=_rows(StoredDiagnosis.from_json(a.diagnosis).memory, StoredDiagnosis.from_json(b.diagnosis).memory),
+        sides=sides,
+        revision=_revision_rows([attempt.revision for attempt in attempts]),
+        argv=_rows([_options(attempt.argv) for attempt in attempts]),
+        env=_rows([attempt.env for attempt in attempts]),
+        gpus=_rows([_free_at_launch(attempt) for attempt in attempts]),
+        memory=_rows([StoredDiagnosis.from_json(attempt.diagnosis).memory for attempt in attempts]),
     )
 
 
@@ -151,10 +166,10 @@ def _side(attempt: Attempt, logs: LogLoan) -> Side:
     )
 
 
-def _revision_rows(a: PresetRevision, b: PresetRevision) -> list[Row]:
+def _revision_rows(revisions: list[PresetRevision]) -> list[Row]:
     fields = ("model_path", "launcher", "python", "port")
-    rows = [Row("preset", a.preset.name, b.preset.name), Row("revision", a.number, b.number)]
-    return rows + [Row(name, getattr(a, name), getattr(b, name)) for name in fields]
+    rows = [Row("preset", tuple(r.preset.name for r in revisions)), Row("revision", tuple(r.number for r in revisions))]
+    return rows + [Row(name, tuple(getattr(r, name) for r in revisions)) for name in fields]
 
 
 def _options(argv: list[str]) -> dict[str, Any]:
@@ -168,7 +183,7 @@ def _free_at_launch(attempt: Attempt) -> dict[str, Any]:
     return {f"GPU {gpu}": free.get(gpu) for gpu in attempt.gpus}
 
 
-def _rows(a: dict[str, Any], b: dict[str, Any]) -> list[Row]:
-    """One row per key of either side, in the first side's order; a missing value is None."""
-    names = [*a, *(name for name in b if name not in a)]
-    return [Row(name, a.get(name), b.get(name)) for name in names]
+def _rows(sides: list[dict[str, Any]]) -> list[Row]:
+    """One row per key of any side, in the order the sides first name them; a missing value is None."""
+    names = list(dict.fromkeys(name for side in sides for name in side))
+    return [Row(name, tuple(side.get(name) for side in sides)) for name in names]

@@ -1,17 +1,17 @@
-"""JSON API for diagnosis: two attempts compared, and the failure signatures with their attempts."""
+"""JSON API for diagnosis: attempts compared, and the failure signatures with their attempts."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
 from app.launch import compare, failure_signatures
 from app.web.deps import ApiUser, LogsDep, ReadDb
 from app.web.paging import link_next
-from app.web.params import Int64
+from app.web.params import Int64, compared_ids
 
 router = APIRouter(prefix="/api", tags=["diagnosis"])
 
@@ -30,10 +30,21 @@ class SignaturePublic(BaseModel):
 
 
 @router.get("/compare")
-async def compare_attempts(a: Int64, b: Int64, db: ReadDb, logs: LogsDep, _user: ApiUser) -> dict[str, Any]:
-    """Attempts `a` and `b` side by side: revision, argv and env differences, drift, host and GPUs,
-    stages with times, memory figures, outcome, signature, and the log around each root error."""
-    return (await compare.compare(db, logs, a, b)).as_dict()
+async def compare_attempts(
+    db: ReadDb,
+    logs: LogsDep,
+    _user: ApiUser,
+    a: Int64 | None = None,
+    b: Int64 | None = None,
+    ids: Annotated[
+        list[str] | None, Query(description="2 to 4 attempt ids, comma-separated (instead of a and b)")
+    ] = None,
+) -> dict[str, Any]:
+    """Attempts side by side (`a` and `b`, or up to four in `ids`): revision, argv and env
+    differences, drift, host and GPUs, stages with times, memory figures, outcome, signature, and
+    the log around each root error. Every row has a value per side in `values`; with two sides, also
+    `a` and `b`."""
+    return (await compare.compare(db, logs, compared_ids(a, b, ids))).as_dict()
 
 
 @router.get("/signatures")

@@ -1,8 +1,11 @@
-"""What went wrong, across attempts: the error groups, and two attempts compared side by side."""
+"""What went wrong, across attempts: the attempt page's diagnosis panel, the error groups, and
+two to four attempts compared side by side."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.diagnose.lexicon import HINTS
@@ -11,7 +14,7 @@ from app.errors import NotFound
 from app.launch import compare, failure_signatures
 from app.web.deps import AttemptDep, LogsDep, PageUser, ReadDb
 from app.web.log_views import lines_html
-from app.web.params import Int64
+from app.web.params import Int64, compared_ids
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -56,11 +59,19 @@ async def error_group_page(
 
 
 @router.get("/compare", response_class=HTMLResponse)
-async def compare_page(request: Request, a: Int64, b: Int64, db: ReadDb, logs: LogsDep, user: PageUser) -> Response:
-    result = await compare.compare(db, logs, a, b)
+async def compare_page(
+    request: Request,
+    db: ReadDb,
+    logs: LogsDep,
+    user: PageUser,
+    a: Int64 | None = None,
+    b: Int64 | None = None,
+    ids: Annotated[list[str] | None, Query()] = None,
+) -> Response:
+    """`ids=1,2,3` (or the attempts list's checkboxes, `ids=1&ids=2`), or the older `a` and `b`."""
+    result = await compare.compare(db, logs, compared_ids(a, b, ids))
     excerpts = {
-        side.id: lines_html(side.id, side.log_excerpt, mark=side.root_line, anchors=False)
-        for side in (result.a, result.b)
+        side.id: lines_html(side.id, side.log_excerpt, mark=side.root_line, anchors=False) for side in result.sides
     }
     return render(request, "compare.html", {"user": user, "cmp": result, "excerpts": excerpts})
 

@@ -1,4 +1,5 @@
-"""Hosts: the GPU grid with live updates over server-sent events, and a host's processes."""
+"""Hosts: the GPU grid (as cards, or compact: a row per host) filtered by label and free memory,
+with live updates over server-sent events, and a host's processes."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import BaseModel, Field, field_validator
 from sse_starlette import EventSourceResponse
 
-from app.gpu.overview import HostView, host_view, local_view
+from app.gpu.overview import HostFilter, HostView, filter_hosts, host_view, labels_of, local_view
 from app.launch.owners import classify, owners_by_host
 from app.web.deps import PageUser, Runtime, RuntimeDep, session_user
 from app.web.params import Int64
@@ -39,15 +42,57 @@ async def host_views(runtime: Runtime, only: str | None = None) -> list[HostView
     return views
 
 
+class HostsQuery(BaseModel):
+    """A hosts view as its query string says, the same for the page and its event stream, so a
+    link shares the view and the live updates keep it."""
+
+    view: Literal["cards", "compact"] = "cards"
+    label: str = Field("", max_length=128)
+    gpus: int = Field(0, ge=0, le=1024, description="how many GPUs must have free_gib free")
+    free_gib: float = Field(0.0, ge=0, le=1_000_000)
+
+    @field_validator("gpus", "free_gib", mode="before")
+    @classmethod
+    def blank_is_none_asked(cls, value: object) -> object:
+        return 0 if value == "" else value  # a form's empty number field
+
+    def wanted(self) -> HostFilter:
+        return HostFilter(label=self.label, gpus=self.gpus, free_gib=self.free_gib)
+
+    def query_string(self, **changes: object) -> str:
+        """Only what differs from the defaults, so the plain view keeps its plain address."""
+        values = self.model_dump() | changes
+        return urlencode({key: value for key, value in values.items() if value != type(self).model_fields[key].default})
+
+    def url(self, **changes: object) -> str:
+        query = self.query_string(**changes)
+        return f"/hosts?{query}" if query else "/hosts"
+
+
+HostsView = Annotated[HostsQuery, Query()]
+
+
+def hosts_context(every: list[HostView], shown: HostsQuery) -> dict[str, Any]:
+    """What the hosts views show of `every` host."""
+    return {
+        "hosts": filter_hosts(every, shown.wanted()),
+        "total": len(every),
+        "labels": labels_of(every),
+        "shown": shown,
+        "wanted": shown.wanted(),
+    }
+
+
 @router.get("/hosts", response_class=HTMLResponse)
-async def hosts_page(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
-    context = {"hosts": await host_views(runtime), "user": user}
+async def hosts_page(request: Request, runtime: RuntimeDep, user: PageUser, shown: HostsView) -> Response:
+    context = hosts_context(await host_views(runtime), shown) | {"user": user}
     return render(request, "hosts.html", context, block="host_list")
 
 
 @router.get("/hosts/events")
-async def host_events(request: Request, runtime: RuntimeDep) -> EventSourceResponse:
-    """The host list, rendered again whenever the GPU readings change (at most once a second)."""
+async def host_events(request: Request, runtime: RuntimeDep, shown: HostsView) -> EventSourceResponse:
+    """The host list as the page's query string shows it, rendered again whenever the GPU readings
+    change (at most once a second)."""
     user = session_user(request, runtime)
 
     # Dicts, not ServerSentEvent objects, so the response's "\n" separator applies to them.
@@ -62,8 +107,8 @@ async def host_events(request: Request, runtime: RuntimeDep) -> EventSourceRespo
             if version == seen:
                 continue
             seen = version
-            hosts = await host_views(runtime)
-            html = render_block(request, "hosts.html", "hosts", {"hosts": hosts, "user": user})
+            context = hosts_context(await host_views(runtime), shown) | {"user": user}
+            html = render_block(request, "hosts.html", "hosts", context)
             yield {"data": html, "event": "hosts"}
             await asyncio.sleep(MIN_PUSH_INTERVAL)
 

@@ -9,6 +9,25 @@ from typing import Annotated
 
 from pydantic import Field
 
+from app.errors import InvalidInput
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+
+def compared_ids(a: int | None, b: int | None, ids: list[str] | None) -> list[int]:
+    """The attempts a comparison names: `ids` (comma-separated, or repeated as a form's checkboxes
+    send them) or the older `a` and `b`; how many may be compared is the comparison's to say."""
+    if not ids:
+        if a is None or b is None:
+            raise InvalidInput("name the attempts to compare: ids=1,2,3 (2 to 4 of them), or a and b")
+        return [a, b]
+    found = []
+    for piece in (item.strip() for value in ids for item in value.split(",")):
+        if not piece:
+            continue
+        if not piece.isdigit() or int(piece) > INT64_MAX:
+            raise InvalidInput(f"ids: {piece[:40]!r} is not an attempt number")
+        found.append(int(piece))
+    return found
