@@ -453,6 +453,11 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     assert tab.console_errors == [], tab.console_errors
 
 
+# What a test adds to launch a demo preset that is meant to fail: the reason to override its
+# preflight, and the confirmation that it failed before (the demo is shared by the module's tests).
+SEE_IT_FAIL = {"override_reason": "watching it fail", "confirm_failed_before": True}
+
+
 async def launch_ready(demo: Demo, gpu: int) -> dict[str, Any]:
     """A llama31-8b attempt on rtxpro-01, launched through the API and ready."""
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
@@ -599,7 +604,7 @@ async def test_grep_with_zero_hits_pivots_to_the_full_log(tab: Tab, demo: Demo) 
     page = tab.page
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         body = {"preset": "qwen36-27b-mtp-strategy-unset", "host": "rtxpro-01", "gpus": [3], "port": free_port()}
-        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+        attempt_id = (await api.post("/api/attempts", json={**body, **SEE_IT_FAIL})).json()["id"]
 
         async def failed() -> bool:
             return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "failed")
@@ -647,7 +652,8 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             (0, 2, 3), ("qwen36-27b-mtp-oom", "qwen36-27b-mtp-strategy-unset", "qwen36-27b-mtp-fixed"), strict=True
         ):
             body = {"preset": preset, "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
-            launched[preset] = (await api.post("/api/attempts", json=body)).json()["id"]
+            guards = SEE_IT_FAIL if not preset.endswith("fixed") else {}
+            launched[preset] = (await api.post("/api/attempts", json={**body, **guards})).json()["id"]
         for preset, attempt_id in launched.items():
             wanted = "ready" if preset.endswith("fixed") else "failed"
 
@@ -861,6 +867,14 @@ async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_
     await page.locator("input[name=gpus][value='0']").uncheck()
     await page.locator("input[name=gpus][value='7']").check()
     await page.get_by_label("Port").fill(str(free_port()))
+    # The form says the configuration failed before, with its cause, and asks to confirm.
+    warning = page.locator("#failed-before")
+    await expect(warning).to_contain_text("This configuration failed once")
+    await expect(warning.get_by_role("link", name=f"attempt {past}")).to_be_visible()
+    await page.get_by_role("button", name="Launch", exact=True).click()
+    await expect(page.locator(".form-error")).to_contain_text("this configuration failed once")
+    await expect(page.get_by_label("Port")).not_to_have_value("")  # what was chosen is still there
+    await page.get_by_label("I know; launch it again").check()
     await page.get_by_role("button", name="Launch", exact=True).click()
     await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
     later = int(page.url.rsplit("/", 1)[1])
@@ -1182,7 +1196,7 @@ async def launch_failing(demo: Demo) -> int:
     """A demo preset that fails at once (the KV pool does not fit), launched through the API, ended."""
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         body = {"preset": "qwen36-27b-mtp-oom", "host": "rtxpro-01", "gpus": [3], "port": free_port()}
-        attempt_id = int((await api.post("/api/attempts", json=body)).json()["id"])
+        attempt_id = int((await api.post("/api/attempts", json={**body, **SEE_IT_FAIL})).json()["id"])
 
         async def ended() -> bool:
             return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "failed")
