@@ -453,16 +453,18 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     assert tab.console_errors == [], tab.console_errors
 
 
-# What a test adds to launch a demo preset that is meant to fail: the reason to override its
-# preflight, and the confirmation that it failed before (the demo is shared by the module's tests).
-SEE_IT_FAIL = {"override_reason": "watching it fail", "confirm_failed_before": True}
+# The module's tests share one demo, which keeps the failures earlier tests made (one appends a
+# traceback to a llama31-8b log): a launch meant to go ahead confirms that its configuration may
+# have failed before, and one meant to fail also overrides its preflight.
+AGAIN = {"confirm_failed_before": True}
+SEE_IT_FAIL = {**AGAIN, "override_reason": "watching it fail"}
 
 
 async def launch_ready(demo: Demo, gpu: int) -> dict[str, Any]:
     """A llama31-8b attempt on rtxpro-01, launched through the API and ready."""
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         body = {"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
-        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+        attempt_id = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
 
         async def ready() -> bool:
             return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
@@ -552,7 +554,7 @@ async def test_watched_attempts_show_their_status_in_the_tab_and_notify_when_rea
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         launched = {}
         for outcome, gpu in (("failed", 4), ("ready", 5)):
-            body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [gpu], "port": free_port()}
+            body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [gpu], "port": free_port(), **AGAIN}
             launched[outcome] = (await api.post("/api/attempts", json=body)).json()["id"]
         for outcome, attempt_id in launched.items():
 
@@ -739,7 +741,7 @@ async def launch_frozen(api: httpx.AsyncClient, demo: Demo, gpu: int) -> dict[st
     """A llama31-8b attempt on b200-01, its processes stopped (SIGSTOP) while it loads, so that a
     page can be open before anything more happens."""
     body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [gpu], "port": free_port()}
-    attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+    attempt_id = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
     attempt: dict[str, Any] = {}
 
     async def loading() -> bool:
@@ -917,7 +919,7 @@ NARROW_PAGES = [
 
 async def launch_feedback_preset(api: httpx.AsyncClient, demo: Demo, gpu: int) -> int:
     body = {"preset": FEEDBACK_PRESET["name"], "host": "b200-01", "gpus": [gpu], "port": free_port()}
-    attempt_id: int = (await api.post("/api/attempts", json=body)).json()["id"]
+    attempt_id: int = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
 
     async def ready() -> bool:
         return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
@@ -1008,7 +1010,7 @@ async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys
     page = tab.page
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [5], "port": free_port()}
-        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+        attempt_id = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
 
         async def ready() -> bool:
             return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")

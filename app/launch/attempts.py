@@ -152,13 +152,13 @@ class AttemptService:
             port = port or chosen.port
             argv = command_argv(chosen)
             argv[argv.index("--port") + 1] = str(port)
-            past = await guards.past_failures(session, chosen, argv)
+            env = {**chosen.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+            past = await guards.past_failures(session, chosen, argv, env)
         if past is not None and not confirm_failed_before:
             raise guards.refuse_failed_before(past)
         preflight = await _check_revision(connection, chosen, gpus=gpus, port=port, owners=self._owners_on(host))
         if preflight.blocked and not override_reason:
             raise guards.refuse_blocked(preflight)
-        env = {**chosen.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
         async with self.sessions.write.begin() as session:
             attempt = Attempt(
                 host_id=host_id,

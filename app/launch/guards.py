@@ -1,15 +1,16 @@
 """What stops a launch before any attempt is recorded: a configuration that already failed (unless
 the launch confirms it knows) and a blocking preflight check (unless overridden with a reason).
 
-"The same configuration" is the same preset revision, or the same command line: the argv an
-attempt ran, less its port (each launch may take another). Only attempts whose server ran and
-failed count: a launch stopped by its preflight, or one that never started, says nothing of the
-arguments.
+"The same configuration" is the same preset revision, or the same command line and environment:
+the argv an attempt ran less its port, and its environment less CUDA_VISIBLE_DEVICES (each launch
+may take another port and other GPUs). Only failures filed under a signature
+count, those whose log showed an error: a server stopped from outside, or one that never started,
+says nothing of the arguments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,11 @@ from app.errors import FailedBefore, PreflightBlocked
 from app.launch.preflight import Preflight
 
 TITLE_LENGTH = 160
+
+
+def configuration(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """What makes two launches the same, whichever port and GPUs each took."""
+    return without_port(argv), {key: value for key, value in env.items() if key != "CUDA_VISIBLE_DEVICES"}
 
 
 def without_port(argv: Sequence[str]) -> list[str]:
@@ -43,8 +49,8 @@ class PastFailures:
     count: int
     last_attempt: int
     last_at: datetime
-    title: str  # the last failure's signature ("Type: message"), or its error where it has none
-    fingerprint: str | None  # its signature group's, if it has one
+    title: str  # the last failure's signature: "Type: message"
+    fingerprint: str
 
     def sentence(self) -> str:
         times = "once" if self.count == 1 else f"{self.count} times"
@@ -58,18 +64,21 @@ class PastFailures:
             "title": self.title,
             "fingerprint": self.fingerprint,
             "attempt_url": f"/attempts/{self.last_attempt}",
-            "signature_url": f"/errors/{self.fingerprint}" if self.fingerprint else None,
+            "signature_url": f"/errors/{self.fingerprint}",
         }
 
 
-async def past_failures(session: AsyncSession, revision: PresetRevision, argv: Sequence[str]) -> PastFailures | None:
-    """Earlier attempts of this revision, or of the same command line, that ran and failed. The
-    command lines compared are those of the same model's revisions, found by the database."""
+async def past_failures(
+    session: AsyncSession, revision: PresetRevision, argv: Sequence[str], env: Mapping[str, str]
+) -> PastFailures | None:
+    """Earlier attempts of this revision, or of the same configuration, that failed with an error.
+    The configurations compared are those of the same model's revisions, found by the database."""
     query = (
         select(
             Attempt.id,
             Attempt.preset_revision_id,
             Attempt.argv,
+            Attempt.env,
             Attempt.ended_at,
             Attempt.created_at,
             Attempt.error,
@@ -78,27 +87,23 @@ async def past_failures(session: AsyncSession, revision: PresetRevision, argv: S
             Signature.message,
         )
         .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-        .outerjoin(Signature, Attempt.signature_id == Signature.id)
+        .join(Signature, Attempt.signature_id == Signature.id)
         .where(
             Attempt.status == AttemptStatus.FAILED,
-            Attempt.pid.is_not(None),
             or_(Attempt.preset_revision_id == revision.id, PresetRevision.model_path == revision.model_path),
         )
         .order_by(Attempt.id.desc())
     )
-    configuration = without_port(argv)
+    wanted = configuration(argv, env)
     rows = [
         row
         for row in (await session.execute(query)).all()
-        if row.preset_revision_id == revision.id or without_port(row.argv) == configuration
+        if row.preset_revision_id == revision.id or configuration(row.argv, row.env) == wanted
     ]
     if not rows:
         return None
     last = rows[0]
-    if last.fingerprint:
-        title = f"{last.exception_type}: {last.message}" if last.exception_type else last.message
-    else:
-        title = last.error or "no error recorded"
+    title = f"{last.exception_type}: {last.message}" if last.exception_type else last.message or last.error
     if len(title) > TITLE_LENGTH:
         title = title[: TITLE_LENGTH - 1] + "…"
     return PastFailures(len(rows), last.id, last.ended_at or last.created_at, title, last.fingerprint)

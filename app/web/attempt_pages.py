@@ -54,8 +54,9 @@ async def launch_context(runtime: Runtime, user: str, choice: dict[str, Any]) ->
         preset_name = choice.get("preset") or (active[0].name if active else "")
         preset = next((p for p in active if p.name == preset_name), None)
         revision = presets.latest(preset) if preset else None
-        # The form says before the launch whether this configuration failed already.
-        past = await guards.past_failures(db, revision, presets.command_argv(revision)) if revision else None
+        past = None  # the form says before the launch whether this configuration failed already
+        if revision is not None:
+            past = await guards.past_failures(db, revision, presets.command_argv(revision), revision.env)
     hosts = [host.name for host in runtime.ssh]
     host_name = choice.get("host") or (hosts[0] if hosts else "")
     overview = None
