@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
@@ -208,6 +210,38 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if STRICT and reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_LOOP: list[asyncio.AbstractEventLoop] = []  # the session's event loop, for the hang report
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def _session_loop() -> None:
+    _LOOP.append(asyncio.get_running_loop())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """20 s before pytest-timeout ends a test, the stacks of the event loop's tasks are printed: for a
+    test hung in asyncio, the thread stacks pytest-timeout prints show only the loop's selector."""
+    marker = item.get_closest_marker("timeout")
+    limit = float(marker.args[0]) if marker else float(item.config.getini("timeout") or 0)
+    timer = threading.Timer(max(limit - 20, 1), _print_tasks, args=(item.nodeid,))
+    timer.daemon = True
+    if limit:
+        timer.start()
+    yield
+    timer.cancel()
+
+
+def _print_tasks(nodeid: str) -> None:
+    def dump() -> None:
+        print(f"\n===== {nodeid} is about to time out; its event loop's tasks:", file=sys.__stderr__)
+        for task in asyncio.all_tasks(loop):
+            task.print_stack(limit=12, file=sys.__stderr__)
+
+    for loop in _LOOP:
+        loop.call_soon_threadsafe(dump)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -709,6 +709,53 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             await api.post(f"/api/attempts/{fixed}/stop")
 
 
+async def test_fix_and_relaunch_takes_a_failed_attempt_to_a_ready_one_in_three_clicks(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        hosts = {host["name"]: host for host in (await api.get("/api/hosts")).json()}
+        # A GPU no other test's attempt holds.
+        gpu = next(g["index"] for g in hosts["rtxpro-01"]["gpus"] if not g["memory_used_mib"])
+        body = {"preset": "qwen36-27b-mtp-strategy-unset", "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
+        failed = (await api.post("/api/attempts", json=body)).json()["id"]
+
+        async def has_failed() -> bool:
+            return bool((await api.get(f"/api/attempts/{failed}")).json()["status"] == "failed")
+
+        await wait_until(has_failed, 60, f"attempt {failed} to fail", demo)
+        clicks = 0
+
+        async def click(target: Locator) -> None:
+            nonlocal clicks
+            clicks += 1
+            await target.click()
+
+        try:
+            await log_in(page)
+            await page.goto(f"/attempts/{failed}")
+            card = page.locator("#root-error")
+            await expect(card).to_contain_text("with --mamba-scheduler-strategy extra_buffer, on rtxpro-01")
+            await click(card.get_by_role("link", name="Edit and relaunch"))
+            # The editor: the attempt's revision with the suggestion applied, what changed, where it launches.
+            strategy = page.locator("#relaunch-changes tr[data-change='--mamba-scheduler-strategy']")
+            await expect(strategy.locator(".before")).to_have_text("(unset)")
+            await expect(strategy.locator(".after")).to_have_text("extra_buffer")
+            await expect(page.locator("select[name='mamba_scheduler_strategy']")).to_have_value("extra_buffer")
+            target = f"on rtxpro-01, GPUs {gpu}, port {body['port']}"
+            await expect(page.locator("#launch-target")).to_contain_text(target)
+            await click(page.get_by_role("button", name="Save and relaunch"))
+            await click(page.get_by_role("button", name="Confirm: save and launch"))
+            await page.wait_for_url(re.compile(rf"/attempts/(?!{failed}$)\d+$"))
+            await expect(page.locator("h1")).to_contain_text("qwen36-27b-mtp-strategy-unset r2 on rtxpro-01")
+            await expect(page.locator("#status")).to_have_text("ready", timeout=60_000)
+            await expect(page.locator(".summary")).to_contain_text(f"GPUs {gpu} · port {body['port']}")
+            assert clicks == 3
+            assert tab.console_errors == []
+        finally:
+            for attempt in (await api.get("/api/attempts", params={"preset": body["preset"], "limit": 5})).json():
+                if attempt["status"] in ("ready", "loading", "starting", "uploading", "pending"):
+                    await api.post(f"/api/attempts/{attempt['id']}/stop")
+
+
 # Notes (in ms of the page's clock) when the root-error card and the failing line first appear.
 LIVE_OBSERVER = """
 window.__seen = {};

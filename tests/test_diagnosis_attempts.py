@@ -16,6 +16,7 @@ from httpx import AsyncClient
 from app.launch.history import load_attempt
 from app.launch.record import Pace
 from tests.conftest import TOKEN
+from tests.support import until
 from tests.test_launch import FINAL, REPLAY, launch, remote_log, wait_for
 from tests.test_logs_api import serve
 from tests.test_pages import log_in
@@ -125,6 +126,24 @@ async def test_the_seed_story_is_diagnosed_filed_and_compared(api: AsyncClient, 
 
 def found_line(attempt: dict[str, Any]) -> int:
     return int(attempt["diagnosis"]["root_line"])
+
+
+async def test_comparing_attempts_leaves_no_log_open(api: AsyncClient, running_app: FastAPI) -> None:
+    """Compare reads the log around each root error; the request gives the logs back when it ends."""
+    logs = running_app.state.runtime.logs
+    oom_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0])
+    oom = await wait_for(api, oom_id, FINAL)
+    assert found_line(oom)  # so compare reads its log
+    await until(lambda: logs.is_complete(oom_id), "the mirror to finish")
+    logs.forget(oom_id)  # (the attempt's follower may still hold it)
+    assert not logs.is_open(oom_id)
+    compared = (await api.get("/api/compare", params={"a": oom_id, "b": oom_id})).json()
+    assert compared["a"]["log_excerpt"]
+    assert not logs.is_open(oom_id)
+    await log_in(api)
+    page = (await api.get("/compare", params={"a": oom_id, "b": oom_id})).text
+    assert "Log around the root error" in page
+    assert not logs.is_open(oom_id)
 
 
 async def test_a_silent_launch_is_reported_hung_while_its_process_lives(api: AsyncClient, running_app: FastAPI) -> None:

@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from httpx import AsyncClient
 
 from app.demo.cluster import SimCluster
-from app.web import log_pages
+from app.web import log_views
 from tests.conftest import TOKEN
 from tests.support import free_port, until
 from tests.test_launch import FINAL, REPLAY, launch, wait_for
@@ -269,7 +269,7 @@ async def test_live_events_resume_exactly_with_last_event_id(
 async def test_a_viewer_that_never_reads_does_not_stall_another(
     api: AsyncClient, sim_cluster: SimCluster, running_app: FastAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(log_pages, "SEND_TIMEOUT", 600)  # here the stuck viewer stays; its drop is tested below
+    monkeypatch.setattr(log_views, "SEND_TIMEOUT", 600)  # here the stuck viewer stays; its drop is tested below
     attempt = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [3]), {"ready"})
     path = host_log(sim_cluster, attempt)
     viewers = functools.partial(running_app.state.runtime.fanout.viewers, attempt["id"])
@@ -293,7 +293,7 @@ async def test_a_viewer_that_never_reads_does_not_stall_another(
 async def test_a_viewer_that_takes_nothing_for_the_send_timeout_is_dropped(
     api: AsyncClient, sim_cluster: SimCluster, running_app: FastAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(log_pages, "SEND_TIMEOUT", 1.0)
+    monkeypatch.setattr(log_views, "SEND_TIMEOUT", 1.0)
     attempt = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [3]), {"ready"})
     path = host_log(sim_cluster, attempt)
     viewers = functools.partial(running_app.state.runtime.fanout.viewers, attempt["id"])

@@ -34,14 +34,35 @@ HYBRID_SIGN = re.compile(
 )
 POOL_DOES_NOT_FIT = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")
 NO_BUFFER_REFUSES = re.compile(r"\bno_buffer (?:do|does) not support (.+?)[.]|\bno_buffer only supports (.+?)[.]", re.I)
+GENERIC_OOM_CONCEPT = "memory exhausted"  # the lexicon's concept whose hint is the oom class's own
 # Fields only a dump of one side has: the newest groups the CUDA-graph settings, 0.5.10 does not.
 NEWEST_FIELDS, OLDEST_FIELDS = ("cuda_graph_config", "cuda_graph_max_bs_decode"), ("cuda_graph_max_bs",)
+
+
+# How far a suggested change moves --mem-fraction-static, and the bounds it keeps to.
+MEM_FRACTION_STEP, MEM_FRACTION_MIN, MEM_FRACTION_MAX = 0.1, 0.1, 0.95
+
+
+@dataclass(frozen=True)
+class SuggestedChange:
+    """The one argument a hint's fix names, typed so that an editor can apply it: `flag` set to
+    `value` (None: a switch to add), or dropped when `remove`."""
+
+    flag: str
+    value: str | None = None
+    remove: bool = False
+
+    def __str__(self) -> str:
+        if self.remove:
+            return f"drop {self.flag}"
+        return self.flag if self.value is None else f"{self.flag} {self.value}"
 
 
 @dataclass(frozen=True)
 class Explanation:
     failure_class: str
     hint: str
+    change: SuggestedChange | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +82,20 @@ class Evidence:
         """The mamba strategy flag in the argv and its value; None when the argv has neither name."""
         requested = self.requested()
         return next(((f"--{f.replace('_', '-')}", requested[f]) for f in STRATEGY_FIELDS if f in requested), None)
+
+    def strategy_flag(self, default: str) -> str:
+        """The strategy flag as the argv spells it, else `default`."""
+        asked = self.strategy_asked()
+        return asked[0] if asked else default
+
+    def mem_fraction(self) -> float | None:
+        """The static memory fraction SGLang ran with (the dump's), else the one asked for."""
+        for source in (self.server_args, self.requested()):
+            try:
+                return float(source["mem_fraction_static"])
+            except (KeyError, TypeError, ValueError):
+                continue
+        return None
 
     def strategy_used(self) -> Any:
         """The mamba strategy SGLang ran: the dump's, else the one asked for."""
@@ -108,6 +143,7 @@ def _no_buffer_with_speculative(evidence: Evidence) -> Explanation | None:
     if not NO_BUFFER_WITH_SPECULATIVE.search(evidence.message):
         return None
     fix = f"Fix: pass {OLD_STRATEGY_FLAG} extra_buffer ({NEW_STRATEGY_FLAG} from 0.5.14), or --disable-radix-cache."
+    change: SuggestedChange | None = SuggestedChange(evidence.strategy_flag(OLD_STRATEGY_FLAG), "extra_buffer")
     if evidence.argv is None:
         cause = (
             "The mamba strategy reached SGLang as auto (the default) or no_buffer: SGLang 0.5.10 to 0.5.13 turn auto "
@@ -137,7 +173,9 @@ def _no_buffer_with_speculative(evidence: Evidence) -> Explanation | None:
     else:
         became = ", which 0.5.10 to 0.5.13 turn into no_buffer" if asked[1] == "auto" else ""
         cause = f"The attempt's argv asks for {asked[0]} {asked[1]}{became}."
-    return Explanation("arg-conflict", f"{cause} {fix}")
+    if asked is not None and asked[1] == "extra_buffer":
+        change = None  # the preset asks for the fix already: no argument of it can help
+    return Explanation("arg-conflict", f"{cause} {fix}", change)
 
 
 def _extra_buffer_without_radix(evidence: Evidence) -> Explanation | None:
@@ -148,6 +186,7 @@ def _extra_buffer_without_radix(evidence: Evidence) -> Explanation | None:
         "The mamba extra_buffer strategy keeps extra state for the radix cache, so SGLang refuses it with "
         "--disable-radix-cache. Fix: keep the radix cache (drop --disable-radix-cache) with extra_buffer, or use "
         f"no_buffer with the radix cache off ({strategy_flag('no_buffer')}).",
+        SuggestedChange("--disable-radix-cache", remove=True),
     )
 
 
@@ -168,6 +207,7 @@ def _no_buffer_refuses(evidence: Evidence) -> Explanation | None:
         "arg-conflict",
         f"SGLang's mamba no_buffer strategy does not run with {refused}; the newest releases refuse it rather than "
         f"turn that setting off. Fix: {fix}.",
+        SuggestedChange(evidence.strategy_flag(NEW_STRATEGY_FLAG), "extra_buffer"),
     )
 
 
@@ -222,6 +262,7 @@ def _pool_does_not_fit(evidence: Evidence) -> Explanation | None:
         "SGLang could not build its memory pools: the static memory (--mem-fraction-static of the GPU) leaves "
         f"too little beside the weights.{states} Fix: raise --mem-fraction-static, as SGLang says, or lower "
         "--max-running-requests" + (" or --speculative-num-draft-tokens" if states else "") + ", or raise --tp-size.",
+        mem_fraction_change(evidence, +1),
     )
 
 
@@ -241,7 +282,26 @@ def _hybrid_out_of_memory(evidence: Evidence) -> Explanation | None:
         f"the KV cache and the mamba state cache by --mamba-full-memory-ratio (0.9 by default).{buffer} Fix: lower "
         "--mem-fraction-static to leave more for activations and CUDA graphs, lower --cuda-graph-max-bs or "
         "--max-running-requests, or cap the mamba cache (--max-mamba-cache-size, --mamba-full-memory-ratio).",
+        mem_fraction_change(evidence, -1),
     )
+
+
+def mem_fraction_change(evidence: Evidence, direction: int) -> SuggestedChange | None:
+    """--mem-fraction-static one step up (+1) or down (-1) from what SGLang ran with, within its
+    bounds; None when that is unknown or already at the bound."""
+    current = evidence.mem_fraction()
+    if current is None:
+        return None
+    wanted = min(MEM_FRACTION_MAX, max(MEM_FRACTION_MIN, round(current + direction * MEM_FRACTION_STEP, 2)))
+    return None if wanted == round(current, 2) else SuggestedChange("--mem-fraction-static", f"{wanted:g}")
+
+
+def generic_change(failure_class: str, concept: str, evidence: Evidence) -> SuggestedChange | None:
+    """The change a class's own hint names where no rule above explained the failure: memory
+    exhausted at run time, whose hint says first to lower --mem-fraction-static."""
+    if failure_class == "oom" and concept == GENERIC_OOM_CONCEPT:
+        return mem_fraction_change(evidence, -1)
+    return None
 
 
 def _hybrid(evidence: Evidence) -> bool:

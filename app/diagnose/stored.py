@@ -21,14 +21,14 @@ from typing import Any
 from app.diagnose.analyze import Diagnosis
 from app.diagnose.drift import drift
 from app.diagnose.fingerprint import lasting_part
-from app.diagnose.hints import explain
+from app.diagnose.hints import Evidence, SuggestedChange, explain, generic_change
 from app.diagnose.lexicon import HINTS
 from app.diagnose.lines import logical_lines
 from app.diagnose.rules import RuleDecision, RuleScanner
 
 CHART_POINTS = 480  # decode samples kept for the attempt's chart
 JSON_KEYS = {"failure_class": "class"}  # the one field whose JSON key is not its name
-ABSENT_WHEN_NONE = {"server_info", "built_in", "rule"}
+ABSENT_WHEN_NONE = {"server_info", "built_in", "rule", "change"}
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,13 @@ class BuiltIn:
     hint: str = ""
     fingerprint: str | None = None
     recognised: bool = True
+    change: SuggestedChange | None = None
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> BuiltIn:
         values = _fields_of(cls, value)
         values.setdefault("recognised", values.get("failure_class") != "other")
-        return cls(**values)
+        return cls(**_with_change(values))
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ class StoredDiagnosis:
     root_line: int | None = None
     fingerprint: str | None = None
     hint: str = ""
+    # The argument the hint's fix names, for "edit and relaunch"; None where the hint names none
+    # (and where a team rule's hint replaced launchdeck's).
+    change: SuggestedChange | None = None
     recognised: bool = True  # False: a failure no rule placed, or no SGLang log at all
     adjustments: list[str] = field(default_factory=list)
     frames: list[str] = field(default_factory=list)
@@ -103,7 +107,7 @@ class StoredDiagnosis:
             values["built_in"] = BuiltIn.from_json(values["built_in"])
         if "rule" in values:
             values["rule"] = AppliedRule.from_json(values["rule"])
-        return cls(**values)
+        return cls(**_with_change(values))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self, dict_factory=_json_object)
@@ -121,7 +125,7 @@ class StoredDiagnosis:
         said = self.built_in
         return replace(
             self, failure_class=said.failure_class, hint=said.hint, fingerprint=said.fingerprint,
-            recognised=said.recognised, built_in=None, rule=None,
+            recognised=said.recognised, change=said.change, built_in=None, rule=None,
         )  # fmt: skip
 
     def decided_by(self, scanner: RuleScanner) -> tuple[StoredDiagnosis, RuleDecision | None]:
@@ -136,10 +140,10 @@ class StoredDiagnosis:
         result, decision = scanner.decide(base)
         if decision is None and result.fingerprint == alone.fingerprint:
             return alone, None
-        built_in = BuiltIn(alone.failure_class, alone.hint, alone.fingerprint, alone.recognised)
+        built_in = BuiltIn(alone.failure_class, alone.hint, alone.fingerprint, alone.recognised, alone.change)
         decided = replace(
             alone, failure_class=result.failure_class, hint=result.hint, fingerprint=result.fingerprint,
-            recognised=result.recognised, built_in=built_in,
+            recognised=result.recognised, built_in=built_in, change=None if decision else alone.change,
         )  # fmt: skip
         return decided, decision
 
@@ -149,19 +153,25 @@ def stored(result: Diagnosis, argv: Sequence[str] | None = None) -> StoredDiagno
     log given to the CLI): a hint that can say whether a flag was in it, and an error about a value
     SGLang chose itself, where another was asked for, is an override, not a conflict."""
     failure_class, hint = result.failure_class, result.hint
+    change = None
     if argv is not None:
         figures = result.figures
         explained = result.root_error and explain(
             result.root_error, failure_class, server_args=figures.server_args, argv=argv, context=result.evidence
         )
         if explained:
-            failure_class, hint = explained.failure_class, explained.hint
+            failure_class, hint, change = explained.failure_class, explained.hint, explained.change
         elif failure_class in ("arg-conflict", "other") and any(
             item.source == "error" and item.requested is not None and item.changed
             for item in drift(argv, None, (), result.root_error)
         ):
             failure_class = "arg-override"
             hint = HINTS[failure_class]
+        else:
+            evidence = Evidence(
+                result.root_error or "", failure_class, figures.server_args or {}, argv, result.evidence
+            )
+            change = generic_change(failure_class, result.concept, evidence)
     decode = result.figures.decode
     step = math.ceil(len(decode) / CHART_POINTS) or 1
     return StoredDiagnosis(
@@ -173,6 +183,7 @@ def stored(result: Diagnosis, argv: Sequence[str] | None = None) -> StoredDiagno
         root_line=result.root_line,
         fingerprint=result.fingerprint,
         hint=hint,
+        change=change,
         # a failure the argv placed (above) is recognised, whatever the log alone left it
         recognised=result.recognised or failure_class != "other",
         adjustments=list(result.adjustments),
@@ -192,6 +203,12 @@ def _fields_of(kind: type, value: Mapping[str, Any]) -> dict[str, Any]:
         for item in fields(kind)
         if value.get(key := JSON_KEYS.get(item.name, item.name)) is not None
     }
+
+
+def _with_change(values: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(change := values.get("change"), Mapping):
+        values["change"] = SuggestedChange(**_fields_of(SuggestedChange, change))
+    return values
 
 
 def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

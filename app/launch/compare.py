@@ -15,7 +15,7 @@ from app.diagnose.drift import Drift, requested_args
 from app.diagnose.stored import StoredDiagnosis
 from app.launch.failure_signatures import drift_of
 from app.launch.history import durations, load_attempt
-from app.logs.store import Line, LogStore
+from app.logs.store import Line, LogLoan
 
 CONTEXT_LINES = 6  # of log on each side of the root error
 
@@ -83,7 +83,7 @@ class Comparison:
         }
 
 
-async def compare(session: AsyncSession, logs: LogStore, a_id: int, b_id: int) -> Comparison:
+async def compare(session: AsyncSession, logs: LogLoan, a_id: int, b_id: int) -> Comparison:
     a, b = await load_attempt(session, a_id), await load_attempt(session, b_id)
     return Comparison(
         a=_side(a, logs),
@@ -119,7 +119,7 @@ def _same_preset(attempt: Attempt) -> Select[Any]:
     )
 
 
-def _side(attempt: Attempt, logs: LogStore) -> Side:
+def _side(attempt: Attempt, logs: LogLoan) -> Side:
     found = StoredDiagnosis.from_json(attempt.diagnosis)
     root_line = found.root_line
     excerpt: list[Line] = []

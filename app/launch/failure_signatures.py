@@ -17,6 +17,7 @@ from app.diagnose.analyze import Analyzer
 from app.diagnose.drift import Drift, drift
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import NotFound
+from app.launch.history import ATTEMPT_RELATIONS
 
 # The timeline's name for a log stage where it differs: the ready line alone is not "ready",
 # which needs /health to answer too.
@@ -198,12 +199,28 @@ async def get_signature(session: AsyncSession, fingerprint: str) -> Signature:
     return signature
 
 
-def with_signature(signature_id: int, *, before: int | None = None) -> Select[Any]:
+def _with_signature(signature_id: int, *, before: int | None = None) -> Select[Any]:
     """Attempts filed under a signature, newest first; `before` keeps those older than an attempt."""
     query = select(Attempt).where(Attempt.signature_id == signature_id).order_by(Attempt.id.desc())
     return query if before is None else query.where(Attempt.id < before)
 
 
 async def count_with_signature(session: AsyncSession, signature_id: int, *, before: int | None = None) -> int:
-    query = with_signature(signature_id, before=before).order_by(None).subquery()
+    query = _with_signature(signature_id, before=before).order_by(None).subquery()
     return int(await session.scalar(select(func.count()).select_from(query)) or 0)
+
+
+async def attempt_ids_with_signature(
+    session: AsyncSession, signature_id: int, *, before: int | None = None, limit: int
+) -> list[int]:
+    """The ids of up to `limit` attempts filed under a signature, newest first (for links)."""
+    query = _with_signature(signature_id, before=before).with_only_columns(Attempt.id).limit(limit)
+    return list((await session.scalars(query)).all())
+
+
+async def attempts_with_signature(
+    session: AsyncSession, signature_id: int, *, before: int | None = None, limit: int
+) -> list[Attempt]:
+    """Up to `limit` attempts filed under a signature, newest first, with their host and preset."""
+    query = _with_signature(signature_id, before=before).options(*ATTEMPT_RELATIONS).limit(limit)
+    return list((await session.scalars(query)).all())

@@ -73,6 +73,20 @@ async def list_attempts(
     return list((await session.scalars(query)).all())
 
 
+async def last_launch(session: AsyncSession, *, preset: str, actor: str) -> Attempt | None:
+    """The newest attempt `actor` launched of the preset: the launch form offers its host, GPUs and port again."""
+    query = (
+        select(Attempt)
+        .options(*LISTED)
+        .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
+        .join(Preset, PresetRevision.preset_id == Preset.id)
+        .where(Preset.name == preset, Attempt.launched_by == actor)
+        .order_by(Attempt.id.desc())
+        .limit(1)
+    )
+    return await session.scalar(query)
+
+
 def durations(attempt: Attempt) -> list[tuple[str, datetime, float | None]]:
     """Each stage with when it began and how long it lasted (None for the current one)."""
     entries = [(entry["stage"], datetime.fromisoformat(entry["at"])) for entry in attempt.stages]

@@ -392,7 +392,7 @@ async def save_preset(
         shown = redacted_url(data.webhook_url) if data.webhook_url else "none"
         audit.record(session, actor=actor, action="preset-webhook", target=preset.name, detail={"webhook": shown})
         preset.webhook_url = data.webhook_url
-    if _same(current, data):
+    if same_revision(current, data):
         await session.commit()
         return None
     revision = _revision(preset, current.number + 1, data, actor)
@@ -421,7 +421,7 @@ async def archive_preset(session: AsyncSession, preset: Preset, *, actor: str, a
     await session.commit()
 
 
-def _same(revision: PresetRevision, data: PresetInput) -> bool:
+def same_revision(revision: PresetRevision, data: PresetInput) -> bool:
     fields = revision_fields(revision)
     return all(fields[key] == getattr(data, key) for key in fields)
 

@@ -372,3 +372,25 @@ class LogStore:
 
     def paths(self, attempt_ids: list[int]) -> dict[int, Path]:
         return {attempt_id: self.directory / f"{attempt_id}.log" for attempt_id in attempt_ids}
+
+    def is_open(self, attempt_id: int) -> bool:
+        """Whether the attempt's log is held in memory."""
+        return attempt_id in self._open
+
+
+class LogLoan:
+    """The logs one piece of work (a request) takes from the store: `give_back` forgets each, so
+    a complete log nobody watches leaves memory again when the work is done."""
+
+    def __init__(self, store: LogStore):
+        self.store = store
+        self._borrowed: set[int] = set()
+
+    def get(self, attempt_id: int) -> LogFile:
+        self._borrowed.add(attempt_id)
+        return self.store.get(attempt_id)
+
+    def give_back(self) -> None:
+        for attempt_id in self._borrowed:
+            self.store.forget(attempt_id)
+        self._borrowed.clear()

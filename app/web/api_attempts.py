@@ -11,10 +11,13 @@ from pydantic import BaseModel, Field
 
 from app import audit
 from app.db.models import Attempt, AttemptStatus
+from app.diagnose.hints import SuggestedChange
 from app.diagnose.stored import StoredDiagnosis
+from app.errors import InvalidInput
 from app.launch import failure_signatures, history
 from app.launch.failure_signatures import drift_of
-from app.web.deps import ApiUser, ReadDb, RuntimeDep
+from app.launch.relaunch import changed_input, relaunch, suggested_change
+from app.web.deps import ApiUser, AttemptDep, ReadDb, RuntimeDep
 from app.web.paging import link_next
 from app.web.params import Int64
 
@@ -34,6 +37,25 @@ class LaunchIn(BaseModel):
 class Launched(BaseModel):
     id: int
     status: AttemptStatus
+
+
+class ChangeIn(BaseModel):
+    flag: str = Field(description="The argument, e.g. --mem-fraction-static.")
+    value: str | None = Field(None, description="Its value; null for a switch.")
+    remove: bool = Field(False, description="Drop the argument instead.")
+
+
+class RelaunchIn(BaseModel):
+    changes: list[ChangeIn] = Field(
+        default_factory=list, description="Applied to the attempt's revision, saved as a new revision."
+    )
+    apply_suggested: bool = Field(False, description="Apply the change the attempt's diagnosis suggests, too.")
+    override_reason: str = Field("", description="Launch even if a preflight check fails; the reason is recorded.")
+
+
+class Relaunched(Launched):
+    revision: int  # the preset revision the new attempt runs
+    saved: bool  # whether that revision was made for it
 
 
 class StagePublic(BaseModel):
@@ -202,6 +224,28 @@ async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiUser) -> Launched
     return Launched(id=attempt.id, status=attempt.status)
 
 
+@router.post("/attempts/{attempt_id}/relaunch", status_code=status.HTTP_202_ACCEPTED)
+async def relaunch_attempt(
+    attempt_id: Int64, runtime: RuntimeDep, user: ApiUser, attempt: AttemptDep, body: RelaunchIn | None = None
+) -> Relaunched:
+    """Launches the attempt's preset revision again on its host, GPUs and port; with changes, a new
+    revision made from the attempt's runs instead. No body: the same choices again."""
+    body = body or RelaunchIn()
+    changes = [SuggestedChange(change.flag, change.value, change.remove) for change in body.changes]
+    if body.apply_suggested:
+        if (suggested := suggested_change(attempt)) is None:
+            raise InvalidInput(f"apply_suggested: the diagnosis of attempt {attempt_id} suggests no change")
+        changes.insert(0, suggested)
+    done = await relaunch(
+        runtime.attempts,
+        attempt_id=attempt_id,
+        actor=user,
+        data=changed_input(attempt, changes) if changes else None,
+        override_reason=body.override_reason,
+    )
+    return Relaunched(id=done.attempt.id, status=done.attempt.status, revision=done.revision, saved=done.saved)
+
+
 @router.get("/attempts")
 async def list_attempts(
     request: Request,
@@ -224,8 +268,7 @@ async def list_attempts(
 
 
 @router.get("/attempts/{attempt_id}")
-async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> AttemptPublic:
-    attempt = await history.load_attempt(db, attempt_id)
+async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, _user: ApiUser, attempt: AttemptDep) -> AttemptPublic:
     tracking, log_mirror = runtime.attempts.tracking_note(attempt_id), runtime.mirror_note(attempt_id)
     return AttemptPublic.of(attempt, tracking=tracking, log_mirror=log_mirror)
 

@@ -8,9 +8,8 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
-from app.db.models import Attempt
 from app.launch import compare, failure_signatures
-from app.web.deps import ApiUser, ReadDb, RuntimeDep
+from app.web.deps import ApiUser, LogsDep, ReadDb
 from app.web.paging import link_next
 from app.web.params import Int64
 
@@ -31,10 +30,10 @@ class SignaturePublic(BaseModel):
 
 
 @router.get("/compare")
-async def compare_attempts(a: Int64, b: Int64, runtime: RuntimeDep, db: ReadDb, _user: ApiUser) -> dict[str, Any]:
+async def compare_attempts(a: Int64, b: Int64, db: ReadDb, logs: LogsDep, _user: ApiUser) -> dict[str, Any]:
     """Attempts `a` and `b` side by side: revision, argv and env differences, drift, host and GPUs,
     stages with times, memory figures, outcome, signature, and the log around each root error."""
-    return (await compare.compare(db, runtime.logs, a, b)).as_dict()
+    return (await compare.compare(db, logs, a, b)).as_dict()
 
 
 @router.get("/signatures")
@@ -75,9 +74,6 @@ async def signature_attempts(
     the `Link` header's rel="next" is the next page."""
     signature = await failure_signatures.get_signature(db, fingerprint)
     limit = max(1, min(limit, 1000))
-    query = (
-        failure_signatures.with_signature(signature.id, before=before).with_only_columns(Attempt.id).limit(limit + 1)
-    )
-    ids = list((await db.scalars(query)).all())
+    ids = await failure_signatures.attempt_ids_with_signature(db, signature.id, before=before, limit=limit + 1)
     link_next(request, response, ids[limit - 1] if len(ids) > limit else None)
     return ids[:limit]

@@ -14,10 +14,10 @@ from app.db.models import Attempt
 from app.errors import NotFound, SearchTooSlow
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import LogSearch, search_log
-from app.web.deps import ApiUser, AttemptDep, RuntimeDep
+from app.web.deps import ApiUser, AttemptDep, LogDep, RuntimeDep
 from app.web.disconnect import unless_disconnected
 from app.web.errors import status_of
-from app.web.log_pages import attempts_matching, event_stream, resume_offset
+from app.web.log_views import attempts_matching, event_stream, resume_offset
 from app.web.params import Int64
 
 router = APIRouter(prefix="/api", tags=["logs"])
@@ -27,34 +27,29 @@ MAX_READ = 16 << 20
 
 @router.get("/attempts/{attempt_id}/log", response_class=Response)
 async def read_log(
-    attempt_id: Int64,
-    runtime: RuntimeDep,
     _user: ApiUser,
     _attempt: AttemptDep,
+    log: LogDep,
     offset: Int64 = 0,
     limit: Int64 = 1 << 20,
 ) -> Response:
     """The mirrored bytes at [offset, offset + limit), exactly; X-Log-Size and X-Log-Complete say
     whether there is more to come."""
-    log = runtime.logs.get(attempt_id)
     data = log.read(max(offset, 0), max(0, min(limit, MAX_READ)))
     headers = {
         "X-Log-Size": str(log.size),
         "X-Log-Complete": "true" if log.meta.complete else "false",
         "X-Next-Offset": str(max(offset, 0) + len(data)),
     }
-    runtime.logs.forget(attempt_id)
     return Response(data, media_type="application/octet-stream", headers=headers)
 
 
 @router.get("/attempts/{attempt_id}/log/download", response_class=FileResponse)
-async def download_log(attempt_id: Int64, runtime: RuntimeDep, _user: ApiUser, attempt: AttemptDep) -> FileResponse:
-    path = runtime.logs.get(attempt_id).path
-    runtime.logs.forget(attempt_id)
-    if not path.exists():
+async def download_log(attempt_id: Int64, _user: ApiUser, attempt: AttemptDep, log: LogDep) -> FileResponse:
+    if not log.exists:
         raise NotFound(f"attempt {attempt_id} has no mirrored log yet")
     filename = f"attempt-{attempt_id}-{attempt.host.name}.log"
-    return FileResponse(path, media_type="application/octet-stream", filename=filename)
+    return FileResponse(log.path, media_type="application/octet-stream", filename=filename)
 
 
 @router.get("/attempts/{attempt_id}/events")
@@ -63,6 +58,7 @@ async def log_events(
     runtime: RuntimeDep,
     _user: ApiUser,
     _attempt: AttemptDep,
+    log_file: LogDep,
     offset: Int64 = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
@@ -70,7 +66,6 @@ async def log_events(
     text, so Last-Event-ID resumes exactly); `skipped` and `restarted` markers; `end` when the log
     is complete. Invalid UTF-8 travels as lone surrogates, so Python clients get the exact bytes
     back with errors="surrogateescape"."""
-    log_file = runtime.logs.get(attempt_id)
 
     def batch_event(batch: Batch) -> bytes:
         """Made once per batch and sent to every viewer."""
@@ -101,10 +96,10 @@ def _json_event(name: str, data: dict[str, Any], end: int | None) -> ServerSentE
 @router.get("/attempts/{attempt_id}/grep")
 async def grep(
     request: Request,
-    attempt_id: Int64,
     runtime: RuntimeDep,
     _user: ApiUser,
     _attempt: AttemptDep,
+    log: LogDep,
     q: str,
     regex: bool = False,
     ignore_case: bool = False,
@@ -118,7 +113,6 @@ async def grep(
     first traceback's line. A search stopped by its time limit answers 422 with `timed_out` and the
     matches found before then."""
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flags}
-    log = runtime.logs.get(attempt_id)
     try:
         searching = search_log(
             log, q, limits=runtime.grep_limits, limit=max(1, min(limit, 5000)), after=after, **options
@@ -128,8 +122,6 @@ async def grep(
         assert isinstance(exc.partial, LogSearch)
         body = {"detail": str(exc), "timed_out": True, **_search_json(exc.partial)}
         return JSONResponse(body, status_code=status_of(exc))
-    finally:
-        runtime.logs.forget(attempt_id)
     return JSONResponse(_search_json(search))
 
 

@@ -41,6 +41,7 @@ from app.web import (
     log_pages,
     pages,
     preset_pages,
+    relaunch_pages,
     rule_pages,
 )
 from app.web.deps import Runtime
@@ -202,5 +203,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(log_pages.router)
     app.include_router(diagnosis_pages.router)
     app.include_router(rule_pages.router)
+    app.include_router(relaunch_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -17,16 +17,17 @@ from app.gpu.overview import current_overview
 from app.launch import compare, failure_signatures, guards, history, presets
 from app.launch.preflight import Preflight
 from app.logs.live import tail
-from app.web.deps import PageUser, ReadDb, Runtime, RuntimeDep
-from app.web.diagnosis_pages import diagnosis_context
+from app.web.deps import LogsDep, PageUser, ReadDb, Runtime, RuntimeDep
+from app.web.diagnosis_panel import diagnosis_context
 from app.web.errors import status_of
-from app.web.log_pages import LIVE_TAIL_LINES, lines_html, log_context
+from app.web.log_views import lines_html, log_context
 from app.web.params import INT64_MAX, Int64
 from app.web.templating import render, wants_fragment
 
 router = APIRouter(include_in_schema=False)
 PAGE_SIZE = 25
 AUDIT_PAGE_SIZE = 100
+LIVE_TAIL_LINES = 200
 
 
 async def launch_choice(request: Request) -> dict[str, Any]:
@@ -48,10 +49,16 @@ async def launch_choice(request: Request) -> dict[str, Any]:
 
 
 async def launch_context(runtime: Runtime, user: str, choice: dict[str, Any]) -> dict[str, Any]:
-    """The form's choices; the host's GPUs may be asked of the host, after the presets are read."""
+    """The form's choices, those not given taken from the user's last launch of the preset; the
+    host's GPUs may be asked of the host, after the presets are read."""
     async with runtime.sessions.read() as db:
         active = await presets.list_presets(db)
         preset_name = choice.get("preset") or (active[0].name if active else "")
+        if preset_name and not choice.get("host"):  # the choices of the user's last launch of it
+            last = await history.last_launch(db, preset=preset_name, actor=user)
+            if last is not None:
+                choice = {**choice, "host": last.host.name, "gpus": choice.get("gpus") or list(last.gpus)}
+                choice["port"] = choice.get("port") or last.port
         preset = next((p for p in active if p.name == preset_name), None)
         revision = presets.latest(preset) if preset else None
         past = None  # the form says before the launch whether this configuration failed already
@@ -188,7 +195,7 @@ def serving_example(attempt: Attempt) -> dict[str, Any]:
 
 @router.get("/attempts/{attempt_id}", response_class=HTMLResponse)
 async def attempt_page(
-    request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, user: PageUser
+    request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, logs: LogsDep, user: PageUser
 ) -> Response:
     seen = runtime.attempts.changes.stamp(attempt_id)  # before the row is read: no later change is missed
     attempt = await history.load_attempt(db, attempt_id)
@@ -210,12 +217,9 @@ async def attempt_page(
         **await diagnosis_context(db, attempt),
     }
     if not wants_fragment(request):  # the live log, which the status block's refreshes leave alone
-        lines, offset = tail(runtime.logs.get(attempt_id), LIVE_TAIL_LINES)
-        context |= log_context(runtime, attempt_id) | {
-            "tail_html": lines_html(attempt_id, lines),
-            "live_offset": offset,
-        }
-        runtime.logs.forget(attempt_id)
+        log = logs.get(attempt_id)
+        lines, offset = tail(log, LIVE_TAIL_LINES)
+        context |= log_context(runtime, log) | {"tail_html": lines_html(attempt_id, lines), "live_offset": offset}
     return render(request, "attempt.html", context, block="attempt_status")
 
 

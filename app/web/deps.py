@@ -4,7 +4,9 @@ A route reads through `ReadDb`, which never takes SQLite's write lock, and write
 `WriteDb`, whose unit of work the domain function it calls commits. Neither may be held across
 slow work: a route that goes on to grep, read a log file or ask a host takes `AttemptDep`, loaded
 by a session that is closed again before the route runs, or leaves the database to a service
-that opens its own short units of work around the slow part (launch, stop, preflight)."""
+that opens its own short units of work around the slow part (launch, stop, preflight). A route
+that reads a mirrored log borrows it through `LogDep` (or `LogsDep`, for several), which gives it
+back to the store when the request ends."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from app.launch.rediagnose import Rediagnosis
 from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
-from app.logs.store import LogStore
+from app.logs.store import LogFile, LogLoan, LogStore
 from app.ssh import HostConnection, SSHManager
 from app.web.params import Int64
 
@@ -98,6 +100,27 @@ async def loaded_attempt(attempt_id: Int64, runtime: RuntimeDep) -> Attempt:
 
 
 AttemptDep = Annotated[Attempt, Depends(loaded_attempt)]
+
+
+async def borrowed_logs(runtime: RuntimeDep) -> AsyncIterator[LogLoan]:
+    """The logs the request reads, given back to the store when it ends (a complete log that
+    nobody watches is dropped from memory again)."""
+    loan = LogLoan(runtime.logs)
+    try:
+        yield loan
+    finally:
+        loan.give_back()
+
+
+LogsDep = Annotated[LogLoan, Depends(borrowed_logs)]
+
+
+def borrowed_log(attempt_id: Int64, logs: LogsDep) -> LogFile:
+    """The mirrored log of the attempt in the path, borrowed for the request."""
+    return logs.get(attempt_id)
+
+
+LogDep = Annotated[LogFile, Depends(borrowed_log)]
 
 
 class LoginRequired(Exception):

@@ -1,77 +1,21 @@
-"""What went wrong, across attempts: the attempt page's diagnosis panel, the error groups, and
-two attempts compared side by side."""
+"""What went wrong, across attempts: the error groups, and two attempts compared side by side."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlalchemy.orm import load_only
 
-from app.db.models import Attempt
-from app.diagnose.analyze import STAGES
 from app.diagnose.lexicon import HINTS
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import NotFound
-from app.launch import compare, failure_signatures, history
-from app.web.deps import PageUser, ReadDb, RuntimeDep
-from app.web.log_pages import lines_html
+from app.launch import compare, failure_signatures
+from app.web.deps import AttemptDep, LogsDep, PageUser, ReadDb
+from app.web.log_views import lines_html
 from app.web.params import Int64
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
-SAME_SIGNATURE_SHOWN = 10
 ERROR_GROUPS_SHOWN = 50
-# The serving metrics charted from the decode-batch lines: (key, label, format).
-METRICS = (
-    ("running_requests", "running requests", "{:.0f}"),
-    ("token_usage", "KV token usage", "{:.2f}"),
-    ("gen_throughput", "generation throughput (token/s)", "{:.1f}"),
-    ("accept_length", "speculative accept length", "{:.2f}"),
-)
-CHART_WIDTH, CHART_HEIGHT = 600, 60
-
-
-async def diagnosis_context(db: ReadDb, attempt: Attempt) -> dict[str, Any]:
-    """The attempt page's diagnosis panel: stage, root error, class and hint, drift, the earlier
-    attempts that failed the same way, and the serving metrics."""
-    found = StoredDiagnosis.from_json(attempt.diagnosis)
-    earlier: list[Attempt] = []
-    same = 0
-    if attempt.signature_id is not None:
-        same = await failure_signatures.count_with_signature(db, attempt.signature_id, before=attempt.id)
-        query = failure_signatures.with_signature(attempt.signature_id, before=attempt.id).limit(SAME_SIGNATURE_SHOWN)
-        query = query.options(load_only(Attempt.id))  # links only: no need for their whole rows
-        earlier = list((await db.scalars(query)).all())
-    return {
-        "diagnosis": found,
-        "unrecognised": not found.recognised,
-        "drift": failure_signatures.drift_of(attempt),
-        "same_signature": same,
-        "earlier": earlier,
-        "charts": charts(found.decode),
-        "stage_names": [name for name, _ in STAGES],
-        "rule_classes": list(HINTS),  # the "teach launchdeck" form's choices
-    }
-
-
-def charts(samples: list[dict[str, float]]) -> list[dict[str, Any]]:
-    """Each metric the samples carry as an SVG polyline's points, scaled to its own maximum."""
-    result = []
-    for key, label, number in METRICS:
-        values = [sample[key] for sample in samples if key in sample]
-        if len(values) < 2:
-            continue
-        top = max(values) or 1.0
-        step = CHART_WIDTH / (len(values) - 1)
-        points = " ".join(
-            f"{i * step:.1f},{CHART_HEIGHT - value / top * (CHART_HEIGHT - 4) - 2:.1f}"
-            for i, value in enumerate(values)
-        )
-        result.append({"key": key, "label": label, "points": points, "max": number.format(max(values)),
-                       "last": number.format(values[-1]), "samples": len(values)})  # fmt: skip
-    return result
 
 
 @router.get("/errors", response_class=HTMLResponse)
@@ -97,8 +41,7 @@ async def error_group_page(
 ) -> Response:
     signature = await failure_signatures.get_signature(db, fingerprint)
     page_size = 50
-    query = failure_signatures.with_signature(signature.id, before=before).limit(page_size + 1)
-    rows = list((await db.scalars(query.options(*history.ATTEMPT_RELATIONS))).all())
+    rows = await failure_signatures.attempts_with_signature(db, signature.id, before=before, limit=page_size + 1)
     attempts = [(attempt, StoredDiagnosis.from_json(attempt.diagnosis)) for attempt in rows[:page_size]]
     context = {
         "user": user,
@@ -113,10 +56,8 @@ async def error_group_page(
 
 
 @router.get("/compare", response_class=HTMLResponse)
-async def compare_page(
-    request: Request, a: Int64, b: Int64, runtime: RuntimeDep, db: ReadDb, user: PageUser
-) -> Response:
-    result = await compare.compare(db, runtime.logs, a, b)
+async def compare_page(request: Request, a: Int64, b: Int64, db: ReadDb, logs: LogsDep, user: PageUser) -> Response:
+    result = await compare.compare(db, logs, a, b)
     excerpts = {
         side.id: lines_html(side.id, side.log_excerpt, mark=side.root_line, anchors=False)
         for side in (result.a, result.b)
@@ -125,10 +66,9 @@ async def compare_page(
 
 
 @router.get("/attempts/{attempt_id}/compare/{other}")
-async def compare_with(attempt_id: Int64, other: str, db: ReadDb, user: PageUser) -> Response:
+async def compare_with(attempt_id: Int64, other: str, user: PageUser, attempt: AttemptDep, db: ReadDb) -> Response:
     """`previous`: the attempt of the same preset before this one; `last-success`: the latest
     other attempt of the preset that became ready."""
-    attempt = await history.load_attempt(db, attempt_id)
     preset = attempt.revision.preset.name
     if other == "previous":
         earlier = await compare.previous_attempt(db, attempt)

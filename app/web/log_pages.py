@@ -4,42 +4,27 @@ paged through the line index, and grep across attempts."""
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from html import escape
-from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import HTMLResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from sse_starlette.sse import SendTimeoutError
-from starlette.types import Receive, Scope, Send
 
-from app.db.models import Attempt
 from app.errors import InvalidInput, SearchBusy, SearchTooSlow
-from app.launch.history import attempt_finished, list_attempts, load_attempt
+from app.launch.history import attempt_finished
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
-from app.logs.render import line_class, render_line
-from app.logs.search import (
-    FIRST_ERROR,
-    TRACEBACK,
-    LogSearch,
-    count_matches,
-    first_line,
-    match_ranges,
-    search_log,
-)
+from app.logs.search import FIRST_ERROR, LogSearch, first_line, match_ranges, search_log
 from app.logs.store import Line, LogFile
-from app.web.deps import AttemptDep, PageUser, Runtime, RuntimeDep, session_user
+from app.web.deps import AttemptDep, LogDep, PageUser, Runtime, RuntimeDep, loaded_attempt, session_user
 from app.web.disconnect import unless_disconnected
 from app.web.errors import status_of
-from app.web.params import INT64_MAX, Int64
+from app.web.log_views import attempts_matching, event_stream, lines_html, log_context, resume_offset
+from app.web.params import Int64
 from app.web.templating import render
 
 T = TypeVar("T")
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(include_in_schema=False)
 
@@ -47,67 +32,7 @@ PAGE_LINES = 500
 MAX_PAGE_LINES = 5000
 LINES_ABOVE_TARGET = 20  # a page opened at a line shows a little of what led to it
 GREP_PAGE_HITS = 200
-LIVE_TAIL_LINES = 200
-SEARCH_ATTEMPTS = 500  # the newest attempts a search across attempts looks at
-SEND_TIMEOUT = 30.0  # a viewer that takes nothing for this long is dropped
-TRACEBACK_BYTES = TRACEBACK.encode()
 NOTES_EVERY = 1.0  # how often a live page's notes kept only in memory (tracking, log mirror) are compared
-
-
-def lines_html(
-    attempt_id: Int64,
-    lines: Iterable[Line],
-    *,
-    mark: int | None = None,
-    anchors: bool = True,
-    matches: Mapping[int, Sequence[tuple[int, int]]] | None = None,
-    fold_tracebacks: bool = False,
-) -> str:
-    """Log lines as HTML: numbered, linked into the full log, coloured, every byte escaped; line
-    `mark` is highlighted, and in each line of `matches` its byte ranges. Without `anchors` (for
-    excerpts shown beside a log) lines have no id. With `fold_tracebacks` a Python traceback, from
-    its first line to the exception's (the first not indented), is one block that can be folded."""
-    href = f"/attempts/{attempt_id}/log"
-    matches = matches or {}
-    parts = []
-    in_traceback = False
-    for line in lines:
-        number, kind = line.number, line_class(line.text)
-        anchor = f' id="L{number}"' if anchors else ""
-        if number == mark:
-            kind += " mark"
-        cut = ""
-        if line.cut:
-            download = f"/api/attempts/{attempt_id}/log/download"
-            cut = f' <span class="cut">… {line.cut:,} more bytes in the <a href="{download}">download</a></span>'
-        indented = line.text[:1] in (b" ", b"\t")
-        starts_traceback = fold_tracebacks and not indented and TRACEBACK_BYTES in line.text
-        # (a traceback's first line is its block's summary, which may hold no link of its own)
-        number_html = (
-            f'<span class="n">{number}</span>'
-            if starts_traceback
-            else f'<a class="n" href="{href}?line={number}#L{number}">{number}</a>'
-        )
-        row = (
-            f'<div class="ln {kind}"{anchor}>{number_html}'
-            f'<span class="t">{render_line(line.text, matches.get(number, ()))}{cut}</span></div>'
-        )
-        if in_traceback and starts_traceback:  # a chained exception's traceback follows at once
-            parts.append("</details>")
-            in_traceback = False
-        if in_traceback:
-            parts.append(row)
-            if not indented:
-                parts.append("</details>")
-                in_traceback = False
-        elif starts_traceback:
-            parts.append(f'<details class="traceback" open><summary>{row}</summary>')
-            in_traceback = True
-        else:
-            parts.append(row)
-    if in_traceback:
-        parts.append("</details>")
-    return "\n".join(parts)
 
 
 def marker_html(attempt_id: Int64, event: Skipped | Restarted) -> str:
@@ -130,30 +55,6 @@ def batch_event(attempt_id: Int64, batch: Batch) -> bytes:
         batch.cache["page-event"] = ServerSentEvent(data=html, event="lines", id=str(batch.end)).encode()
     encoded: bytes = batch.cache["page-event"]
     return encoded
-
-
-class _LogStream(EventSourceResponse):
-    """sse-starlette drops a viewer that takes nothing for `send_timeout` by raising to the server,
-    which would log a traceback per dropped viewer: the drop is expected, so it is one line here."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        except SendTimeoutError:
-            log.info("dropped a viewer of %s that took nothing for %g s", scope.get("path"), SEND_TIMEOUT)
-
-
-def event_stream(events: AsyncIterator[ServerSentEvent | bytes]) -> EventSourceResponse:
-    """A long-lived stream of a log: a viewer that takes nothing for SEND_TIMEOUT is dropped."""
-    return _LogStream(events, send_timeout=SEND_TIMEOUT, headers={"X-Accel-Buffering": "no"})
-
-
-def resume_offset(offset: int, last_event_id: str | None) -> int:
-    """The browser's own reconnection sends Last-Event-ID, the newest; a fresh EventSource (as htmx
-    makes after an error) has only the offset the page keeps in the stream's URL."""
-    if last_event_id and last_event_id.strip().isdigit() and int(last_event_id) <= INT64_MAX:
-        return int(last_event_id)
-    return max(offset, 0)
 
 
 async def live_events(runtime: Runtime, attempt_id: int, offset: int, seen: int) -> AsyncIterator[bytes]:
@@ -225,17 +126,6 @@ async def _status_changes(runtime: Runtime, attempt_id: int, seen: int) -> Async
         yield seen
 
 
-def log_context(runtime: Runtime, attempt_id: Int64) -> dict[str, Any]:
-    """What every log view shows about the mirror itself."""
-    log = runtime.logs.get(attempt_id)
-    return {
-        "log": log,
-        "mirror_note": runtime.mirror_note(attempt_id),
-        "restarts": log.meta.segments,
-        "verification": log.meta.verification,
-    }
-
-
 @router.get("/attempts/{attempt_id}/log/stream")
 async def log_stream(
     request: Request,
@@ -255,8 +145,7 @@ async def log_stream(
             yield ServerSentEvent(data="", event="end")
 
         return EventSourceResponse(login())
-    async with runtime.sessions.read() as db:  # the stream may last hours: it holds no session
-        await load_attempt(db, attempt_id)  # 404 for an unknown attempt
+    await loaded_attempt(attempt_id, runtime)  # 404 for an unknown attempt; the stream holds no session
     events = live_events(runtime, attempt_id, resume_offset(offset, last_event_id), seen)
     return event_stream(events)
 
@@ -268,6 +157,7 @@ async def full_log(
     runtime: RuntimeDep,
     user: PageUser,
     attempt: AttemptDep,
+    log: LogDep,
     line: Int64 | None = None,
     start: int | None = None,
     offset: Int64 | None = None,
@@ -276,8 +166,7 @@ async def full_log(
 ) -> Response:
     """One page of the mirrored log: from line `start`, around a `line` or a byte `offset`, at the
     bottom or at the first error."""
-    context = log_context(runtime, attempt_id)
-    log: LogFile = context["log"]
+    context = log_context(runtime, log)
     count = max(1, min(count, MAX_PAGE_LINES))
     notice = ""
     if at == "error":
@@ -302,7 +191,6 @@ async def full_log(
         "next_line": page.lines[-1].number + 1 if not page.at_end else None,
         "count": count,
     }
-    runtime.logs.forget(attempt_id)
     return render(request, "log.html", context)
 
 
@@ -325,6 +213,7 @@ async def grep_page(
     runtime: RuntimeDep,
     user: PageUser,
     attempt: AttemptDep,
+    log: LogDep,
     q: str = "",
     regex: bool = False,
     ignore_case: bool = False,
@@ -342,11 +231,8 @@ async def grep_page(
     error, status = "", 200
     ranges: list[list[tuple[int, int]]] = []
     if q:
-        searching = search_log(
-            runtime.logs.get(attempt_id), q, limits=runtime.grep_limits, limit=GREP_PAGE_HITS, after=after, **options
-        )
+        searching = search_log(log, q, limits=runtime.grep_limits, limit=GREP_PAGE_HITS, after=after, **options)
         search, error, status = await _bounded_search(request, searching)
-        runtime.logs.forget(attempt_id)
     if search and search.result.matches:
         texts = [m.text for m in search.result.matches]
         query = {"regex": regex, "ignore_case": ignore_case, "flag_aware": flag_aware}
@@ -374,29 +260,6 @@ async def grep_page(
         "tail_html": lines_html(attempt_id, search.tail, anchors=False) if search else "",
     }
     return render(request, "grep.html", page, block="results", status_code=status)
-
-
-async def attempts_matching(
-    runtime: Runtime, q: str, *, preset: str = "", host: str = "", **options: bool
-) -> list[tuple[Attempt, int]]:
-    """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts; the
-    attempts are read first and the session closed before grep runs. When the time limit stops the
-    search, SearchTooSlow carries the attempts found before then."""
-    if not q:
-        return []
-    async with runtime.sessions.read() as db:
-        rows = await list_attempts(db, host=host or None, preset=preset or None, limit=SEARCH_ATTEMPTS)
-    paths = runtime.logs.paths([row.id for row in rows])
-
-    def with_hits(counts: dict[Path, int]) -> list[tuple[Attempt, int]]:
-        return [(row, counts[paths[row.id]]) for row in rows if counts.get(paths[row.id])]
-
-    try:
-        counts = await count_matches(list(paths.values()), q, limits=runtime.grep_limits, **options)
-    except SearchTooSlow as exc:
-        assert isinstance(exc.partial, dict)
-        raise SearchTooSlow(str(exc), with_hits(exc.partial)) from None
-    return with_hits(counts)
 
 
 async def _bounded_search(request: Request, search: Coroutine[Any, Any, T]) -> tuple[T | None, str, int]:

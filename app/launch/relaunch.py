@@ -1,0 +1,151 @@
+"""Relaunching an attempt with the same choices (preset revision, host, GPUs, port), or with a new
+revision of its preset made from the revision it ran, with a change applied: the hint's suggestion
+or what the person edited. Both launch through `AttemptService.launch`, the one way to launch; this
+module only decides what to launch and saves the new revision first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from app.db.models import Attempt, AttemptStatus, PresetRevision
+from app.diagnose.hints import SuggestedChange
+from app.diagnose.stored import StoredDiagnosis
+from app.errors import InvalidInput
+from app.launch.attempts import AttemptService
+from app.launch.history import load_attempt
+from app.launch.presets import (
+    FIELD_BY_OPTION,
+    PresetInput,
+    diff_revisions,
+    get_preset,
+    latest,
+    revision_fields,
+    same_revision,
+    save_preset,
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and what an attempt ran: a relaunch keeps all of it."""
+
+    preset: str
+    revision: int
+    host: str
+    gpus: list[int]
+    port: int | None
+
+    @classmethod
+    def of(cls, attempt: Attempt) -> Target:
+        revision = attempt.revision
+        return cls(revision.preset.name, revision.number, attempt.host.name, list(attempt.gpus), attempt.port)
+
+
+@dataclass(frozen=True)
+class Relaunched:
+    attempt: Attempt
+    revision: int  # the preset revision it runs
+    saved: bool  # whether that revision was made for it
+
+
+def suggested_change(attempt: Attempt) -> SuggestedChange | None:
+    """The change the diagnosis of a failed attempt names, if it names one."""
+    if attempt.status != AttemptStatus.FAILED:
+        return None
+    return StoredDiagnosis.from_json(attempt.diagnosis).change
+
+
+def apply_change(args: list[str], change: SuggestedChange) -> list[str]:
+    """`args` with the change's flag set (kept where it stands, in the spelling the args use) or
+    dropped; a flag not there yet is appended. A word after a flag is that flag's value."""
+    if not change.flag.startswith("--") or change.flag.startswith("---") or "=" in change.flag:
+        raise InvalidInput(f"changes: {change.flag!r} is not an argument (give it as --name)")
+    wanted = _canonical(change.flag)
+    result: list[str] = []
+    found = False
+    i = 0
+    while i < len(args):
+        option, has_value, _ = args[i].partition("=")
+        end = i + 1
+        if option.startswith("--") and not has_value and not _is_switch(option):
+            while end < len(args) and not args[end].startswith("--"):
+                end += 1
+        if option.startswith("--") and _canonical(option) == wanted:
+            if not found and not change.remove:
+                result += _setting(option, change.value)
+            found = True
+        else:
+            result += args[i:end]
+        i = end
+    if not found and not change.remove:
+        result += _setting(change.flag, change.value)
+    return result
+
+
+def changed_input(attempt: Attempt, changes: Iterable[SuggestedChange] = ()) -> PresetInput:
+    """The attempt's revision as the preset editor's input, with the changes applied."""
+    preset = attempt.revision.preset
+    data = PresetInput(
+        name=preset.name,
+        description=preset.description,
+        webhook_url=preset.webhook_url,
+        **revision_fields(attempt.revision),
+    )
+    for change in changes:
+        data.args = apply_change(data.args, change)
+    return data
+
+
+def changes_from(revision: PresetRevision, data: PresetInput) -> list[tuple[str, str, str]]:
+    """(what, before, after) for what `data` changes in the revision, flags compared one by one."""
+    draft = PresetRevision(**{key: getattr(data, key) for key in revision_fields(revision)})
+    return diff_revisions(revision, draft)
+
+
+async def relaunch(
+    service: AttemptService,
+    *,
+    attempt_id: int,
+    actor: str,
+    data: PresetInput | None = None,
+    override_reason: str = "",
+) -> Relaunched:
+    """Launches the attempt's choices again. With `data` (the attempt's preset as edited), that is
+    saved first as a new revision, audited as made from the attempt, unless it is the attempt's
+    own revision or the preset's latest unchanged; the launch runs it on the same host, GPUs and port."""
+    async with service.sessions.write() if data is not None else service.sessions.read() as session:
+        attempt = await load_attempt(session, attempt_id)
+        target = Target.of(attempt)
+        revision, saved = target.revision, False
+        if data is not None and not same_revision(attempt.revision, data):
+            preset = await get_preset(session, target.preset)
+            detail = {"from_attempt": attempt_id}
+            new = await save_preset(session, preset, data, actor=actor, action="preset-relaunch", detail=detail)
+            revision, saved = (new.number, True) if new else (latest(preset).number, False)
+    launched = await service.launch(
+        preset=target.preset,
+        revision=revision,
+        host=target.host,
+        gpus=target.gpus,
+        port=target.port,
+        override_reason=override_reason,
+        actor=actor,
+    )
+    return Relaunched(launched, revision, saved)
+
+
+def _canonical(option: str) -> str:
+    """The editor's name for a flag any release spells otherwise; other flags as they are."""
+    known = FIELD_BY_OPTION.get(option)
+    return known.flag if known else option
+
+
+def _is_switch(option: str) -> bool:
+    known = FIELD_BY_OPTION.get(option)
+    return known is not None and known.kind is bool
+
+
+def _setting(option: str, value: str | None) -> list[str]:
+    return [option] if value is None else [option, value]

@@ -1,0 +1,65 @@
+"""The attempt page's diagnosis panel: what went wrong, the earlier attempts that failed the
+same way, and the serving metrics charted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Attempt
+from app.diagnose.analyze import STAGES
+from app.diagnose.lexicon import HINTS
+from app.diagnose.stored import StoredDiagnosis
+from app.launch import failure_signatures
+
+SAME_SIGNATURE_SHOWN = 10
+# The serving metrics charted from the decode-batch lines: (key, label, format).
+METRICS = (
+    ("running_requests", "running requests", "{:.0f}"),
+    ("token_usage", "KV token usage", "{:.2f}"),
+    ("gen_throughput", "generation throughput (token/s)", "{:.1f}"),
+    ("accept_length", "speculative accept length", "{:.2f}"),
+)
+CHART_WIDTH, CHART_HEIGHT = 600, 60
+
+
+async def diagnosis_context(db: AsyncSession, attempt: Attempt) -> dict[str, Any]:
+    """The attempt page's diagnosis panel: stage, root error, class and hint, drift, the earlier
+    attempts that failed the same way, and the serving metrics."""
+    found = StoredDiagnosis.from_json(attempt.diagnosis)
+    earlier: list[int] = []
+    same = 0
+    if attempt.signature_id is not None:
+        same = await failure_signatures.count_with_signature(db, attempt.signature_id, before=attempt.id)
+        earlier = await failure_signatures.attempt_ids_with_signature(
+            db, attempt.signature_id, before=attempt.id, limit=SAME_SIGNATURE_SHOWN
+        )
+    return {
+        "diagnosis": found,
+        "unrecognised": not found.recognised,
+        "drift": failure_signatures.drift_of(attempt),
+        "same_signature": same,
+        "earlier": earlier,
+        "charts": charts(found.decode),
+        "stage_names": [name for name, _ in STAGES],
+        "rule_classes": list(HINTS),  # the "teach launchdeck" form's choices
+    }
+
+
+def charts(samples: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """Each metric the samples carry as an SVG polyline's points, scaled to its own maximum."""
+    result = []
+    for key, label, number in METRICS:
+        values = [sample[key] for sample in samples if key in sample]
+        if len(values) < 2:
+            continue
+        top = max(values) or 1.0
+        step = CHART_WIDTH / (len(values) - 1)
+        points = " ".join(
+            f"{i * step:.1f},{CHART_HEIGHT - value / top * (CHART_HEIGHT - 4) - 2:.1f}"
+            for i, value in enumerate(values)
+        )
+        result.append({"key": key, "label": label, "points": points, "max": number.format(max(values)),
+                       "last": number.format(values[-1]), "samples": len(values)})  # fmt: skip
+    return result
