@@ -716,7 +716,7 @@ async def test_fix_and_relaunch_takes_a_failed_attempt_to_a_ready_one_in_three_c
         # A GPU no other test's attempt holds.
         gpu = next(g["index"] for g in hosts["rtxpro-01"]["gpus"] if not g["memory_used_mib"])
         body = {"preset": "qwen36-27b-mtp-strategy-unset", "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
-        failed = (await api.post("/api/attempts", json=body)).json()["id"]
+        failed = (await api.post("/api/attempts", json={**body, **SEE_IT_FAIL})).json()["id"]
 
         async def has_failed() -> bool:
             return bool((await api.get(f"/api/attempts/{failed}")).json()["status"] == "failed")
