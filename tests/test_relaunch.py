@@ -15,7 +15,7 @@ from app.db.models import AuditEvent
 from app.diagnose.hints import Evidence, SuggestedChange, explain, generic_change
 from app.launch.relaunch import apply_change
 from tests.conftest import AUTH
-from tests.test_launch import FINAL, launch, wait_for
+from tests.test_launch import FINAL, REPLAY, launch, wait_for
 from tests.test_pages import csrf_from, log_in
 
 MTP = ["--speculative-algorithm", "EAGLE", "--speculative-num-draft-tokens", "4"]
@@ -68,7 +68,7 @@ def test_hints_name_their_fix_as_a_typed_change() -> None:
 async def test_api_relaunch_applies_the_suggested_change_on_the_same_host_gpus_and_port(
     api: AsyncClient, running_app: FastAPI
 ) -> None:
-    failed_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1])
+    failed_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY)
     failed = await wait_for(api, failed_id, FINAL)
     assert failed["status"] == "failed"
     assert failed["diagnosis"]["change"] == {
@@ -114,7 +114,7 @@ async def test_api_relaunch_refuses_what_it_cannot_do_with_a_sentence(api: Async
 
 
 async def test_edit_and_relaunch_from_the_root_error_card_takes_three_clicks(api: AsyncClient) -> None:
-    failed_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [2])
+    failed_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [2], override_reason=REPLAY)
     failed = await wait_for(api, failed_id, FINAL)
     api.headers.pop("Authorization")
     await log_in(api)
