@@ -51,6 +51,7 @@ class RelaunchIn(BaseModel):
     )
     apply_suggested: bool = Field(False, description="Apply the change the attempt's diagnosis suggests, too.")
     override_reason: str = Field("", description="Launch even if a preflight check fails; the reason is recorded.")
+    confirm_failed_before: bool = Field(False, description="Launch even if this configuration failed before.")
 
 
 class Relaunched(Launched):
@@ -242,6 +243,7 @@ async def relaunch_attempt(
         actor=user,
         data=changed_input(attempt, changes) if changes else None,
         override_reason=body.override_reason,
+        confirm_failed_before=body.confirm_failed_before,
     )
     return Relaunched(id=done.attempt.id, status=done.attempt.status, revision=done.revision, saved=done.saved)
 
