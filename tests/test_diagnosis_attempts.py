@@ -134,9 +134,10 @@ async def test_comparing_attempts_leaves_no_log_open(api: AsyncClient, running_a
     oom_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0])
     oom = await wait_for(api, oom_id, FINAL)
     assert found_line(oom)  # so compare reads its log
-    await until(lambda: logs.is_complete(oom_id), "the mirror to finish")
-    logs.forget(oom_id)  # (the attempt's follower may still hold it)
-    assert not logs.is_open(oom_id)
+    # Once the mirror and the follower are done with it, the ended attempt's log leaves memory.
+    await until(
+        lambda: logs.is_complete(oom_id) and not logs.is_open(oom_id), "the ended attempt's log to be let go", timeout=5
+    )
     compared = (await api.get("/api/compare", params={"a": oom_id, "b": oom_id})).json()
     assert compared["a"]["log_excerpt"]
     assert not logs.is_open(oom_id)
