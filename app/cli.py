@@ -55,12 +55,29 @@ def _run(argv: list[str] | None) -> int:
         "--host", action="append", metavar="NAME", help="with --hosts-only: run this host only (repeatable)"
     )
     demo_parser.add_argument("--port", type=int, help="with one --host: its SSH port (default the one it had)")
-    launch_parser = commands.add_parser("launch", help="launch a preset on a host through the running dashboard")
+    launch_parser = commands.add_parser(
+        "launch",
+        help="launch a preset on a host through the running dashboard",
+        description="Launch a preset on a host through the running dashboard. Exit status: 0 the server is "
+        "ready (or, with --no-wait, the attempt is recorded); 1 the launch failed, or an error; 3 a guard "
+        "refused the launch and nothing was launched (a blocking preflight check failed: --override-reason; "
+        "the configuration failed before: --confirm-failed-before).",
+    )
     launch_parser.add_argument("preset")
     launch_parser.add_argument("host")
     launch_parser.add_argument("--gpus", default="0", help="comma-separated GPU indices (default 0)")
     launch_parser.add_argument("--port", type=int, help="server port (default the preset's)")
-    launch_parser.add_argument("--override", default="", metavar="REASON", help="launch despite failed checks")
+    launch_parser.add_argument(
+        "--override-reason",
+        "--override",
+        dest="override",
+        default="",
+        metavar="TEXT",
+        help="launch despite failed blocking preflight checks; the reason is recorded",
+    )
+    launch_parser.add_argument(
+        "--confirm-failed-before", action="store_true", help="launch even if this configuration failed before"
+    )
     launch_parser.add_argument("--no-wait", action="store_true", help="return once the attempt is recorded")
     launch_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
     attempts_parser = commands.add_parser("attempts", help="list attempts, newest first")
@@ -143,7 +160,7 @@ def _run(argv: list[str] | None) -> int:
             gpus = client.parse_gpus(args.gpus)
             return client.launch(
                 api, preset=args.preset, host=args.host, gpus=gpus, port=args.port, override=args.override,
-                wait=not args.no_wait,
+                confirm_failed_before=args.confirm_failed_before, wait=not args.no_wait,
             )  # fmt: skip
         if args.command == "attempts":
             params = {"host": args.host, "preset": args.preset, "status": args.status, "limit": args.limit}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any
@@ -68,6 +69,17 @@ def _check(response: httpx.Response) -> None:
         raise LaunchdeckError(f"{response.status_code}: {detail}")
 
 
+def _refusal(response: httpx.Response) -> dict[str, Any] | None:
+    """A guard's refusal of a launch (409 or 422 with `guard`), else None."""
+    if response.status_code not in (409, 422):
+        return None
+    try:
+        answer = response.json()
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) and answer.get("guard") else None
+
+
 def _token_file(settings: Settings) -> str:
     path = settings.data_dir / "access-token"
     try:
@@ -92,11 +104,32 @@ def launch(
     port: int | None,
     override: str,
     wait: bool,
+    confirm_failed_before: bool = False,
     out: Callable[[str], None] = print,
+    err: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> int:
-    """Launches and, with `wait`, follows the attempt; exit status 0 when it reaches ready."""
-    body = {"preset": preset, "host": host, "gpus": gpus, "port": port, "override_reason": override}
-    attempt = client.call("POST", "/api/attempts", json=body)
+    """Launches and, with `wait`, follows the attempt; exit status 0 when it reaches ready, 3 when a
+    guard refused the launch (the answer's `guard`), 1 when it failed."""
+    body = {
+        "preset": preset,
+        "host": host,
+        "gpus": gpus,
+        "port": port,
+        "override_reason": override,
+        "confirm_failed_before": confirm_failed_before,
+    }
+    try:
+        response = client.http.post("/api/attempts", json=body)
+    except httpx.TransportError as exc:
+        raise LaunchdeckError(f"cannot reach the dashboard at {client.url}: {exc}") from None
+    refusal = _refusal(response)
+    if refusal is not None:
+        err(f"launchdeck: {refusal['detail']}")
+        if refusal.get("suggested_port"):
+            err(f"launchdeck: port {refusal['suggested_port']} is free on {host} (--port {refusal['suggested_port']})")
+        return 3
+    _check(response)
+    attempt = response.json()
     out(f"attempt {attempt['id']}: {client.url}/attempts/{attempt['id']}")
     if not wait:
         return 0

@@ -6,6 +6,9 @@ LaunchdeckError
 │   ├── InvalidPattern  a search pattern grep cannot use, with grep's reason    (HTTP 400)
 │   ├── SearchTooSlow   a search ran out of time; it carries what it found  (HTTP 422)
 │   └── SearchOutOfMemory a search pattern needs more memory than a search may use (HTTP 422)
+├── LaunchRefused       a guard stopped a launch before any attempt was recorded; `details` says why
+│   ├── PreflightBlocked  a blocking preflight check failed and no override reason was given (HTTP 422)
+│   └── FailedBefore      the same configuration failed before and the launch did not confirm (HTTP 409)
 ├── SearchBusy          as many searches run as may run at once; try again    (HTTP 503)
 ├── DatabaseUnavailable the database cannot be reached or migrated           (HTTP 503)
 ├── DiskFull            the data dir's filesystem has no room for a write   (HTTP 507)
@@ -18,6 +21,8 @@ LaunchdeckError
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class LaunchdeckError(Exception):
@@ -43,6 +48,24 @@ class SearchTooSlow(InvalidInput):
 
 
 class SearchOutOfMemory(InvalidInput):
+    pass
+
+
+class LaunchRefused(LaunchdeckError):
+    """`details` is the machine-readable why (JSON-safe, with "guard" naming the guard); `preflight`
+    the checks that were run, for a form to show again."""
+
+    def __init__(self, message: str, details: dict[str, Any], preflight: Any = None):
+        super().__init__(message)
+        self.details = details
+        self.preflight = preflight
+
+
+class PreflightBlocked(LaunchRefused):
+    pass
+
+
+class FailedBefore(LaunchRefused):
     pass
 
 

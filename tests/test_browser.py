@@ -525,11 +525,18 @@ async def test_a_new_preset_made_in_the_form_launches_after_preflight_holds_its_
     assert tab.console_errors == [], tab.console_errors
 
 
+# The module's tests share one demo, which keeps the failures earlier tests made (one appends a
+# traceback to a llama31-8b log): a launch meant to go ahead confirms that its configuration may
+# have failed before, and one meant to fail also overrides its preflight.
+AGAIN = {"confirm_failed_before": True}
+SEE_IT_FAIL = {**AGAIN, "override_reason": "watching it fail"}
+
+
 async def launch_ready(demo: Demo, gpu: int) -> dict[str, Any]:
     """A llama31-8b attempt on rtxpro-01, launched through the API and ready."""
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         body = {"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
-        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+        attempt_id = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
 
         async def ready() -> bool:
             return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
@@ -619,7 +626,7 @@ async def test_watched_attempts_show_their_status_in_the_tab_and_notify_when_rea
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         launched = {}
         for outcome, gpu in (("failed", 4), ("ready", 5)):
-            body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [gpu], "port": free_port()}
+            body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [gpu], "port": free_port(), **AGAIN}
             launched[outcome] = (await api.post("/api/attempts", json=body)).json()["id"]
         for outcome, attempt_id in launched.items():
 
@@ -671,7 +678,7 @@ async def test_grep_with_zero_hits_pivots_to_the_full_log(tab: Tab, demo: Demo) 
     page = tab.page
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         body = {"preset": "qwen36-27b-mtp-strategy-unset", "host": "rtxpro-01", "gpus": [3], "port": free_port()}
-        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+        attempt_id = (await api.post("/api/attempts", json={**body, **SEE_IT_FAIL})).json()["id"]
 
         async def failed() -> bool:
             return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "failed")
@@ -719,7 +726,8 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             (0, 2, 3), ("qwen36-27b-mtp-oom", "qwen36-27b-mtp-strategy-unset", "qwen36-27b-mtp-fixed"), strict=True
         ):
             body = {"preset": preset, "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
-            launched[preset] = (await api.post("/api/attempts", json=body)).json()["id"]
+            guards = SEE_IT_FAIL if not preset.endswith("fixed") else {}
+            launched[preset] = (await api.post("/api/attempts", json={**body, **guards})).json()["id"]
         for preset, attempt_id in launched.items():
             wanted = "ready" if preset.endswith("fixed") else "failed"
 
@@ -793,7 +801,7 @@ async def test_fix_and_relaunch_takes_a_failed_attempt_to_a_ready_one_in_three_c
         # A GPU no other test's attempt holds.
         gpu = next(g["index"] for g in hosts["rtxpro-01"]["gpus"] if not g["memory_used_mib"])
         body = {"preset": "qwen36-27b-mtp-strategy-unset", "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
-        failed = (await api.post("/api/attempts", json=body)).json()["id"]
+        failed = (await api.post("/api/attempts", json={**body, **SEE_IT_FAIL})).json()["id"]
 
         async def has_failed() -> bool:
             return bool((await api.get(f"/api/attempts/{failed}")).json()["status"] == "failed")
@@ -865,7 +873,7 @@ async def launch_frozen(api: httpx.AsyncClient, demo: Demo, gpu: int) -> dict[st
     """A llama31-8b attempt on b200-01, its processes stopped (SIGSTOP) while it loads, so that a
     page can be open before anything more happens."""
     body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [gpu], "port": free_port()}
-    attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+    attempt_id = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
     attempt: dict[str, Any] = {}
 
     async def loading() -> bool:
@@ -993,6 +1001,14 @@ async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_
     await page.locator("input[name=gpus][value='0']").uncheck()
     await page.locator("input[name=gpus][value='7']").check()
     await page.get_by_label("Port").fill(str(free_port()))
+    # The form says the configuration failed before, with its cause, and asks to confirm.
+    warning = page.locator("#failed-before")
+    await expect(warning).to_contain_text("This configuration failed once")
+    await expect(warning.get_by_role("link", name=f"attempt {past}")).to_be_visible()
+    await page.get_by_role("button", name="Launch", exact=True).click()
+    await expect(page.locator(".form-error")).to_contain_text("this configuration failed once")
+    await expect(page.get_by_label("Port")).not_to_have_value("")  # what was chosen is still there
+    await page.get_by_label("I know; launch it again").check()
     await page.get_by_role("button", name="Launch", exact=True).click()
     await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
     later = int(page.url.rsplit("/", 1)[1])
@@ -1017,7 +1033,8 @@ async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_
     await expect(page.locator("#team-rule")).to_contain_text(f"team rule by admin: {RULE_TITLE}")
     await expect(page.locator("#group-attempts tbody tr")).to_have_count(2)
     await shoot(page, "kb-error-group.png")
-    assert tab.console_errors == []
+    # The one refusal provoked: the launch before its confirmation.
+    assert tab.console_errors == ["Failed to load resource: the server responded with a status of 409 (Conflict)"]
 
 
 FEEDBACK_PRESET = {
@@ -1036,7 +1053,7 @@ NARROW_PAGES = [
 
 async def launch_feedback_preset(api: httpx.AsyncClient, demo: Demo, gpu: int) -> int:
     body = {"preset": FEEDBACK_PRESET["name"], "host": "b200-01", "gpus": [gpu], "port": free_port()}
-    attempt_id: int = (await api.post("/api/attempts", json=body)).json()["id"]
+    attempt_id: int = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
 
     async def ready() -> bool:
         return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
@@ -1194,7 +1211,7 @@ async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys
     page = tab.page
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [5], "port": free_port()}
-        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+        attempt_id = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
 
         async def ready() -> bool:
             return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
@@ -1383,7 +1400,7 @@ async def launch_failing(demo: Demo) -> int:
     """A demo preset that fails at once (the KV pool does not fit), launched through the API, ended."""
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         body = {"preset": "qwen36-27b-mtp-oom", "host": "rtxpro-01", "gpus": [3], "port": free_port()}
-        attempt_id = int((await api.post("/api/attempts", json=body)).json()["id"])
+        attempt_id = int((await api.post("/api/attempts", json={**body, **SEE_IT_FAIL})).json()["id"])
 
         async def ended() -> bool:
             return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "failed")

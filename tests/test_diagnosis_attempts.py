@@ -17,7 +17,7 @@ from app.launch.history import load_attempt
 from app.launch.record import Pace
 from tests.conftest import TOKEN
 from tests.support import until
-from tests.test_launch import FINAL, launch, remote_log, wait_for
+from tests.test_launch import FINAL, REPLAY, launch, remote_log, wait_for
 from tests.test_logs_api import serve
 from tests.test_pages import log_in
 
@@ -33,7 +33,7 @@ def drift_row(attempt: dict[str, Any], name: str) -> dict[str, Any]:
 
 async def test_the_seed_story_is_diagnosed_filed_and_compared(api: AsyncClient, running_app: FastAPI) -> None:
     oom_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0])
-    refused_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1])
+    refused_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY)
     fixed_id = await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [2])
     oom, refused = await wait_for(api, oom_id, FINAL), await wait_for(api, refused_id, FINAL)
     fixed = await wait_for(api, fixed_id, FINAL)
@@ -67,7 +67,7 @@ async def test_the_seed_story_is_diagnosed_filed_and_compared(api: AsyncClient, 
     assert found["server_args"]["mem_fraction_static"] == 0.95
 
     # Signatures: one per cause; a second launch of the same failure is counted under it.
-    again_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [3])
+    again_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [3], confirm_failed_before=True)
     again = await wait_for(api, again_id, FINAL)
     assert again["diagnosis"]["fingerprint"] == oom["diagnosis"]["fingerprint"]
     signatures = {s["fingerprint"]: s for s in (await api.get("/api/signatures")).json()}
@@ -134,9 +134,10 @@ async def test_comparing_attempts_leaves_no_log_open(api: AsyncClient, running_a
     oom_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0])
     oom = await wait_for(api, oom_id, FINAL)
     assert found_line(oom)  # so compare reads its log
-    await until(lambda: logs.is_complete(oom_id), "the mirror to finish")
-    logs.forget(oom_id)  # (the attempt's follower may still hold it)
-    assert not logs.is_open(oom_id)
+    # Once the mirror and the follower are done with it, the ended attempt's log leaves memory.
+    await until(
+        lambda: logs.is_complete(oom_id) and not logs.is_open(oom_id), "the ended attempt's log to be let go", timeout=5
+    )
     compared = (await api.get("/api/compare", params={"a": oom_id, "b": oom_id})).json()
     assert compared["a"]["log_excerpt"]
     assert not logs.is_open(oom_id)

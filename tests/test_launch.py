@@ -30,6 +30,8 @@ from tests.support import Relay, free_port, until
 
 ROOT = Path(__file__).resolve().parents[1]
 FINAL = {"ready", "failed", "stopped", "lost", "unhealthy"}
+# The override reason of a launch that preflight foresees failing, made to watch it fail.
+REPLAY = "replaying the failure"
 
 
 async def wait_for(api: AsyncClient, attempt_id: int, statuses: set[str], timeout: float = 30) -> dict[str, Any]:
@@ -58,8 +60,12 @@ async def test_demo_presets_replay_the_seed_story(api: AsyncClient, running_app:
     serves the same intent with its renamed flag."""
     launched = {
         "qwen36-27b-mtp-oom": await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0]),
-        "qwen36-27b-mtp-strategy-unset": await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1]),
-        "qwen36-27b-mtp-no-radix": await launch(api, "qwen36-27b-mtp-no-radix", "rtxpro-01", [2]),
+        "qwen36-27b-mtp-strategy-unset": await launch(
+            api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY
+        ),
+        "qwen36-27b-mtp-no-radix": await launch(
+            api, "qwen36-27b-mtp-no-radix", "rtxpro-01", [2], override_reason=REPLAY
+        ),
         "qwen36-27b-mtp-fixed": await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [3]),
         "llama31-8b on b200-01": await launch(api, "llama31-8b", "b200-01", [0]),
     }
@@ -81,6 +87,7 @@ async def test_demo_presets_replay_the_seed_story(api: AsyncClient, running_app:
     )
     arguments = next(c for c in unset["preflight"]["checks"] if c["name"] == "arguments")
     assert arguments["message"].startswith("SGLang will refuse these arguments: ValueError: Speculative decoding")
+    assert arguments["blocking"] and unset["override_reason"] == REPLAY
     memory = next(c for c in unset["preflight"]["checks"] if c["name"] == "memory")
     assert "mem-fraction-static 0.95 of 95.6 GiB" in memory["message"]  # the refused launch's own fraction
     no_radix = results["qwen36-27b-mtp-no-radix"]
@@ -191,9 +198,9 @@ async def test_preflight_blocks_busy_gpus_unless_overridden(api: AsyncClient) ->
     assert f"attempt {busy}" in checks["processes"]["message"]
     assert checks["processes"]["detail"]["processes"][0]["attempt"] == busy
 
-    blocked = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [0]), {"failed"})
-    assert blocked["error"].startswith("preflight failed: memory: GPU 0 has ")
-    assert blocked["pid"] is None
+    blocked = await api.post("/api/attempts", json={"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [0]})
+    assert blocked.status_code == 422 and blocked.json()["detail"].startswith("preflight failed (memory: GPU 0 has ")
+    assert [a["id"] for a in (await api.get("/api/attempts")).json()] == [busy]  # nothing recorded
 
     overridden = await launch(api, "llama31-8b", "rtxpro-01", [0], override_reason="testing a shared GPU")
     attempt = await wait_for(api, overridden, {"failed", "ready", "lost"})
@@ -203,7 +210,9 @@ async def test_preflight_blocks_busy_gpus_unless_overridden(api: AsyncClient) ->
     assert busy_attempt["status"] == "ready"
 
 
-async def test_launch_on_an_offline_host_fails_its_preflight(tmp_path: Path, sim_specs: list[HostSpec]) -> None:
+async def test_a_launch_on_an_offline_host_is_refused_by_its_preflight(
+    tmp_path: Path, sim_specs: list[HostSpec]
+) -> None:
     offline = HostSpec(
         name="gone-01",
         address="127.0.0.1",
@@ -216,10 +225,10 @@ async def test_launch_on_an_offline_host_fails_its_preflight(tmp_path: Path, sim
         async with app.state.runtime.sessions.write() as session:
             await seed_demo_presets(session)
         async with AsyncClient(transport=ASGITransport(app=app), base_url="http://t", headers=AUTH) as api:
-            attempt = await wait_for(api, await launch(api, "llama31-8b", "gone-01", [0]), {"failed"})
-    assert attempt["error"].startswith("preflight failed: host: offline since ")
-    assert "refused" in attempt["error"]
-    assert attempt["pid"] is None and [s["stage"] for s in attempt["stages"]] == ["pending", "failed"]
+            refused = await api.post("/api/attempts", json={"preset": "llama31-8b", "host": "gone-01", "gpus": [0]})
+            assert (await api.get("/api/attempts")).json() == []
+    assert refused.status_code == 422 and refused.json()["detail"].startswith("preflight failed (host: offline since ")
+    assert "refused" in refused.json()["detail"]
 
 
 async def test_dashboard_killed_while_loading_picks_the_attempt_up_again(
@@ -283,8 +292,9 @@ async def test_dashboard_killed_while_loading_picks_the_attempt_up_again(
 
 
 async def test_attempts_list_filters_and_pages(api: AsyncClient) -> None:
-    first = await launch(api, "llama31-8b", "rtxpro-01", [9])  # no such GPU: fails its preflight
-    second = await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [9])
+    # No such GPU: each fails at once (its preflight overridden), on its host.
+    first = await launch(api, "llama31-8b", "rtxpro-01", [9], override_reason="no such GPU")
+    second = await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [9], override_reason="no such GPU")
     await wait_for(api, first, {"failed"})
     await wait_for(api, second, {"failed"})
     newest = (await api.get("/api/attempts", params={"limit": 1})).json()

@@ -26,7 +26,7 @@ from app.demo.cluster import SimCluster
 from app.web import log_views
 from tests.conftest import TOKEN
 from tests.support import free_port, until
-from tests.test_launch import FINAL, launch, wait_for
+from tests.test_launch import FINAL, REPLAY, launch, wait_for
 from tests.test_pages import log_in
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 async def failed_override_attempt(api: AsyncClient) -> dict[str, Any]:
     """The demo story's refusal on SGLang 0.5.10: the mamba strategy was left to auto, which became no_buffer."""
-    attempt = await wait_for(api, await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1]), FINAL)
+    attempt = await wait_for(
+        api, await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY), FINAL
+    )
     assert attempt["status"] == "failed"
     return attempt
 
@@ -346,9 +348,15 @@ async def test_logs_cli_prints_follows_and_greps(
         assert code == 2 and b"--follow and --grep do not go together" in err
 
 
-async def test_the_stream_of_an_attempt_that_never_started_ends_at_once(api: AsyncClient, running_app: FastAPI) -> None:
-    attempt = await wait_for(api, await launch(api, "llama31-8b", "rtxpro-01", [42]), FINAL)
-    assert attempt["status"] == "failed" and attempt["error"].startswith("preflight failed")
+async def test_the_stream_of_an_attempt_whose_server_wrote_nothing_ends_at_once(
+    api: AsyncClient, running_app: FastAPI
+) -> None:
+    refused = await api.post("/api/attempts", json={"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [42]})
+    assert refused.status_code == 422 and (await api.get("/api/attempts")).json() == []  # no attempt to stream
+    silent = {"name": "silent", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "python": "true"}
+    assert (await api.post("/api/presets", json=silent)).status_code == 201
+    attempt = await wait_for(api, await launch(api, "silent", "rtxpro-01", [0]), FINAL)
+    assert attempt["status"] == "failed" and attempt["log_size"] == 0
     events = await read_events(running_app, f"/api/attempts/{attempt['id']}/events?offset=0", count=1)
     assert events == [("end", "0", '{"offset": 0}')]
     grep = (await api.get(f"/api/attempts/{attempt['id']}/grep", params={"q": "x"})).json()

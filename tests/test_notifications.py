@@ -24,7 +24,7 @@ from app.launch.record import Pace
 from app.ssh import HostSpec
 from app.web.app import create_app
 from tests.conftest import AUTH, end_every_attempt, make_settings
-from tests.test_launch import launch, wait_for
+from tests.test_launch import REPLAY, launch, wait_for
 from tests.test_pages import log_in
 
 PUBLIC_URL = "https://launchdeck.example"
@@ -129,7 +129,7 @@ async def test_webhooks_hear_ready_failed_and_unhealthy_and_a_dead_one_delays_no
 
         with caplog.at_level(logging.WARNING, logger="app.launch.notifications"):
             served = await launch(api, "llama31-8b", "rtxpro-01", [0])
-            failing = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1])
+            failing = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY)
             ready = await wait_for(api, served, {"ready"})
             failed = await wait_for(api, failing, {"failed"})
             host = runtime.ssh.get("rtxpro-01")

@@ -15,7 +15,7 @@ from app.db.models import AuditEvent
 from app.diagnose.hints import Evidence, SuggestedChange, explain, generic_change
 from app.launch.relaunch import apply_change
 from tests.conftest import AUTH
-from tests.test_launch import FINAL, launch, wait_for
+from tests.test_launch import FINAL, REPLAY, launch, wait_for
 from tests.test_pages import csrf_from, log_in
 
 MTP = ["--speculative-algorithm", "EAGLE", "--speculative-num-draft-tokens", "4"]
@@ -68,7 +68,7 @@ def test_hints_name_their_fix_as_a_typed_change() -> None:
 async def test_api_relaunch_applies_the_suggested_change_on_the_same_host_gpus_and_port(
     api: AsyncClient, running_app: FastAPI
 ) -> None:
-    failed_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1])
+    failed_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY)
     failed = await wait_for(api, failed_id, FINAL)
     assert failed["status"] == "failed"
     assert failed["diagnosis"]["change"] == {
@@ -114,7 +114,7 @@ async def test_api_relaunch_refuses_what_it_cannot_do_with_a_sentence(api: Async
 
 
 async def test_edit_and_relaunch_from_the_root_error_card_takes_three_clicks(api: AsyncClient) -> None:
-    failed_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [2])
+    failed_id = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [2], override_reason=REPLAY)
     failed = await wait_for(api, failed_id, FINAL)
     api.headers.pop("Authorization")
     await log_in(api)
@@ -198,3 +198,26 @@ async def test_memory_pools_that_do_not_fit_suggest_a_larger_static_fraction(api
     again = await wait_for(api, relaunched.json()["id"], FINAL)
     assert again["argv"][-2:] == ["--mem-fraction-static", "0.86"]
     assert again["status"] == "ready", again["error"]  # the draft tokens' mamba states fit at 0.86
+
+
+async def test_relaunching_a_failed_configuration_is_confirmed_by_its_page_and_asked_for_by_the_api(
+    api: AsyncClient,
+) -> None:
+    oom_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [1])
+    assert (await wait_for(api, oom_id, FINAL))["status"] == "failed"
+    refused = await api.post(f"/api/attempts/{oom_id}/relaunch")
+    assert refused.status_code == 409 and "this configuration failed once" in refused.json()["detail"]
+    assert refused.json()["failed_before"]["last_attempt"] == oom_id
+    confirmed = await api.post(f"/api/attempts/{oom_id}/relaunch", json={"confirm_failed_before": True})
+    assert confirmed.status_code == 202
+    await wait_for(api, confirmed.json()["id"], FINAL)
+
+    api.headers.pop("Authorization")
+    csrf = await log_in(api)
+    page = (await api.get(f"/attempts/{oom_id}/relaunch")).text
+    assert 'id="failed-before"' in page and 'name="confirm_failed_before" value="1"' in page
+    done = await api.post(f"/attempts/{oom_id}/relaunch", data={"csrf_token": csrf, "confirm_failed_before": "1"})
+    assert done.status_code == 303  # the page's warning was the confirmation
+    unconfirmed = await api.post(f"/attempts/{oom_id}/relaunch", data={"csrf_token": csrf})
+    assert unconfirmed.status_code == 409 and re.search(r"this configuration failed \d times", unconfirmed.text)
+    assert 'name="confirm_failed_before" value="1" required' in unconfirmed.text  # asked for, nothing launched

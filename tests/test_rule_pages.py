@@ -77,7 +77,7 @@ async def test_teach_a_rule_on_a_failure_and_see_past_and_later_attempts_take_it
     signatures = (await api.get("/api/signatures", params={"failure_class": "arg-conflict"})).json()
     assert [s["fingerprint"] for s in signatures] == [decided["diagnosis"]["fingerprint"]]
 
-    later_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [1])
+    later_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [1], confirm_failed_before=True)
     later = await wait_for(api, later_id, FINAL)
     assert later["diagnosis"]["class"] == "arg-conflict"  # decided as it was written
     assert later["diagnosis"]["rule"]["author"] == "admin"

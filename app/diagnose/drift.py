@@ -142,16 +142,8 @@ def drift(
     live server's /get_server_info, then the `server_args=` dump, then the error, then warnings."""
     requested = requested_args(argv)
     found: dict[str, Drift] = {}
-    for line in adjustments:
-        for pattern, name, value in ADJUSTED:
-            if (match := pattern.search(line)) is not None:
-                field = field_name(match.group(name)) if isinstance(name, int) else name
-                effective = match.group(value) if isinstance(value, int) and not isinstance(value, bool) else value
-                found[field] = _drift(field, requested, effective, "warning", line)
-                break
-    if root_error and (match := IN_ERROR.search(root_error)):
-        field = field_name(match.group(1))
-        found[field] = _drift(field, requested, match.group(2), "error", root_error)
+    for field, effective, source, line in _stated(adjustments, root_error):
+        found[field] = _drift(field, requested, effective, source, line)
     for source, effective_args in (("server_args", server_args), ("server_info", server_info)):
         for field, effective in effective_fields(effective_args).items():
             if field in requested:
@@ -163,6 +155,28 @@ def drift(
             for field, item in found.items()
         }
     return [item for item in found.values() if item.changed or item.unforeseen]
+
+
+def stated_values(adjustments: Sequence[str] = (), root_error: str | None = None) -> dict[str, Any]:
+    """The values SGLang's warnings and its error say it took, by field: what a refused launch
+    still tells of the arguments it would have used."""
+    stated = _stated(adjustments, root_error)
+    return {field: _typed(value) if isinstance(value, str) else value for field, value, *_ in stated}
+
+
+def _stated(adjustments: Sequence[str], root_error: str | None) -> list[tuple[str, Any, str, str]]:
+    """(field, value, source, line) for each warning that names an argument it changed, then the error."""
+    stated = []
+    for line in adjustments:
+        for pattern, name, value in ADJUSTED:
+            if (match := pattern.search(line)) is not None:
+                field = field_name(match.group(name)) if isinstance(name, int) else name
+                effective = match.group(value) if isinstance(value, int) and not isinstance(value, bool) else value
+                stated.append((field, effective, "warning", line))
+                break
+    if root_error and (match := IN_ERROR.search(root_error)):
+        stated.append((field_name(match.group(1)), match.group(2), "error", root_error))
+    return stated
 
 
 def _drift(field: str, requested: dict[str, Any], effective: Any, source: str, line: str = "") -> Drift:

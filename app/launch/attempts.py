@@ -1,7 +1,8 @@
 """Attempts: launch a preset revision on a host, follow it to ready or failure, stop it, and pick
 it up again after the dashboard restarts.
 
-The attempt's row is written before anything runs on the host and is updated at every step, so
+The guards (app.launch.guards) and the preflight run first: a launch they refuse records nothing.
+The attempt's row is written before anything is started on the host and is updated at every step, so
 a dashboard killed at any moment leaves enough behind (in the row, and in the attempt's
 directory on the host) for `start` to finish the story. Each operation here is a few short units
 of work around the slow part, never one around it: it reads what it needs and closes, asks the
@@ -29,7 +30,7 @@ from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import ACTIVE_STATUSES, FINISHED_STATUSES, Attempt, AttemptStatus, Host, PresetRevision
 from app.errors import HostError, InvalidInput, NotFound
-from app.launch import remote
+from app.launch import guards, remote
 from app.launch.follower import Follower
 from app.launch.history import load_attempt
 from app.launch.owners import owners_by_host, started_by_launchdeck
@@ -127,27 +128,40 @@ class AttemptService:
         actor: str,
         port: int | None = None,
         override_reason: str = "",
+        confirm_failed_before: bool = False,
         revision: int | None = None,
     ) -> Attempt:
-        """Records the attempt and starts it in the background; returns at once."""
+        """Runs the guards, records the attempt and starts it in the background.
+
+        Refused (FailedBefore) when this configuration failed before and the launch does not confirm
+        it, and (PreflightBlocked) when a blocking preflight check fails and no override reason is
+        given: then no attempt is recorded. The preflight runs between two short units of work."""
         check_text("override_reason", override_reason, MAX_OVERRIDE_REASON)
+        override_reason = override_reason.strip()
         connection = self.ssh.get(host)
         if len(set(gpus)) != len(gpus) or any(gpu < 0 for gpu in gpus):
             raise InvalidInput("gpus: give distinct GPU indices, e.g. [0, 1]")
         if port is not None and not 1 <= port <= 65535:
             raise InvalidInput(f"port: {port} is out of range (1-65535)")
-        async with self.sessions.write.begin() as session:
+        async with self.sessions.read() as session:
             preset_row = await get_preset(session, preset)
             chosen = latest(preset_row) if revision is None else revision_of(preset_row, revision)
-            host_row = await session.scalar(select(Host).where(Host.name == connection.name))
-            if host_row is None:
+            host_id = await session.scalar(select(Host.id).where(Host.name == connection.name))
+            if host_id is None:
                 raise NotFound(f"unknown host {host!r}")
             port = port or chosen.port
             argv = command_argv(chosen)
             argv[argv.index("--port") + 1] = str(port)
             env = {**chosen.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+            past = await guards.past_failures(session, chosen, argv, env)
+        if past is not None and not confirm_failed_before:
+            raise guards.refuse_failed_before(past)
+        preflight = await _check_revision(connection, chosen, gpus=gpus, port=port, owners=self._owners_on(host))
+        if preflight.blocked and not override_reason:
+            raise guards.refuse_blocked(preflight)
+        async with self.sessions.write.begin() as session:
             attempt = Attempt(
-                host_id=host_row.id,
+                host_id=host_id,
                 preset_revision_id=chosen.id,
                 gpus=list(gpus),
                 argv=argv,
@@ -155,9 +169,13 @@ class AttemptService:
                 port=port,
                 status=AttemptStatus.PENDING,
                 launched_by=actor,
-                override_reason=override_reason.strip(),
+                override_reason=override_reason,
                 stage=AttemptStatus.PENDING,
                 stages=[{"stage": AttemptStatus.PENDING, "at": utcnow().isoformat()}],
+                preflight=preflight.as_dict(),
+                effective_args=preflight.effective_args,
+                sglang_version=preflight.sglang_version,
+                gpu_snapshot={"at_launch": self.gpu_snapshot(connection.name)},
             )
             session.add(attempt)
             await session.flush()
@@ -167,8 +185,11 @@ class AttemptService:
             )
             attempt.script_sha256 = hashlib.sha256(attempt.script.encode()).hexdigest()
             detail: dict[str, Any] = {"preset": preset, "revision": chosen.number, "host": host, "gpus": gpus}
-            if attempt.override_reason:
-                detail["override"] = attempt.override_reason
+            if override_reason:
+                detail["override"] = override_reason
+                detail["overridden"] = preflight.failures()
+            if past is not None:
+                detail["failed_before"] = past.count
             audit.record(session, actor=actor, action="launch", target=f"attempt {attempt.id}", detail=detail)
         self._follow(attempt.id, launching=True)
         return attempt
@@ -279,28 +300,11 @@ class AttemptService:
             delay = min(delay * 2, self.pace.retry_max)
 
     async def _start(self, record: AttemptRecord) -> bool:
-        """Preflight, upload, start. False when the attempt ended here."""
+        """Upload and start (the launch ran the preflight). False when the attempt ended here."""
         async with self.sessions.read() as session:
             attempt = await load_attempt(session, record.attempt_id)
         connection = self.ssh.get(attempt.host.name)
         directory, script = attempt.remote_dir, attempt.script
-        preflight = await _check_revision(
-            connection,
-            attempt.revision,
-            gpus=list(attempt.gpus),
-            port=attempt.port,
-            owners=self._owners_on(connection.name),
-        )
-        snapshot = {"at_launch": self.gpu_snapshot(connection.name)}
-        await record.update(
-            preflight=preflight.as_dict(),
-            effective_args=preflight.effective_args,
-            sglang_version=preflight.sglang_version,
-            gpu_snapshot=snapshot,
-        )
-        if preflight.blocked and not attempt.override_reason:
-            await record.finish(AttemptStatus.FAILED, error="preflight failed: " + "; ".join(preflight.failures()))
-            return False
         try:
             await record.status(AttemptStatus.UPLOADING)
             await connection.run(["mkdir", "-p", remote.ATTEMPTS_DIR])

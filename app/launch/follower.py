@@ -108,6 +108,7 @@ class Follower:
         finally:
             if mirror is not None:
                 mirror.log.watchers.discard(self.live.watch)
+                self.record.mirrors.store.forget(self.attempt_id)  # the mirror could not while this watched
 
     async def _until_next_probe(
         self, mirror: LogMirror | None, connection: HostConnection, port: int | None, status: AttemptStatus, probe: Any

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from app.diagnose import flag_history
-from app.diagnose.drift import requested_args
+from app.diagnose.drift import requested_args, stated_values
 from app.errors import CommandTimedOut, HostError
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
 from app.launch import remote
@@ -143,21 +143,25 @@ async def run_preflight(
     elif isinstance(port_answer, RunResult) and port_answer.exit_status == 0:
         checks.append(Check("port", True, f"{port} is free"))
     elif isinstance(port_answer, RunResult):
-        reason = port_answer.stdout.decode(errors="replace").strip() or port_answer.stderr.decode(errors="replace")
-        checks.append(Check("port", False, f"{port} is not free on the host: {reason.strip()[-200:]}"))
+        checks.append(_port_taken(port, port_answer))
 
     found = _host_check_result(answer)
-    result.effective_args = found.get("effective", {})
-    result.sglang_version = version = str(found.get("version") or "")
     warnings = found.get("warnings", [])
+    # A refused launch predicts no dump, but its warnings and error still name values SGLang took.
+    result.effective_args = found.get("effective") or stated_values(warnings, found.get("error"))
+    result.sglang_version = version = str(found.get("version") or "")
     if version:
         checks.append(Check("sglang", True, f"{python} on the host runs SGLang {version}", detail={"version": version}))
         checks.append(flags_check(args, version))
     if isinstance(answer, _TooSlow):
         checks.append(Check("arguments", False, str(answer), blocking=False))
     elif "error" in found:
+        # The host's own parser said no: the server would exit with this very error.
         message = f"SGLang will refuse these arguments: {found['error']}"
-        checks.append(Check("arguments", False, message, blocking=False, detail={"warnings": warnings}))
+        checks.append(Check("arguments", False, message, detail={"warnings": warnings}))
+    elif "check_error" in found:
+        message = f"the argument check could not run: {found['check_error']}"
+        checks.append(Check("arguments", False, message, blocking=False))
     else:
         adjusted = f"; SGLang adjusts: {' / '.join(warnings)}" if warnings else ""
         message = f"accepted by the host's SGLang {version}{adjusted}" if version else f"accepted{adjusted}"
@@ -225,8 +229,19 @@ def _host_check_result(answer: object) -> dict[str, Any]:
     try:
         found: dict[str, Any] = json.loads(answer.stdout.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
-        found = {"error": f"the check could not run: {answer.stderr.decode(errors='replace').strip()[-300:]}"}
+        found = {"check_error": answer.stderr.decode(errors="replace").strip()[-300:] or "no answer"}
     return found
+
+
+def _port_taken(port: int, answer: RunResult) -> Check:
+    """The port check's refusal, with the next port that is free on the host (PORT_FREE's second line)."""
+    said = answer.stdout.decode(errors="replace").strip().splitlines() or [answer.stderr.decode(errors="replace")]
+    reason = said[0].strip()[-200:]
+    if len(said) > 1 and said[1].strip().isdigit():
+        free = int(said[1])
+        message = f"{port} is not free on the host: {reason}; {free} is free"
+        return Check("port", False, message, detail={"suggested_port": free})
+    return Check("port", False, f"{port} is not free on the host: {reason}")
 
 
 def requested_fraction(args: list[str]) -> float:

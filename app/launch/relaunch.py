@@ -111,6 +111,7 @@ async def relaunch(
     actor: str,
     data: PresetInput | None = None,
     override_reason: str = "",
+    confirm_failed_before: bool = False,
 ) -> Relaunched:
     """Launches the attempt's choices again. With `data` (the attempt's preset as edited), that is
     saved first as a new revision, audited as made from the attempt, unless it is the attempt's
@@ -131,6 +132,7 @@ async def relaunch(
         gpus=target.gpus,
         port=target.port,
         override_reason=override_reason,
+        confirm_failed_before=confirm_failed_before,
         actor=actor,
     )
     return Relaunched(launched, revision, saved)

@@ -174,14 +174,25 @@ HOST_CHECK = (
     f"sys.exit(subprocess.run([sys.executable, '-c', {_CHECK!r}], input=request, env=env).returncode)\n"
 )
 
-# $1: port. Exits 0 if nothing listens on it on the host's loopback.
+# $1: port. Exits 0 if nothing listens on it on the host's loopback; else prints why, and on a
+# second line the next port up that is free (if one of the next 1000 is), and exits 1.
 PORT_FREE = (
     "import socket, sys\n"
-    "s = socket.socket()\n"
-    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "def bind(port):\n"
+    "    with socket.socket() as s:\n"
+    "        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "        s.bind(('127.0.0.1', port))\n"
+    "port = int(sys.argv[1])\n"
     "try:\n"
-    "    s.bind(('127.0.0.1', int(sys.argv[1])))\n"
+    "    bind(port)\n"
     "except OSError as exc:\n"
     "    print(exc.strerror)\n"
+    "    for other in range(port + 1, min(port + 1001, 65536)):\n"
+    "        try:\n"
+    "            bind(other)\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        print(other)\n"
+    "        break\n"
     "    sys.exit(1)\n"
 )

@@ -31,6 +31,7 @@ class LaunchIn(BaseModel):
     port: Int64 | None = None
     revision: Int64 | None = None
     override_reason: str = Field("", description="Launch even if a preflight check fails; the reason is recorded.")
+    confirm_failed_before: bool = Field(False, description="Launch even if this configuration failed before.")
 
 
 class Launched(BaseModel):
@@ -50,6 +51,7 @@ class RelaunchIn(BaseModel):
     )
     apply_suggested: bool = Field(False, description="Apply the change the attempt's diagnosis suggests, too.")
     override_reason: str = Field("", description="Launch even if a preflight check fails; the reason is recorded.")
+    confirm_failed_before: bool = Field(False, description="Launch even if this configuration failed before.")
 
 
 class Relaunched(Launched):
@@ -191,9 +193,25 @@ async def preflight(body: PreflightIn, runtime: RuntimeDep, _user: ApiUser) -> d
     return result.as_dict()
 
 
-@router.post("/attempts", status_code=status.HTTP_202_ACCEPTED)
+class Refused(BaseModel):
+    detail: str
+    guard: str  # "preflight" or "failed_before"
+    preflight: dict[str, Any] | None = None
+    suggested_port: int | None = None
+    failed_before: dict[str, Any] | None = None
+
+
+@router.post(
+    "/attempts",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        409: {"model": Refused, "description": "This configuration failed before: resend with confirm_failed_before."},
+        422: {"model": Refused, "description": "A blocking preflight check failed: resend with override_reason."},
+    },
+)
 async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiUser) -> Launched:
-    """Records the attempt and starts it; follow it with GET /api/attempts/{id}."""
+    """Runs the preflight, records the attempt and starts it; follow it with GET /api/attempts/{id}.
+    A refused launch records no attempt."""
     attempt = await runtime.attempts.launch(
         preset=body.preset,
         host=body.host,
@@ -201,6 +219,7 @@ async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiUser) -> Launched
         port=body.port,
         revision=body.revision,
         override_reason=body.override_reason,
+        confirm_failed_before=body.confirm_failed_before,
         actor=user,
     )
     return Launched(id=attempt.id, status=attempt.status)
@@ -224,6 +243,7 @@ async def relaunch_attempt(
         actor=user,
         data=changed_input(attempt, changes) if changes else None,
         override_reason=body.override_reason,
+        confirm_failed_before=body.confirm_failed_before,
     )
     return Relaunched(id=done.attempt.id, status=done.attempt.status, revision=done.revision, saved=done.saved)
 

@@ -5,18 +5,21 @@ from __future__ import annotations
 import json
 import shlex
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app import audit
 from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus
-from app.errors import HostError, InvalidInput, LaunchdeckError
+from app.errors import HostError, InvalidInput, LaunchdeckError, LaunchRefused
 from app.gpu.overview import current_overview
-from app.launch import compare, failure_signatures, history, presets
+from app.launch import compare, failure_signatures, guards, history, presets
+from app.launch.preflight import Preflight
 from app.logs.live import tail
 from app.web.deps import LogsDep, PageUser, ReadDb, Runtime, RuntimeDep
 from app.web.diagnosis_panel import diagnosis_context
+from app.web.errors import status_of
 from app.web.log_views import lines_html, log_context
 from app.web.params import INT64_MAX, Int64
 from app.web.templating import render, wants_fragment
@@ -56,23 +59,44 @@ async def launch_context(runtime: Runtime, user: str, choice: dict[str, Any]) ->
             if last is not None:
                 choice = {**choice, "host": last.host.name, "gpus": choice.get("gpus") or list(last.gpus)}
                 choice["port"] = choice.get("port") or last.port
+        preset = next((p for p in active if p.name == preset_name), None)
+        revision = presets.latest(preset) if preset else None
+        past = None  # the form says before the launch whether this configuration failed already
+        if revision is not None:
+            past = await guards.past_failures(db, revision, presets.command_argv(revision), revision.env)
     hosts = [host.name for host in runtime.ssh]
     host_name = choice.get("host") or (hosts[0] if hosts else "")
     overview = None
     if host_name in hosts:
         overview = await current_overview(runtime.ssh.get(host_name), runtime.gpus.hosts[host_name], 5.0)
-    preset = next((p for p in active if p.name == preset_name), None)
+    command = presets.command_argv(revision) if revision else []
+    if command and choice.get("port"):
+        command[command.index("--port") + 1] = str(choice["port"])  # the preview follows the typed port
     return {
         "user": user,
         "presets": active,
         "hosts": hosts,
         "preset": preset,
-        "command": shlex.join(presets.command_argv(presets.latest(preset))) if preset else "",
+        "command": shlex.join(command),
         "choice": {**choice, "preset": preset_name, "host": host_name, "gpus": choice.get("gpus") or [0]},
         "overview": overview,
         "preflight": None,
         "error": None,
+        "failed_before": past.as_dict() if past else None,  # what the form says before a launch
+        "suggested_port": None,
     }
+
+
+def suggested_port(choice: dict[str, Any], preflight: Preflight | None) -> dict[str, Any] | None:
+    """The launch form again, as filled in, with the free port the port check found: the
+    suggestion taken in one click."""
+    found = [c.detail["suggested_port"] for c in preflight.checks if "suggested_port" in c.detail] if preflight else []
+    if not found:
+        return None
+    keep = ("preset", "host", "override", "override_reason", "confirm_failed_before")
+    query = [(key, str(choice[key])) for key in keep if choice.get(key)]
+    query += [("gpus", str(gpu)) for gpu in choice["gpus"]] + [("port", str(found[0]))]
+    return {"port": found[0], "url": "/launch?" + urlencode(query)}
 
 
 @router.get("/launch", response_class=HTMLResponse)
@@ -91,6 +115,7 @@ async def launch_preflight(request: Request, runtime: RuntimeDep, user: PageUser
         )
     except (InvalidInput, HostError) as exc:
         context["error"] = str(exc)
+    context["suggested_port"] = suggested_port(context["choice"], context["preflight"])
     return render(request, "launch.html", context, block="preflight")
 
 
@@ -105,8 +130,14 @@ async def launch(request: Request, runtime: RuntimeDep, user: PageUser) -> Respo
             gpus=choice["gpus"],
             port=choice["port"],
             override_reason=override,
+            confirm_failed_before=bool(choice.get("confirm_failed_before")),
             actor=user,
         )
+    except LaunchRefused as exc:
+        context = await launch_context(runtime, user, choice)
+        context |= {"error": str(exc), "preflight": exc.preflight}
+        context["suggested_port"] = suggested_port(context["choice"], exc.preflight)
+        return render(request, "launch.html", context, status_code=status_of(exc))
     except LaunchdeckError as exc:
         context = await launch_context(runtime, user, choice)
         context["error"] = str(exc)

@@ -14,12 +14,15 @@ from app.disk import is_disk_full
 from app.errors import (
     DatabaseUnavailable,
     DiskFull,
+    FailedBefore,
     HostError,
     HostUnavailable,
     InvalidInput,
     InvalidPattern,
     LaunchdeckError,
+    LaunchRefused,
     NotFound,
+    PreflightBlocked,
     SearchBusy,
     SearchOutOfMemory,
     SearchTooSlow,
@@ -35,6 +38,8 @@ STATUS_BY_ERROR: list[tuple[type[LaunchdeckError], int]] = [
     (SearchTooSlow, 422),
     (SearchOutOfMemory, 422),
     (InvalidInput, 422),
+    (PreflightBlocked, 422),
+    (FailedBefore, 409),
     (SearchBusy, 503),
     (HostUnavailable, 503),
     (DatabaseUnavailable, 503),
@@ -69,7 +74,8 @@ def status_of(exc: LaunchdeckError) -> int:
 
 async def _domain_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LaunchdeckError)
-    return _answer(request, status_of(exc), str(exc))
+    details = exc.details if isinstance(exc, LaunchRefused) else {}
+    return _answer(request, status_of(exc), str(exc), **details)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:

@@ -64,9 +64,9 @@ class HostsQuery(BaseModel):
         values = self.model_dump() | changes
         return urlencode({key: value for key, value in values.items() if value != type(self).model_fields[key].default})
 
-    def url(self, **changes: object) -> str:
+    def url(self, path: str = "/hosts", **changes: object) -> str:
         query = self.query_string(**changes)
-        return f"/hosts?{query}" if query else "/hosts"
+        return f"{path}?{query}" if query else path
 
 
 HostsView = Annotated[HostsQuery, Query()]

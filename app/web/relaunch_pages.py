@@ -11,15 +11,17 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.db.models import Attempt, AttemptStatus
 from app.diagnose.stored import StoredDiagnosis
-from app.errors import HostError, InvalidInput
+from app.errors import FailedBefore, HostError, InvalidInput, LaunchRefused, PreflightBlocked
 from app.launch import presets
 from app.launch.relaunch import Target, changed_input, changes_from, relaunch, suggested_change
 from app.web.deps import AttemptDep, PageUser, RuntimeDep
+from app.web.errors import status_of
 from app.web.preset_form import editor_context, preset_input
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
-NOT_CARRIED = frozenset({"csrf_token", "confirmed"})  # form fields the confirmation does not repeat
+# Form fields the confirmation does not carry over: it asks for them itself.
+NOT_CARRIED = frozenset({"csrf_token", "confirmed", "confirm_failed_before", "override_reason"})
 
 
 def relaunch_context(
@@ -30,6 +32,7 @@ def relaunch_context(
     confirming: bool,
     posted: list[tuple[str, str]] | None = None,
     error: str | None = None,
+    refused: LaunchRefused | None = None,
 ) -> dict[str, Any]:
     """The page for both ways: `data` None relaunches the attempt's revision as it is."""
     changes = changes_from(attempt.revision, data) if data is not None else []
@@ -44,6 +47,9 @@ def relaunch_context(
         "confirming": confirming,
         "posted": posted or [],
         "error": error,
+        "refused": refused,
+        "needs_confirming": isinstance(refused, FailedBefore),
+        "needs_reason": isinstance(refused, PreflightBlocked),
         **(editor_context(data, error) if data is not None else {}),
     }
 
@@ -55,12 +61,27 @@ async def relaunch_page(request: Request, user: PageUser, attempt: AttemptDep) -
 
 @router.post("/attempts/{attempt_id}/relaunch", response_class=HTMLResponse)
 async def relaunch_attempt(request: Request, user: PageUser, attempt: AttemptDep, runtime: RuntimeDep) -> Response:
+    """The page's warning that the attempt failed unchanged is what its confirmation confirms; a
+    refusal by another guard comes back with what that guard needs asked."""
+    form = await request.form()
     try:
-        done = await relaunch(runtime.attempts, attempt_id=attempt.id, actor=user)
+        done = await relaunch(runtime.attempts, attempt_id=attempt.id, actor=user, **_consent(form))
+    except LaunchRefused as exc:
+        context = relaunch_context(attempt, user, None, confirming=True, refused=exc)
+        return render(request, "relaunch.html", context, status_code=status_of(exc))
     except (InvalidInput, HostError) as exc:
         context = relaunch_context(attempt, user, None, confirming=True, error=str(exc))
         return render(request, "relaunch.html", context, status_code=422)
     return RedirectResponse(f"/attempts/{done.attempt.id}", status_code=303)
+
+
+def _consent(form: Any) -> dict[str, Any]:
+    """What the person agreed to on the confirmation: launching a configuration that failed, and
+    overriding blocking preflight checks with a reason."""
+    return {
+        "confirm_failed_before": form.get("confirm_failed_before") == "1",
+        "override_reason": str(form.get("override_reason") or ""),
+    }
 
 
 @router.get("/attempts/{attempt_id}/edit", response_class=HTMLResponse)
@@ -86,7 +107,11 @@ async def edit_and_relaunch(request: Request, user: PageUser, attempt: AttemptDe
         posted = [(key, str(value)) for key, value in form.multi_items() if key not in NOT_CARRIED]
         return render(request, "relaunch.html", relaunch_context(attempt, user, data, confirming=True, posted=posted))
     try:
-        done = await relaunch(runtime.attempts, attempt_id=attempt.id, actor=user, data=data)
+        done = await relaunch(runtime.attempts, attempt_id=attempt.id, actor=user, data=data, **_consent(form))
+    except LaunchRefused as exc:
+        posted = [(key, str(value)) for key, value in form.multi_items() if key not in NOT_CARRIED]
+        context = relaunch_context(attempt, user, data, confirming=True, posted=posted, refused=exc)
+        return render(request, "relaunch.html", context, status_code=status_of(exc))
     except (InvalidInput, HostError) as exc:
         context = relaunch_context(attempt, user, data, confirming=False, error=str(exc))
         return render(request, "relaunch.html", context, status_code=422)

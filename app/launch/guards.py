@@ -1,0 +1,127 @@
+"""What stops a launch before any attempt is recorded: a configuration that already failed (unless
+the launch confirms it knows) and a blocking preflight check (unless overridden with a reason).
+
+"The same configuration" is the same preset revision, or the same command line and environment:
+the argv an attempt ran less its port, and its environment less CUDA_VISIBLE_DEVICES (each launch
+may take another port and other GPUs). Only failures filed under a signature
+count, those whose log showed an error: a server stopped from outside, or one that never started,
+says nothing of the arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Attempt, AttemptStatus, PresetRevision, Signature
+from app.errors import FailedBefore, PreflightBlocked
+from app.launch.preflight import Preflight
+
+TITLE_LENGTH = 160
+
+
+def configuration(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """What makes two launches the same, whichever port and GPUs each took."""
+    return without_port(argv), {key: value for key, value in env.items() if key != "CUDA_VISIBLE_DEVICES"}
+
+
+def without_port(argv: Sequence[str]) -> list[str]:
+    """The command line as a configuration: `--port N` (or `--port=N`) left out."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--port":
+            skip = True
+        elif not arg.startswith("--port="):
+            kept.append(arg)
+    return kept
+
+
+@dataclass(frozen=True)
+class PastFailures:
+    count: int
+    last_attempt: int
+    last_at: datetime
+    title: str  # the last failure's signature: "Type: message"
+    fingerprint: str
+
+    def sentence(self) -> str:
+        times = "once" if self.count == 1 else f"{self.count} times"
+        return f"this configuration failed {times}, last on {self.last_at:%Y-%m-%d %H:%M} UTC with {self.title}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "last_attempt": self.last_attempt,
+            "last_at": self.last_at.isoformat(),
+            "title": self.title,
+            "fingerprint": self.fingerprint,
+            "attempt_url": f"/attempts/{self.last_attempt}",
+            "signature_url": f"/errors/{self.fingerprint}",
+        }
+
+
+async def past_failures(
+    session: AsyncSession, revision: PresetRevision, argv: Sequence[str], env: Mapping[str, str]
+) -> PastFailures | None:
+    """Earlier attempts of this revision, or of the same configuration, that failed with an error.
+    The configurations compared are those of the same model's revisions, found by the database."""
+    query = (
+        select(
+            Attempt.id,
+            Attempt.preset_revision_id,
+            Attempt.argv,
+            Attempt.env,
+            Attempt.ended_at,
+            Attempt.created_at,
+            Attempt.error,
+            Signature.fingerprint,
+            Signature.exception_type,
+            Signature.message,
+        )
+        .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
+        .join(Signature, Attempt.signature_id == Signature.id)
+        .where(
+            Attempt.status == AttemptStatus.FAILED,
+            or_(Attempt.preset_revision_id == revision.id, PresetRevision.model_path == revision.model_path),
+        )
+        .order_by(Attempt.id.desc())
+    )
+    wanted = configuration(argv, env)
+    rows = [
+        row
+        for row in (await session.execute(query)).all()
+        if row.preset_revision_id == revision.id or configuration(row.argv, row.env) == wanted
+    ]
+    if not rows:
+        return None
+    last = rows[0]
+    title = f"{last.exception_type}: {last.message}" if last.exception_type else last.message or last.error
+    if len(title) > TITLE_LENGTH:
+        title = title[: TITLE_LENGTH - 1] + "…"
+    return PastFailures(len(rows), last.id, last.ended_at or last.created_at, title, last.fingerprint)
+
+
+def refuse_failed_before(past: PastFailures) -> FailedBefore:
+    return FailedBefore(
+        f"{past.sentence()}; confirm to launch it again",
+        {"guard": "failed_before", "failed_before": past.as_dict()},
+    )
+
+
+def refuse_blocked(preflight: Preflight) -> PreflightBlocked:
+    failed = [check for check in preflight.checks if not check.ok and check.blocking]
+    named = "; ".join(f"{check.name}: {check.message}" for check in failed)
+    details: dict[str, Any] = {"guard": "preflight", "preflight": preflight.as_dict()}
+    suggested = next((c.detail["suggested_port"] for c in failed if "suggested_port" in c.detail), None)
+    if suggested is not None:
+        details["suggested_port"] = suggested
+    message = f"preflight failed ({named}); nothing was launched: fix it, or override with a reason"
+    return PreflightBlocked(message, details, preflight)
