@@ -453,6 +453,78 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     assert tab.console_errors == [], tab.console_errors
 
 
+async def test_a_new_preset_made_in_the_form_launches_after_preflight_holds_its_gpu_and_stop_frees_it(
+    tab: Tab, demo: Demo
+) -> None:
+    """The whole loop through the pages alone: a preset created in the form, launched after preflight,
+    its GPU shown held on the hosts page while it serves, and shown free again after Stop."""
+    page = tab.page
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        hosts = {host["name"]: host for host in (await api.get("/api/hosts")).json()}
+    gpu = next(g["index"] for g in hosts["b200-01"]["gpus"] if not g["memory_used_mib"])  # none of another test's
+    port = free_port()
+    await log_in(page)
+    await page.get_by_role("link", name="Presets").click()
+    await page.get_by_role("link", name="New preset").click()
+    await expect(page.get_by_role("heading", name="New preset")).to_be_visible()
+    await page.get_by_label("Name", exact=True).fill("llama31-8b-made-in-form")
+    await page.get_by_label("Description", exact=True).fill("Llama 3.1 8B with a shorter context, made in the form")
+    await page.get_by_label("Model path", exact=True).fill("meta-llama/Llama-3.1-8B-Instruct")
+    await page.get_by_label("--context-length", exact=True).fill("8192")
+    await page.get_by_label("--mem-fraction-static", exact=True).fill("0.85")
+    await page.get_by_label("Extra arguments", exact=True).fill("--served-model-name llama-form")
+    await page.get_by_role("button", name="Create preset").click()
+
+    await expect(page).to_have_url(f"{demo.base_url}/presets/llama31-8b-made-in-form")
+    command = page.locator("#command")
+    for part in ("--model-path meta-llama/Llama-3.1-8B-Instruct", "--mem-fraction-static 0.85",
+                 "--context-length 8192", "--served-model-name llama-form"):  # fmt: skip
+        await expect(command).to_contain_text(part)
+    await page.locator("section").get_by_role("link", name="Launch").click()
+
+    await expect(page.get_by_role("heading", name="Launch")).to_be_visible()
+    await page.wait_for_function("() => document.querySelector('select[name=host]')['htmx-internal-data']")
+    await page.get_by_label("Host").select_option("b200-01")
+    await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on b200-01 (online)")
+    for checked in await page.locator("input[name=gpus]:checked").all():
+        await checked.uncheck()
+    await page.locator(f"input[name=gpus][value='{gpu}']").check()
+    await page.get_by_label("Port").fill(str(port))
+    await page.get_by_role("button", name="Run preflight").click()
+    await expect(page.locator("tr[data-check='memory']")).to_contain_text("✓ enough free memory")
+    await expect(page.locator("tr[data-check='gpus']")).to_contain_text(f"GPU {gpu}")
+
+    await page.get_by_role("button", name="Launch", exact=True).click()
+    await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
+    attempt_id = int(page.url.rsplit("/", 1)[1])
+    await expect(page.locator("h1")).to_contain_text("llama31-8b-made-in-form")
+    await expect(page.locator("#status")).to_have_text("ready", timeout=30_000)
+    stages = page.locator("tr[data-stage]")
+    for stage in ("weights loaded", "cuda graph capture", "ready"):
+        await expect(page.locator(f"tr[data-stage='{stage}']")).to_be_visible()
+    assert await stages.count() >= 3
+    await expect(page.locator(".summary")).to_contain_text(f"GPUs {gpu} · port {port}")
+
+    await page.get_by_role("link", name="Hosts", exact=True).click()
+    row, used = gpu_row(page, "b200-01", gpu)
+    await expect(row.get_by_role("link", name=f"attempt {attempt_id}")).to_be_visible(timeout=REFRESH_TIMEOUT_MS)
+    await expect(used).not_to_have_text(shown_used(0))
+    assert await used_mib(page, "b200-01", gpu) > 0
+
+    await row.get_by_role("link", name=f"attempt {attempt_id}").click()
+    await expect(page).to_have_url(f"{demo.base_url}/attempts/{attempt_id}")
+    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # "Stop attempt N? …"
+    await page.get_by_role("button", name="Stop").click()
+    await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)
+
+    await page.get_by_role("link", name="Hosts", exact=True).click()
+    row, used = gpu_row(page, "b200-01", gpu)
+    await expect(used).to_have_text(shown_used(0), timeout=REFRESH_TIMEOUT_MS)
+    await expect(row.get_by_role("link", name=re.compile(r"^attempt "))).to_have_count(0)
+    assert await used_mib(page, "b200-01", gpu) == 0
+    assert tab.console_errors == [], tab.console_errors
+
+
 # The module's tests share one demo, which keeps the failures earlier tests made (one appends a
 # traceback to a llama31-8b log): a launch meant to go ahead confirms that its configuration may
 # have failed before, and one meant to fail also overrides its preflight.

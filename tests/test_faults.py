@@ -1,9 +1,9 @@
-"""Faults survived: a host's SSH server killed, a host cut off, the dashboard killed, the data
-dir full, slow requests. Each test runs the simulated hosts and the dashboard as their own
-processes (tests/faults.py), does the damage, and checks that nothing was lost and that no
-status is false: every attempt's status is compared with its server's process on the host, and
-every mirrored log with the host's file, byte for byte. What each fault cost is printed
-(`pytest -s -m faults`)."""
+"""Faults survived: a host's SSH server killed, a host cut off, the dashboard killed (with a
+page open on it in chromium), the data dir full, slow requests. Each test runs the simulated
+hosts and the dashboard as their own processes (tests/faults.py), does the damage, and checks
+that nothing was lost and that no status is false: every attempt's status is compared with its
+server's process on the host, and every mirrored log with the host's file, byte for byte. What
+each fault cost is printed (`pytest -s -m faults`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.async_api import async_playwright, expect
 
 from app.demo.cluster import SimCluster
 from app.demo.inventory import SimHostSpec
@@ -27,7 +28,8 @@ from app.demo.presets import DEMO_PRESETS
 from app.demo.sshserver import SimHost
 from app.ssh import HostConnection
 from tests.faults import AUTH, KEEPALIVE, TOKEN, Dashboard, HostProcess, Watch, follow_events, watching
-from tests.support import fill, free_port, small_filesystem, until
+from tests.support import fill, free_port, require, small_filesystem, until
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, line_numbers, log_in
 
 pytestmark = pytest.mark.faults
 
@@ -369,6 +371,71 @@ async def test_a_dashboard_killed_under_load_reconciles_every_attempt_without_du
     assert len(fingerprints) == len(set(fingerprints))
     oom = next(a for a in attempts.values() if a and a["preset"] == OOM)
     assert oom["status"] == "failed" and oom["exit_code"] not in (None, 0), oom
+
+
+# How chromium notes a stream cut by the kill, and each connection refused while the dashboard is down.
+CUT_OR_REFUSED = ("INCOMPLETE_CHUNKED_ENCODING", "CONNECTION_REFUSED")
+
+
+@pytest.mark.browser
+async def test_an_open_attempt_page_follows_its_live_log_across_a_dashboard_restart_with_every_line_once(
+    cluster: dict[str, HostProcess], dashboard: Dashboard, client: httpx.AsyncClient
+) -> None:
+    """A page in chromium, open on a ready attempt while the dashboard is SIGKILLed and started again on
+    its port and data dir: without a reload it reconnects by itself and shows every line once, in order,
+    the lines written while nothing could read them included, and the attempt stays ready."""
+    require(CHROMIUM.exists(), f"{CHROMIUM} is missing (apt-get install chromium)")
+    b200 = cluster["fa-b200"]
+    attempt_id = await launch(client, b200.name)
+    attempt = await settled(client, attempt_id)
+    assert attempt["status"] == "ready", attempt
+    log = b200.home / attempt["remote_dir"] / "server.log"
+    ours = [
+        f"[2026-01-05 10:00:01 TP0] decode batch {n}, {when}"
+        for when in ("before the restart", "while the dashboard was down", "after the restart")
+        for n in range(150)
+    ]
+
+    def append(lines: list[str]) -> None:
+        with log.open("ab") as server_log:
+            server_log.write(b"".join(line.encode() + b"\n" for line in lines))
+
+    async with async_playwright() as playwright:
+        chromium = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            context = await chromium.new_context(base_url=dashboard.url, viewport={"width": 1280, "height": 900})
+            context.set_default_timeout(10_000)
+            page = await context.new_page()
+            errors: list[str] = []
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
+            await log_in(page, TOKEN)
+            await page.goto(f"/attempts/{attempt_id}")
+            await expect(page.locator("#status")).to_have_text("ready")
+            lines = page.locator("#live-lines")
+            append(ours[:150])
+            await expect(lines).to_contain_text(ours[149])
+            await page.evaluate("window.__marker = 1")
+
+            dashboard.kill()
+            append(ours[150:300])
+            await asyncio.to_thread(dashboard.start)
+            append(ours[300:])
+            await expect(lines).to_contain_text(ours[-1], timeout=30_000)
+
+            numbers = await line_numbers(page)
+            assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), "a line was lost or shown twice"
+            texts = await page.eval_on_selector_all("#live-lines .ln .t", "spans => spans.map(s => s.textContent)")
+            assert [text for text in texts if "decode batch" in text] == ours
+            assert await page.evaluate("window.__marker") == 1, "the page was reloaded instead of reconnecting"
+            await expect(page.locator("#status")).to_have_text("ready")
+            assert (await attempt_of(client, attempt_id))["status"] == "ready"
+            # (htmx logs each stream error as an Event; nothing else went wrong)
+            noted = {"[object Event]"} | {f"Failed to load resource: net::ERR_{why}" for why in CUT_OR_REFUSED}
+            assert [e for e in errors if e not in noted] == []
+            await context.close()
+        finally:
+            await chromium.close()
 
 
 async def test_a_host_back_from_a_long_outage_is_online_within_seconds_of_its_return(
