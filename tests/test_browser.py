@@ -222,9 +222,10 @@ class Tab:
     console_errors: list[str]
 
 
-@pytest.fixture
-async def tab(browser: Browser, demo: Demo) -> AsyncIterator[Tab]:
-    context = await browser.new_context(base_url=demo.base_url, viewport={"width": 1280, "height": 900})
+@contextlib.asynccontextmanager
+async def open_tab(browser: Browser, base_url: str) -> AsyncIterator[Tab]:
+    """A laptop-sized page on `base_url` that notes every console error and uncaught exception."""
+    context = await browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(10_000)
     page = await context.new_page()
     errors: list[str] = []
@@ -234,6 +235,12 @@ async def tab(browser: Browser, demo: Demo) -> AsyncIterator[Tab]:
         yield Tab(context, page, errors)
     finally:
         await context.close()
+
+
+@pytest.fixture
+async def tab(browser: Browser, demo: Demo) -> AsyncIterator[Tab]:
+    async with open_tab(browser, demo.base_url) as opened:
+        yield opened
 
 
 async def log_in(page: Page, token: str = TOKEN) -> None:

@@ -29,7 +29,7 @@ from app.demo.sshserver import SimHost
 from app.ssh import HostConnection
 from tests.faults import AUTH, KEEPALIVE, TOKEN, Dashboard, HostProcess, Watch, follow_events, watching
 from tests.support import fill, free_port, require, small_filesystem, until
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, line_numbers, log_in
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, line_numbers, log_in, open_tab
 
 pytestmark = pytest.mark.faults
 
@@ -403,37 +403,32 @@ async def test_an_open_attempt_page_follows_its_live_log_across_a_dashboard_rest
     async with async_playwright() as playwright:
         chromium = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            context = await chromium.new_context(base_url=dashboard.url, viewport={"width": 1280, "height": 900})
-            context.set_default_timeout(10_000)
-            page = await context.new_page()
-            errors: list[str] = []
-            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-            page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
-            await log_in(page, TOKEN)
-            await page.goto(f"/attempts/{attempt_id}")
-            await expect(page.locator("#status")).to_have_text("ready")
-            lines = page.locator("#live-lines")
-            append(ours[:150])
-            await expect(lines).to_contain_text(ours[149])
-            await page.evaluate("window.__marker = 1")
+            async with open_tab(chromium, dashboard.url) as tab:
+                page, errors = tab.page, tab.console_errors
+                await log_in(page, TOKEN)
+                await page.goto(f"/attempts/{attempt_id}")
+                await expect(page.locator("#status")).to_have_text("ready")
+                lines = page.locator("#live-lines")
+                append(ours[:150])
+                await expect(lines).to_contain_text(ours[149])
+                await page.evaluate("window.__marker = 1")
 
-            dashboard.kill()
-            append(ours[150:300])
-            await asyncio.to_thread(dashboard.start)
-            append(ours[300:])
-            await expect(lines).to_contain_text(ours[-1], timeout=30_000)
+                dashboard.kill()
+                append(ours[150:300])
+                await asyncio.to_thread(dashboard.start)
+                append(ours[300:])
+                await expect(lines).to_contain_text(ours[-1], timeout=30_000)
 
-            numbers = await line_numbers(page)
-            assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), "a line was lost or shown twice"
-            texts = await page.eval_on_selector_all("#live-lines .ln .t", "spans => spans.map(s => s.textContent)")
-            assert [text for text in texts if "decode batch" in text] == ours
-            assert await page.evaluate("window.__marker") == 1, "the page was reloaded instead of reconnecting"
-            await expect(page.locator("#status")).to_have_text("ready")
-            assert (await attempt_of(client, attempt_id))["status"] == "ready"
-            # (htmx logs each stream error as an Event; nothing else went wrong)
-            noted = {"[object Event]"} | {f"Failed to load resource: net::ERR_{why}" for why in CUT_OR_REFUSED}
-            assert [e for e in errors if e not in noted] == []
-            await context.close()
+                numbers = await line_numbers(page)
+                assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), "a line was lost or shown twice"
+                texts = await page.eval_on_selector_all("#live-lines .ln .t", "spans => spans.map(s => s.textContent)")
+                assert [text for text in texts if "decode batch" in text] == ours
+                assert await page.evaluate("window.__marker") == 1, "the page was reloaded instead of reconnecting"
+                await expect(page.locator("#status")).to_have_text("ready")
+                assert (await attempt_of(client, attempt_id))["status"] == "ready"
+                # (htmx logs each stream error as an Event; nothing else went wrong)
+                noted = {"[object Event]"} | {f"Failed to load resource: net::ERR_{why}" for why in CUT_OR_REFUSED}
+                assert [e for e in errors if e not in noted] == []
         finally:
             await chromium.close()
 
