@@ -7,7 +7,7 @@ import re
 
 from httpx import AsyncClient
 
-from tests.test_launch import FINAL, launch, wait_for
+from tests.test_launch import FINAL, REPLAY, launch, wait_for
 from tests.test_pages import log_in
 
 HTML = {"Accept": "text/html"}
@@ -16,7 +16,7 @@ HTML = {"Accept": "text/html"}
 async def launch_four(api: AsyncClient) -> list[int]:
     ids = [
         await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0]),
-        await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1]),
+        await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY),
         await launch(api, "qwen36-27b-mtp-fixed", "rtxpro-01", [2]),
         await launch(api, "llama31-8b", "b200-01", [0]),
     ]
