@@ -145,7 +145,10 @@ def _run(argv: list[str] | None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        problems = "; ".join(f"LAUNCHDECK_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            f"LAUNCHDECK_{'_'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
         print(f"launchdeck: bad setting: {problems}", file=sys.stderr)
         return 2
     try:

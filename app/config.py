@@ -10,6 +10,8 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+MIN_TOKEN_LENGTH = 32
+
 
 def http_url_problem(url: str) -> str | None:
     """Why `url` cannot be posted to (None when it can): webhooks are http(s) URLs with a host."""
@@ -39,7 +41,8 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535, description="Port the dashboard listens on.")
     token: SecretStr | None = Field(
         None,
-        description="API token accepted as given; default one generated into <data_dir>/access-token.",
+        description="API token accepted as given (at least 32 characters); default one generated into "
+        "<data_dir>/access-token.",
     )
     hosts_file: Path | None = Field(
         None, description="TOML file of GPU hosts; default <data_dir>/hosts.toml when it exists."
@@ -108,6 +111,17 @@ class Settings(BaseSettings):
     def empty_means_unset(cls, value: Any) -> Any:
         """`LAUNCHDECK_TOKEN=` (as docker compose passes an unset variable) must not become an empty token."""
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("token")
+    @classmethod
+    def token_is_long(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"an access token needs at least {MIN_TOKEN_LENGTH} characters, so that it cannot be guessed "
+                f"(this one has {len(value.get_secret_value())}); make one with "
+                "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`, or leave it unset for a generated one"
+            )
+        return value
 
     @field_validator("webhook_url")
     @classmethod
