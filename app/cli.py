@@ -151,6 +151,10 @@ def _run(argv: list[str] | None) -> int:
         )
         print(f"launchdeck: bad setting: {problems}", file=sys.stderr)
         return 2
+    serves = args.command == "serve" or (args.command == "demo" and not args.hosts_only)
+    if serves and (problem := settings.exposure_problem()):
+        print(f"launchdeck: {problem}", file=sys.stderr)
+        return 2
     try:
         if args.command == "serve":
             return serve(settings)
@@ -293,7 +297,10 @@ def serve(settings: Settings) -> int:
     app = create_app(settings)
     access_token(settings)  # created now, so its file exists before the first login
     where = "LAUNCHDECK_TOKEN" if settings.token else settings.data_dir / "access-token"
-    print(f"\nlaunchdeck dashboard: {_url(settings)}  (access token: {where})\n", flush=True)
+    print(f"\nlaunchdeck dashboard: {_url(settings)}  (access token: {where})", flush=True)
+    if (hosts := settings.resolved_allowed_hosts()) is not None:
+        print(f"answering to the hosts {', '.join(sorted(hosts))}  (LAUNCHDECK_ALLOWED_HOSTS)", flush=True)
+    print(flush=True)
     import uvicorn
 
     _freeze_startup_objects()
