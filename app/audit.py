@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AuditEvent
+from app.login_limits import Burst
 
 
 def record(
@@ -33,3 +34,32 @@ async def recent_events(
     if before is not None:
         query = query.where(AuditEvent.id < before)
     return list((await session.scalars(query)).all())
+
+
+async def record_failed_logins(session: AsyncSession, burst: Burst) -> None:
+    """One row per burst of failed logins: the first failure adds it, later ones bring its counts
+    up to date, so an attack of any length leaves one row."""
+    detail = {
+        "summary": burst.summary(),
+        "failures": burst.failures,
+        "refused": burst.refused,
+        "seconds": round(burst.last - burst.first, 1),
+    }
+    if burst.record_id is None:
+        event = AuditEvent(
+            actor="anonymous",
+            action="login-failed",
+            target=burst.account or "",
+            remote_addr=burst.address,
+            detail=detail,
+        )
+        session.add(event)
+        burst.record_id = 0  # being written: a concurrent failure must not add a second row
+        try:
+            await session.flush()
+        except BaseException:
+            burst.record_id = None
+            raise
+        burst.record_id = event.id
+    elif burst.record_id:
+        await session.execute(update(AuditEvent).where(AuditEvent.id == burst.record_id).values(detail=detail))

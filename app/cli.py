@@ -145,8 +145,15 @@ def _run(argv: list[str] | None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        problems = "; ".join(f"LAUNCHDECK_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(
+            f"LAUNCHDECK_{'_'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
         print(f"launchdeck: bad setting: {problems}", file=sys.stderr)
+        return 2
+    serves = args.command == "serve" or (args.command == "demo" and not args.hosts_only)
+    if serves and (problem := settings.exposure_problem()):
+        print(f"launchdeck: {problem}", file=sys.stderr)
         return 2
     try:
         if args.command == "serve":
@@ -290,7 +297,10 @@ def serve(settings: Settings) -> int:
     app = create_app(settings)
     access_token(settings)  # created now, so its file exists before the first login
     where = "LAUNCHDECK_TOKEN" if settings.token else settings.data_dir / "access-token"
-    print(f"\nlaunchdeck dashboard: {_url(settings)}  (access token: {where})\n", flush=True)
+    print(f"\nlaunchdeck dashboard: {_url(settings)}  (access token: {where})", flush=True)
+    if (hosts := settings.resolved_allowed_hosts()) is not None:
+        print(f"answering to the hosts {', '.join(sorted(hosts))}  (LAUNCHDECK_ALLOWED_HOSTS)", flush=True)
+    print(flush=True)
     import uvicorn
 
     _freeze_startup_objects()

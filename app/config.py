@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,20 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIN_TOKEN_LENGTH = 32
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+EVERY_ADDRESS = ("0.0.0.0", "::", "")
+
+
+def is_loopback(address: str) -> bool:
+    """Whether only this machine can reach `address`; a name other than localhost may resolve anywhere."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def http_url_problem(url: str) -> str | None:
@@ -39,7 +54,8 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535, description="Port the dashboard listens on.")
     token: SecretStr | None = Field(
         None,
-        description="API token accepted as given; default one generated into <data_dir>/access-token.",
+        description="API token accepted as given (at least 32 characters); default one generated into "
+        "<data_dir>/access-token.",
     )
     hosts_file: Path | None = Field(
         None, description="TOML file of GPU hosts; default <data_dir>/hosts.toml when it exists."
@@ -83,6 +99,13 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest request body accepted, in bytes; a larger one is refused with 413 before it is read.",
     )
+    allowed_hosts: str | None = Field(
+        None,
+        description="Comma-separated names (or addresses) the dashboard answers to in the Host header, besides "
+        "localhost; `*` for any. Checked when given, and always when bound beyond loopback, where the default is "
+        "the bind address, the machine's name and the public URL's host.",
+    )
+    public_docs: bool = Field(False, description="Serve /api/docs and the OpenAPI schema without a login.")
     public_url: str | None = Field(
         None,
         description="The dashboard's address as people open it, for the links in notifications; "
@@ -103,11 +126,22 @@ class Settings(BaseSettings):
         description="Simulated hosts for `launchdeck demo`, as NAME:MODEL:COUNT,... (models: b200, rtx-pro-6000).",
     )
 
-    @field_validator("database_url", "token", "hosts_file", "public_url", "webhook_url", mode="before")
+    @field_validator("database_url", "token", "hosts_file", "allowed_hosts", "public_url", "webhook_url", mode="before")
     @classmethod
     def empty_means_unset(cls, value: Any) -> Any:
         """`LAUNCHDECK_TOKEN=` (as docker compose passes an unset variable) must not become an empty token."""
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("token")
+    @classmethod
+    def token_is_long(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"an access token needs at least {MIN_TOKEN_LENGTH} characters, so that it cannot be guessed "
+                f"(this one has {len(value.get_secret_value())}); make one with "
+                "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`, or leave it unset for a generated one"
+            )
+        return value
 
     @field_validator("webhook_url")
     @classmethod
@@ -130,3 +164,31 @@ class Settings(BaseSettings):
             return self.hosts_file.expanduser()
         default = self.data_dir / "hosts.toml"
         return default if default.exists() else None
+
+    def resolved_allowed_hosts(self) -> frozenset[str] | None:
+        """The names a request's Host header may give; None where any will do: bound to loopback
+        with no setting (only this machine reaches it), or the setting is `*`."""
+        if self.allowed_hosts is not None:
+            given = {name.strip().lower().rstrip(".") for name in self.allowed_hosts.split(",") if name.strip()}
+            return None if "*" in given else frozenset(given | LOOPBACK_NAMES)
+        if is_loopback(self.bind):
+            return None
+        names = set(LOOPBACK_NAMES) | {socket.gethostname().lower()}
+        if self.bind not in EVERY_ADDRESS:
+            names.add(self.bind.lower())
+        if self.public_url and (host := urlsplit(self.public_url).hostname):
+            names.add(host.lower())
+        return frozenset(names)
+
+    def exposure_problem(self) -> str | None:
+        """Why the dashboard must not listen where it is told to (None when it may). Beyond
+        loopback the session cookie must travel over HTTPS only, so TLS is terminated in front.
+        The access token is the credential: a configured one has been checked for its length,
+        and a generated one is long."""
+        if is_loopback(self.bind) or self.cookie_secure:
+            return None
+        return (
+            f"refusing to listen on {self.bind}, beyond this machine, with LAUNCHDECK_COOKIE_SECURE off: the "
+            "session cookie would travel in the clear; terminate TLS in front of the dashboard and leave "
+            "LAUNCHDECK_COOKIE_SECURE on, or set LAUNCHDECK_BIND=127.0.0.1"
+        )

@@ -47,7 +47,7 @@ from app.db.models import Attempt, AuditEvent, Host, Preset, PresetRevision, Sig
 from app.ssh import load_hosts_file
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKEN = "bench-token-0123456789"
+TOKEN = "bench-token-0123456789abcdef0123456789"
 HOSTS = (("bench-01", 8), ("bench-02", 4))
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ATTEMPTS, SIGNATURES, AUDIT_EVENTS = 100_000, 1_000, 100_000

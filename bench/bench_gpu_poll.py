@@ -25,7 +25,7 @@ from app.ssh import load_hosts_file
 HOSTS = int(os.environ.get("BENCH_HOSTS", "64"))
 GPUS = 8
 WINDOW = 15.0
-TOKEN = "bench-token-0123456789"
+TOKEN = "bench-token-0123456789abcdef0123456789"
 ROOT = Path(__file__).resolve().parents[1]
 
 CLUSTER = """

@@ -29,7 +29,7 @@ from app.ssh import HostSpec, render_hosts
 from app.web.app import create_app
 
 ROUNDS = 7
-TOKEN = "bench-token-0123456789"
+TOKEN = "bench-token-0123456789abcdef0123456789"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 

@@ -50,7 +50,7 @@ from app.ssh import HostConnection, HostSpec, SSHOptions, load_hosts_file
 from app.web.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKEN = "bench-token-0123456789"
+TOKEN = "bench-token-0123456789abcdef0123456789"
 HOST = "bench-01"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 LATENCY_RATE, LATENCY_SECONDS = 5000, 10.0

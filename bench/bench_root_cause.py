@@ -35,7 +35,7 @@ from playwright.async_api import Page, async_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-TOKEN = "bench-token-0123456789"
+TOKEN = "bench-token-0123456789abcdef0123456789"
 RUNS = 20
 TIME_SCALE = "0.3"  # the simulated server loads for a few seconds: time to open its page first
 HOST, PRESET = "rtxpro-01", "llama31-8b"

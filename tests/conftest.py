@@ -26,7 +26,7 @@ from tests.oracle.environment import OracleEnvironment, OracleUnavailable, oracl
 from tests.support import STRICT, OpenSSHServer, require
 
 POSTGRES_ADMIN_URL = os.environ.get("LAUNCHDECK_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
-TOKEN = "test-token-0123456789"
+TOKEN = "test-token-0123456789abcdef012345"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SIM_TIME_SCALE = 0.02  # simulated SGLang servers start in about a second
 

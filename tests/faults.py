@@ -26,7 +26,7 @@ import httpx
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKEN = "fault-token-0123456789"
+TOKEN = "fault-token-0123456789abcdef0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 HOSTS = "fa-b200:b200:4,fa-rtx:rtx-pro-6000:4"
 KEEPALIVE = 1.0  # seconds between the dashboard's SSH keepalives: a frozen host is offline in ~3 s

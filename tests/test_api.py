@@ -103,9 +103,9 @@ async def test_unknown_route_is_a_json_404(app_client: AsyncClient) -> None:
 
 
 async def test_openapi_documents_the_api(app_client: AsyncClient) -> None:
-    schema = (await app_client.get("/api/openapi.json")).json()
+    schema = (await app_client.get("/api/openapi.json", headers=AUTH)).json()
     assert {"/api/health", "/api/hosts"} <= set(schema["paths"])
-    assert (await app_client.get("/api/docs")).status_code == 200
+    assert (await app_client.get("/api/docs", headers=AUTH)).status_code == 200
 
 
 async def test_unreachable_hosts_show_offline_with_the_reason_quickly(

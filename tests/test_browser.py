@@ -54,7 +54,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-TOKEN = "browser-test-token-3f9c1a7e"
+TOKEN = "browser-test-token-3f9c1a7e-0123456789"
 HTMX_VERSION = json.loads((ROOT / "package.json").read_text())["dependencies"]["htmx.org"]
 B200 = "NVIDIA B200"
 RTX_PRO = "NVIDIA RTX PRO 6000 Blackwell Server Edition"

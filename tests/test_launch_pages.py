@@ -84,7 +84,7 @@ async def test_forms_without_csrf_token_are_refused(app_client: AsyncClient) -> 
     response = await app_client.post("/presets", data={"name": "x", "model_path": LLAMA})
     assert response.status_code == 403
     assert (
-        await app_client.get("/api/presets", headers={"Authorization": "Bearer test-token-0123456789"})
+        await app_client.get("/api/presets", headers={"Authorization": "Bearer test-token-0123456789abcdef012345"})
     ).json() == []
 
 

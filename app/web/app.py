@@ -37,6 +37,7 @@ from app.web import (
     api_rules,
     attempt_pages,
     diagnosis_pages,
+    docs,
     host_pages,
     log_pages,
     pages,
@@ -46,7 +47,7 @@ from app.web import (
 )
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
-from app.web.limits import RequestLimits
+from app.web.limits import AllowedHosts, RequestLimits
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,9 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(
         title="launchdeck",
         lifespan=lifespan,
-        docs_url="/api/docs",
+        docs_url=None,  # served by app.web.docs, behind the login
         redoc_url=None,
-        openapi_url="/api/openapi.json",
+        openapi_url=None,
     )
     app.add_middleware(
         SessionMiddleware,
@@ -188,6 +189,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     # Outside the session cookie and every route, so nothing parses a request over the limits.
     app.add_middleware(RequestLimits, max_bytes=settings.max_body_bytes)
+    if (allowed_hosts := settings.resolved_allowed_hosts()) is not None:
+        app.add_middleware(AllowedHosts, hosts=allowed_hosts)
     app.add_middleware(SecurityHeaders)
 
     app.include_router(api.router)
@@ -196,6 +199,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(api_logs.router)
     app.include_router(api_diagnosis.router)
     app.include_router(api_rules.router)
+    app.include_router(docs.router)
     app.include_router(pages.router)
     app.include_router(host_pages.router)
     app.include_router(preset_pages.router)

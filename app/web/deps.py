@@ -13,7 +13,7 @@ from __future__ import annotations
 import hmac
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Form, HTTPException, Request
@@ -29,11 +29,13 @@ from app.launch.attempts import AttemptService
 from app.launch.history import load_attempt
 from app.launch.notifications import Notifier
 from app.launch.rediagnose import Rediagnosis
+from app.login_limits import LoginLimiter
 from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogFile, LogLoan, LogStore
 from app.ssh import HostConnection, SSHManager
+from app.web.login_guard import client_address, guarded_bearer
 from app.web.params import Int64
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -58,6 +60,7 @@ class Runtime:
     grep_limits: GrepLimits
     htmx_version: str
     htmx_sse_version: str
+    login_limits: LoginLimiter = field(default_factory=LoginLimiter)
 
     def mirror_note(self, attempt_id: int) -> str:
         """What the attempt's log mirror says while it is behind (paused for a full data dir,
@@ -161,7 +164,7 @@ async def api_user(request: Request, runtime: RuntimeDep) -> str:
     """An API caller: a bearer token, or a logged-in browser (which must pass the CSRF check)."""
     bearer = _bearer(request)
     if bearer is not None:
-        if runtime.token_matches(bearer):
+        if guarded_bearer(runtime.login_limits, client_address(request), lambda: runtime.token_matches(bearer)):
             return "token"
         raise HTTPException(401, "invalid API token", headers={"WWW-Authenticate": "Bearer"})
     user = session_user(request, runtime)

@@ -9,6 +9,10 @@ of the body (a client that sends `Expect: 100-continue`, as curl does, never sen
 
 No name or value in the dashboard may hold a NUL byte (a host's C strings and PostgreSQL cannot),
 so an address with one is refused here once, for every path and query parameter.
+
+A dashboard reachable beyond this machine answers only to the names it is known by: a page on
+another site that makes the browser resolve its own name to the dashboard (DNS rebinding) gets a
+400 instead of the dashboard's answers.
 """
 
 from __future__ import annotations
@@ -69,6 +73,36 @@ class RequestLimits:
             "(the dashboard's LAUNCHDECK_MAX_BODY_BYTES setting)"
         )
         await _answer(send, 413, detail, close=True)
+
+
+class AllowedHosts:
+    """Refuses a request whose Host header names a host not in `hosts` (the port aside)."""
+
+    def __init__(self, app: ASGIApp, hosts: frozenset[str]):
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        if host_name(given) in self.hosts:
+            await self.app(scope, receive, send)
+            return
+        detail = (
+            f"this dashboard does not answer to the host {given!r}; "
+            "its LAUNCHDECK_ALLOWED_HOSTS setting names the hosts it answers to"
+        )
+        await _answer(send, 400, detail)
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: `[::1]:8000` is ::1, `Example.com.:80` example.com."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0].rstrip(".") if header.count(":") == 1 else header.rstrip(".")
 
 
 async def _answer(send: Send, status: int, detail: str, *, close: bool = False) -> None:

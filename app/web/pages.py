@@ -13,6 +13,7 @@ from app import audit
 from app.credentials import fingerprint
 from app.errors import DiskFull
 from app.web.deps import PageUser, RuntimeDep, WriteDb, check_csrf, session_user
+from app.web.login_guard import guarded_login, refusal_sentence
 from app.web.templating import render
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(include_in_schema=False)
 
 USER = "admin"
+TOKEN_ACCOUNT = "token"  # the account the access-token login limits count against
 
 
 def _local_path(target: str | None) -> str:
@@ -52,12 +54,22 @@ async def login(
 ) -> Response:
     check_csrf(request, csrf_token)
     remote = request.client.host if request.client else ""
-    accepted = runtime.token_matches(token.strip())
-    action = "login" if accepted else "login-failed"
-    await _record_session_event(db, actor=USER if accepted else "anonymous", action=action, remote_addr=remote)
-    if not accepted:
+    verdict = await guarded_login(
+        runtime.login_limits,
+        db,
+        address=remote,
+        account=TOKEN_ACCOUNT,
+        compare=lambda: runtime.token_matches(token.strip()),
+    )
+    if verdict.retry_after is not None:
+        context = {"next": _local_path(next), "error": refusal_sentence(verdict.retry_after)}
+        response = render(request, "login.html", context, status_code=429)
+        response.headers["Retry-After"] = str(verdict.retry_after)
+        return response
+    if not verdict.accepted:
         context = {"next": _local_path(next), "error": "That token is not valid."}
         return render(request, "login.html", context, status_code=401)
+    await _record_session_event(db, actor=USER, action="login", remote_addr=remote)
     request.session.clear()
     request.session.update({"user": USER, "token_id": fingerprint(runtime.token)})
     return RedirectResponse(_local_path(next), status_code=303)

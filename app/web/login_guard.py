@@ -1,0 +1,74 @@
+"""The login limits around each credential check: the form login's and the API token's.
+
+Each wraps the comparison itself, so a locked address or account is refused before its
+credential is read, whatever the credential is (a token today, a password as well)."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fastapi import HTTPException, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app import audit
+from app.errors import DiskFull
+from app.login_limits import Burst, LoginLimiter
+
+log = logging.getLogger(__name__)
+
+Comparison = Callable[[], bool | Awaitable[bool]]
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+def refusal_sentence(retry_after: int) -> str:
+    return f"Too many failed logins: try again in {retry_after} s."
+
+
+@dataclass(frozen=True)
+class LoginVerdict:
+    accepted: bool
+    retry_after: int | None = None  # set when the attempt was refused unread
+
+
+async def guarded_login(
+    limiter: LoginLimiter, db: AsyncSession, *, address: str, account: str, compare: Comparison
+) -> LoginVerdict:
+    """Runs `compare` unless the address or the account is locked; failures and refusals go
+    into the address's one audit row for the burst (committed here)."""
+    if (wait := limiter.check(address, account)) is not None:
+        await _audit(db, limiter.refused(address, account))
+        return LoginVerdict(accepted=False, retry_after=wait)
+    outcome = compare()
+    accepted = await outcome if inspect.isawaitable(outcome) else outcome
+    if accepted:
+        limiter.succeeded(address, account)
+        return LoginVerdict(accepted=True)
+    await _audit(db, limiter.failed(address, account))
+    return LoginVerdict(accepted=False)
+
+
+def guarded_bearer(limiter: LoginLimiter, address: str, compare: Callable[[], bool]) -> bool:
+    """An API token, limited by address (a token names no account): 429 while locked."""
+    if (wait := limiter.check(address)) is not None:
+        limiter.refused(address)
+        raise HTTPException(429, refusal_sentence(wait), headers={"Retry-After": str(wait)})
+    if compare():
+        return True
+    limiter.failed(address)
+    return False
+
+
+async def _audit(db: AsyncSession, burst: Burst) -> None:
+    """A full data dir must not hide an attack from the server log, nor turn a refusal into a 500."""
+    try:
+        await audit.record_failed_logins(db, burst)
+        await db.commit()
+    except DiskFull as exc:
+        await db.rollback()
+        log.warning("audit: %s not recorded: %s", burst.summary(), exc)
