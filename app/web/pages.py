@@ -10,16 +10,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
-from app.credentials import fingerprint
+from app.accounts import logins, users
+from app.accounts.users import BUILT_IN_ADMIN
 from app.errors import DiskFull
-from app.web.deps import PageUser, RuntimeDep, WriteDb, check_csrf, session_user
+from app.web.deps import RuntimeDep, Viewer, WriteDb, check_csrf, session_login
 from app.web.templating import render
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(include_in_schema=False)
-
-USER = "admin"
 
 
 def _local_path(target: str | None) -> str:
@@ -36,7 +35,7 @@ async def index() -> Response:
 
 @router.get("/login", response_class=HTMLResponse)
 async def login_form(request: Request, runtime: RuntimeDep, next: str | None = None) -> Response:
-    if session_user(request, runtime):
+    if await session_login(request, runtime):
         return RedirectResponse(_local_path(next), status_code=303)
     return render(request, "login.html", {"next": _local_path(next), "error": None})
 
@@ -45,29 +44,44 @@ async def login_form(request: Request, runtime: RuntimeDep, next: str | None = N
 async def login(
     request: Request,
     runtime: RuntimeDep,
-    db: WriteDb,
+    name: Annotated[str, Form()] = "",
+    password: Annotated[str, Form()] = "",
     token: Annotated[str, Form()] = "",
     next: Annotated[str, Form()] = "/hosts",
     csrf_token: Annotated[str | None, Form()] = None,
 ) -> Response:
+    """A user name and password, or the access token (the built-in admin)."""
     check_csrf(request, csrf_token)
     remote = request.client.host if request.client else ""
-    accepted = runtime.token_matches(token.strip())
-    action = "login" if accepted else "login-failed"
-    await _record_session_event(db, actor=USER if accepted else "anonymous", action=action, remote_addr=remote)
-    if not accepted:
-        context = {"next": _local_path(next), "error": "That token is not valid."}
-        return render(request, "login.html", context, status_code=401)
+    user = None
+    if token.strip():
+        accepted, actor = runtime.token_matches(token.strip()), BUILT_IN_ADMIN
+    else:
+        async with runtime.sessions.read() as read:  # the password check takes a while: no write lock
+            user = await users.authenticate(read, name, password)
+        accepted, actor = user is not None, name.strip().lower()[:64] or "anonymous"
+    async with runtime.sessions.write() as db:
+        login_id = None
+        if accepted:
+            login_id = await logins.start_login(
+                db, user=user, token=runtime.token, remote_addr=remote, timeouts=runtime.login_timeouts
+            )
+            await db.commit()  # a login that cannot be kept fails here, with the full-disk page
+        await _record_session_event(db, actor=actor, action="login" if accepted else "login-failed", remote_addr=remote)
+    if login_id is None:
+        error = "That token is not valid." if token.strip() else "Wrong user name or password."
+        return render(request, "login.html", {"next": _local_path(next), "error": error}, status_code=401)
     request.session.clear()
-    request.session.update({"user": USER, "token_id": fingerprint(runtime.token)})
+    request.session["login"] = login_id
     return RedirectResponse(_local_path(next), status_code=303)
 
 
 @router.post("/logout")
-async def logout(request: Request, user: PageUser, db: WriteDb) -> Response:
-    await _record_session_event(
-        db, actor=user, action="logout", remote_addr=request.client.host if request.client else ""
-    )
+async def logout(request: Request, user: Viewer, db: WriteDb) -> Response:
+    await logins.end_login(db, str(request.session.get("login")))
+    await db.commit()  # ended before anything else, whatever becomes of the audit event
+    remote = request.client.host if request.client else ""
+    await _record_session_event(db, actor=user.name, action="logout", remote_addr=remote)
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
 
