@@ -64,5 +64,5 @@ async def list_hosts(runtime: RuntimeDep, _user: ApiViewer) -> list[HostPublic]:
 
 
 @router.get("/hosts/{name}")
-async def get_host(host: HostDep, runtime: RuntimeDep, _user: ApiViewer) -> HostPublic:
+async def get_host(_user: ApiViewer, host: HostDep, runtime: RuntimeDep) -> HostPublic:
     return HostPublic.from_overview(await current_overview(host, runtime.gpus.hosts[host.name], FRESH))

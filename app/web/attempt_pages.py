@@ -111,7 +111,7 @@ async def launch_preflight(request: Request, runtime: RuntimeDep, user: Operator
     context = await launch_context(runtime, user, choice)
     try:
         context["preflight"] = await runtime.attempts.preflight(
-            preset=choice["preset"], host=choice["host"], gpus=choice["gpus"], port=choice["port"]
+            preset=choice.get("preset", ""), host=choice.get("host", ""), gpus=choice["gpus"], port=choice["port"]
         )
     except (InvalidInput, HostError) as exc:
         context["error"] = str(exc)
