@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from app.config import Settings
     from app.diagnose.rules import Rule
 
+DEMO_ADMIN = "demo"
+ROLES = ("viewer", "operator", "admin")  # app.db.models.Role, named here so `--help` imports no database code
+
 # What `launchdeck diagnose` prints of a diagnosis: these keys of the API's diagnosis object (a
 # StoredDiagnosis), with the same values, and with --rules its `rule` and `built_in` too.
 CLI_KEYS = (
@@ -111,6 +114,24 @@ def _run(argv: list[str] | None) -> int:
     import_parser.add_argument("file")
     for rules_command in (export_parser, import_parser):
         rules_command.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
+    users_parser = commands.add_parser("users", help="people who log in, and their roles (on the database directly)")
+    users_commands = users_parser.add_subparsers(dest="users_command", required=True, metavar="ACTION")
+    add_parser = users_commands.add_parser("add", help="add a user (prompts for the password)")
+    add_parser.add_argument("name")
+    add_parser.add_argument("--role", choices=ROLES, default="viewer", help="what they may do (default viewer)")
+    passwd_parser = users_commands.add_parser("passwd", help="set a user's password; ends their logins")
+    passwd_parser.add_argument("name")
+    for password_command in (add_parser, passwd_parser):
+        password_command.add_argument(
+            "--password-stdin", action="store_true", help="read the password from standard input, not a prompt"
+        )
+    users_commands.add_parser("list", help="list users with their roles")
+    disable_parser = users_commands.add_parser("disable", help="stop a user logging in; ends their logins")
+    disable_parser.add_argument("name")
+    disable_parser.add_argument("--enable", action="store_true", help="let a disabled user log in again")
+    role_parser = users_commands.add_parser("role", help="change a user's role")
+    role_parser.add_argument("name")
+    role_parser.add_argument("role", choices=ROLES)
     db_parser = commands.add_parser("db", help="database maintenance")
     db_commands = db_parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     db_commands.add_parser("upgrade", help="migrate the database to the latest schema")
@@ -181,6 +202,8 @@ def _run(argv: list[str] | None) -> int:
                     api, args.attempt, args.grep, regex=args.regex, ignore_case=args.ignore_case, err=_stderr
                 )
             return client.show_log(api, args.attempt, follow=args.follow, out=sys.stdout.buffer, err=_stderr)
+        if args.command == "users":
+            return asyncio.run(manage_users(settings, args))
         if args.command == "rules":
             api = client.ApiClient(settings, args.url)
             if rules_text is not None:
@@ -192,6 +215,51 @@ def _run(argv: list[str] | None) -> int:
     except LaunchdeckError as exc:
         print(f"launchdeck: {exc}", file=sys.stderr)
         return 1
+
+
+def _new_password(from_stdin: bool) -> str:
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    import getpass
+
+    password = getpass.getpass("New password: ")
+    if getpass.getpass("Again: ") != password:
+        raise InvalidInput("the passwords differ; nothing was changed")
+    return password
+
+
+async def manage_users(settings: Settings, args: argparse.Namespace) -> int:
+    """Works on the database the dashboard uses (as `db upgrade` does), so it needs no login and
+    works while the dashboard is down; a running dashboard sees the change on the next request."""
+    from app import db
+    from app.accounts import users
+
+    url = settings.resolved_database_url()
+    db.upgrade(url)
+    password = _new_password(args.password_stdin) if args.users_command in ("add", "passwd") else ""
+    engine = db.create_engine(url)
+    try:
+        async with db.session_factory(engine)() as session:
+            if args.users_command == "add":
+                await users.add_user(session, name=args.name, password=password, role=users.role_of(args.role))
+                print(f"launchdeck: added {args.name} ({args.role})")
+            elif args.users_command == "passwd":
+                await users.set_password(session, args.name, password)
+                print(f"launchdeck: new password for {args.name}; their logins have ended")
+            elif args.users_command == "disable":
+                await users.set_disabled(session, args.name, not args.enable)
+                done = "may log in again" if args.enable else "is disabled; their logins have ended"
+                print(f"launchdeck: {args.name} {done}")
+            elif args.users_command == "role":
+                await users.set_role(session, args.name, users.role_of(args.role))
+                print(f"launchdeck: {args.name} is now {args.role}")
+            else:
+                for user in await users.list_users(session):
+                    state = "disabled" if user.disabled_at else "enabled"
+                    print(f"{user.name:24} {user.role:9} {state:9} since {user.created_at:%Y-%m-%d}")
+    finally:
+        await engine.dispose()
+    return 0
 
 
 def _stderr(message: str) -> None:
@@ -339,10 +407,15 @@ async def demo(settings: Settings) -> int:
         settings = settings.model_copy(update={"hosts_file": hosts_file})
         app = create_app(settings)
         await _seed_demo_presets(settings)
+        demo_password = await _seed_demo_admin(settings)
         for spec, sim in zip(specs, host_specs, strict=True):
             print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
         server = uvicorn.Server(uvicorn.Config(app, host=settings.bind, port=settings.port))
-        print(f"\nlaunchdeck dashboard: {_url(settings)}\naccess token:         {access_token(settings)}\n", flush=True)
+        print(
+            f"\nlaunchdeck dashboard: {_url(settings)}\naccess token:         {access_token(settings)}"
+            f"\ndemo admin:           {DEMO_ADMIN} / {demo_password}\n",
+            flush=True,
+        )
         # uvicorn re-raises the signal that stopped it once it is done; a no-op handler lets the
         # cluster be stopped after it instead of the process dying with its servers still running.
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -401,6 +474,23 @@ async def _seed_demo_presets(settings: Settings) -> None:
             await seed_demo_presets(session)
     finally:
         await engine.dispose()
+
+
+async def _seed_demo_admin(settings: Settings) -> str:
+    """Makes the demo's admin account the first time, with a password kept in the data dir; returns it."""
+    from app import credentials, db
+    from app.accounts import users
+    from app.db.models import Role
+
+    password = credentials.load_or_create(settings.data_dir / "demo-password")
+    engine = db.create_engine(settings.resolved_database_url())
+    try:
+        async with db.session_factory(engine)() as session:
+            if DEMO_ADMIN not in {user.name for user in await users.list_users(session)}:
+                await users.add_user(session, name=DEMO_ADMIN, password=password, role=Role.ADMIN)
+    finally:
+        await engine.dispose()
+    return password
 
 
 def _url(settings: Settings) -> str:

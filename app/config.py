@@ -93,7 +93,10 @@ class Settings(BaseSettings):
         description="Free MB under which every page warns that the data dir is (nearly) full.",
     )
     cookie_secure: bool = Field(True, description="Send the session cookie only over HTTPS (and to localhost).")
-    session_days: int = Field(14, ge=1, description="Days a browser login lasts.")
+    session_days: int = Field(14, ge=1, description="Days a browser login lasts at most, however busy.")
+    session_idle_hours: float = Field(
+        12.0, gt=0, description="Hours a browser login lasts unused; logging in again is needed after that."
+    )
     max_body_bytes: int = Field(
         1 << 20,
         ge=1024,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -28,8 +27,3 @@ def load_or_create(path: Path) -> str:
         f.write(value + "\n")
     os.chmod(path, 0o600)
     return value
-
-
-def fingerprint(secret: str) -> str:
-    """A short non-reversible tag of a secret, to tell which one a session was made with."""
-    return hashlib.sha256(secret.encode()).hexdigest()[:16]

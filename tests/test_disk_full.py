@@ -18,10 +18,8 @@ from typing import Any
 
 import pytest
 from httpx import ASGITransport, AsyncClient
-from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from app.db.models import AuditEvent
 from app.demo.cluster import SimCluster
 from app.demo.presets import seed_demo_presets
 from app.disk import is_disk_full
@@ -141,10 +139,10 @@ async def test_writes_on_a_full_data_dir_answer_507_with_the_sentence_and_reads_
     await deck.attempt_when(attempt["id"], lambda a: a["status"] == "stopped")
 
 
-async def test_login_works_on_a_full_data_dir_and_every_page_shows_the_banner(deck: Deck) -> None:
+async def test_every_page_shows_the_banner_and_a_new_login_says_why_it_cannot_be_kept(deck: Deck) -> None:
     assert "the data dir is full" not in (await deck.browser.get("/login")).text
+    assert await deck.log_in() == 303  # a login is a row on the server, so it is made while there is room
     await deck.fill()
-    assert await deck.log_in() == 303
     for page in ("/hosts", "/presets", "/attempts", "/audit"):
         html = (await deck.browser.get(page)).text
         assert f'<p class="banner" id="disk-warning" role="alert">{deck.sentence}</p>' in html, page
@@ -159,8 +157,15 @@ async def test_login_works_on_a_full_data_dir_and_every_page_shows_the_banner(de
         headers={"accept": "text/html"},
     )
     assert answer.status_code == 507 and deck.sentence in answer.text
-    async with deck.runtime.sessions.read() as session:  # the login went to the server log instead
-        assert not (await session.scalars(select(AuditEvent).where(AuditEvent.action == "login"))).all()
+    # A new login could not be ended again if it were not kept: it is refused, with the reason.
+    deck.browser.cookies.clear()
+    form = await deck.browser.get("/login")
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+    assert csrf
+    answer = await deck.browser.post(
+        "/login", data={"token": TOKEN, "csrf_token": csrf[1]}, headers={"accept": "text/html"}
+    )
+    assert answer.status_code == 507 and deck.sentence in answer.text
 
 
 async def test_the_mirror_pauses_on_a_full_data_dir_and_resumes_exactly_at_its_offset(deck: Deck) -> None:
@@ -168,6 +173,7 @@ async def test_the_mirror_pauses_on_a_full_data_dir_and_resumes_exactly_at_its_o
     host_log = deck.host_log(attempt)
     mirror_file = deck.data_dir / "logs" / f"{attempt['id']}.log"
     await until(lambda: _same(mirror_file, host_log), "the mirror did not catch up")
+    assert await deck.log_in() == 303  # while there is room to keep the login
     filler = await deck.fill()
     with host_log.open("ab") as log:
         for n in range(20_000):  # about 1 MB, with no room for it on the dashboard
@@ -175,7 +181,6 @@ async def test_the_mirror_pauses_on_a_full_data_dir_and_resumes_exactly_at_its_o
     paused = f"log mirror paused: {deck.sentence}"
     seen = await deck.attempt_when(attempt["id"], lambda a: a["log_mirror"] == paused)
     assert seen["status"] == "ready"
-    assert await deck.log_in() == 303
     page = (await deck.browser.get(f"/attempts/{attempt['id']}")).text
     assert f'<p class="notice tracking" id="attempt-mirror">{paused}</p>' in page
     assert mirror_file.stat().st_size < host_log.stat().st_size

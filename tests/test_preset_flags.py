@@ -121,9 +121,9 @@ async def test_the_api_rewrites_a_preset_to_a_new_audited_revision(api: AsyncCli
     answer = await api.post("/api/presets/to-rewrite/rewrite", json={"version": "0.5.23"})
     assert answer.status_code == 200, answer.text
     assert (answer.json()["revisions"], answer.json()["revision"]["args"]) == (2, rewritten)
-    assert answer.json()["revision"]["created_by"] == "token"
+    assert answer.json()["revision"]["created_by"] == "service token"
     [event] = [e for e in (await api.get("/api/audit")).json() if e["action"] == "preset-rewrite"]
-    assert (event["actor"], event["target"]) == ("token", "to-rewrite")
+    assert (event["actor"], event["target"]) == ("service token", "to-rewrite")
     assert event["detail"] == {
         "revision": 2,
         "version": "0.5.23",

@@ -37,7 +37,7 @@ async def test_rules_are_made_read_edited_and_deleted_through_the_api(api: Async
     )
     assert made.status_code == 201, made.text
     rule = made.json()
-    assert (rule["class"], rule["author"], rule["scope"], rule["flag_aware"]) == ("oom", "token", "root", True)
+    assert (rule["class"], rule["author"], rule["scope"], rule["flag_aware"]) == ("oom", "service token", "root", True)
     assert (await api.get(f"/api/rules/{rule['id']}")).json() == rule
     changed = await api.put(f"/api/rules/{rule['id']}", json={"match": "x", "class": "nccl", "title": "T"})
     assert changed.status_code == 200 and changed.json()["class"] == "nccl"
@@ -80,14 +80,14 @@ async def test_cli_imports_a_rules_file_whole_and_exports_it_back(
         assert code == 0 and out.startswith(f"2 rules imported from {tmp_path / 'team.toml'}"), out
         rules = (await api.get("/api/rules")).json()
         assert [(r["author"], r["title"]) for r in rules] == [
-            ("dee", "Another server holds the port"), ("token", "The flag is ignored")
+            ("dee", "Another server holds the port"), ("service token", "The flag is ignored")
         ]  # fmt: skip
 
         code, out = await launchdeck("export", str(tmp_path / "out.toml"))
         assert code == 0 and out.strip() == f"2 rules written to {tmp_path / 'out.toml'}"
         exported = parse_rules((tmp_path / "out.toml").read_text())
         assert [(r.author, r.title, r.scope) for r in exported] == [
-            ("dee", "Another server holds the port", "root"), ("token", "The flag is ignored", "any")
+            ("dee", "Another server holds the port", "root"), ("service token", "The flag is ignored", "any")
         ]  # fmt: skip
         code, printed = await launchdeck("export")
         assert code == 0 and parse_rules(printed) == exported

@@ -287,3 +287,48 @@ class DiagnosisRule(Base):
     author: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Role(StrEnum):
+    """What a person may do; each role may do everything the ones before it may."""
+
+    VIEWER = "viewer"  # read everything but the whole audit trail
+    OPERATOR = "operator"  # also launch, stop, relaunch, edit presets and team rules
+    ADMIN = "admin"  # also accounts and the whole audit trail
+
+    def allows(self, needed: Role) -> bool:
+        order = list(Role)
+        return order.index(self) >= order.index(needed)
+
+
+class User(Base):
+    """A person who logs in with a name and password. Never deleted, so the audit trail's names
+    keep meaning someone; `disabled_at` ends their access instead."""
+
+    __tablename__ = "user_account"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(16), default=Role.VIEWER.value)
+    disabled_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    password_changed_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LoginSession(Base):
+    """One browser login. The cookie carries a random id; only its sha256 is kept here, so this
+    table cannot be replayed. A row with no user is a login with the access token (the built-in
+    admin); its `token_check` ties it to that token, so a new token ends such logins."""
+
+    __tablename__ = "login_session"
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    id_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"), index=True)
+    token_check: Mapped[str] = mapped_column(String(64), default="")
+    remote_addr: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    user: Mapped[User | None] = relationship()

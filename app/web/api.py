@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from app.gpu.overview import HostOverview, current_overview
-from app.web.deps import ApiUser, HostDep, RuntimeDep
+from app.web.deps import ApiViewer, HostDep, RuntimeDep
 
 router = APIRouter(prefix="/api")
 FRESH = 5.0  # seconds a GPU probe reading is served as current
@@ -57,12 +57,12 @@ async def health(runtime: RuntimeDep) -> Health:
 
 
 @router.get("/hosts")
-async def list_hosts(runtime: RuntimeDep, _user: ApiUser) -> list[HostPublic]:
+async def list_hosts(runtime: RuntimeDep, _user: ApiViewer) -> list[HostPublic]:
     """Every configured host with its connection state and per-GPU memory from nvidia-smi."""
     overviews = await asyncio.gather(*(current_overview(h, runtime.gpus.hosts[h.name], FRESH) for h in runtime.ssh))
     return [HostPublic.from_overview(overview) for overview in overviews]
 
 
 @router.get("/hosts/{name}")
-async def get_host(host: HostDep, runtime: RuntimeDep, _user: ApiUser) -> HostPublic:
+async def get_host(_user: ApiViewer, host: HostDep, runtime: RuntimeDep) -> HostPublic:
     return HostPublic.from_overview(await current_overview(host, runtime.gpus.hosts[host.name], FRESH))

@@ -17,7 +17,7 @@ from app.errors import InvalidInput
 from app.launch import failure_signatures, history
 from app.launch.failure_signatures import drift_of
 from app.launch.relaunch import changed_input, relaunch, suggested_change
-from app.web.deps import ApiUser, AttemptDep, ReadDb, RuntimeDep
+from app.web.deps import ApiOperator, ApiViewer, AttemptDep, ReadDb, RuntimeDep, audit_actor
 from app.web.paging import link_next
 from app.web.params import Int64
 
@@ -187,7 +187,7 @@ class AuditPublic(BaseModel):
 
 
 @router.post("/preflight")
-async def preflight(body: PreflightIn, runtime: RuntimeDep, _user: ApiUser) -> dict[str, Any]:
+async def preflight(body: PreflightIn, runtime: RuntimeDep, _user: ApiOperator) -> dict[str, Any]:
     """The checks a launch would run, without launching."""
     result = await runtime.attempts.preflight(preset=body.preset, host=body.host, gpus=body.gpus, port=body.port)
     return result.as_dict()
@@ -209,7 +209,7 @@ class Refused(BaseModel):
         422: {"model": Refused, "description": "A blocking preflight check failed: resend with override_reason."},
     },
 )
-async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiUser) -> Launched:
+async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiOperator) -> Launched:
     """Runs the preflight, records the attempt and starts it; follow it with GET /api/attempts/{id}.
     A refused launch records no attempt."""
     attempt = await runtime.attempts.launch(
@@ -220,14 +220,14 @@ async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiUser) -> Launched
         revision=body.revision,
         override_reason=body.override_reason,
         confirm_failed_before=body.confirm_failed_before,
-        actor=user,
+        actor=user.name,
     )
     return Launched(id=attempt.id, status=attempt.status)
 
 
 @router.post("/attempts/{attempt_id}/relaunch", status_code=status.HTTP_202_ACCEPTED)
 async def relaunch_attempt(
-    attempt_id: Int64, runtime: RuntimeDep, user: ApiUser, attempt: AttemptDep, body: RelaunchIn | None = None
+    attempt_id: Int64, runtime: RuntimeDep, user: ApiOperator, attempt: AttemptDep, body: RelaunchIn | None = None
 ) -> Relaunched:
     """Launches the attempt's preset revision again on its host, GPUs and port; with changes, a new
     revision made from the attempt's runs instead. No body: the same choices again."""
@@ -240,7 +240,7 @@ async def relaunch_attempt(
     done = await relaunch(
         runtime.attempts,
         attempt_id=attempt_id,
-        actor=user,
+        actor=user.name,
         data=changed_input(attempt, changes) if changes else None,
         override_reason=body.override_reason,
         confirm_failed_before=body.confirm_failed_before,
@@ -253,7 +253,7 @@ async def list_attempts(
     request: Request,
     response: Response,
     db: ReadDb,
-    _user: ApiUser,
+    _user: ApiViewer,
     host: str | None = None,
     preset: str | None = None,
     status: str | None = None,
@@ -270,14 +270,14 @@ async def list_attempts(
 
 
 @router.get("/attempts/{attempt_id}")
-async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, _user: ApiUser, attempt: AttemptDep) -> AttemptPublic:
+async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, _user: ApiViewer, attempt: AttemptDep) -> AttemptPublic:
     tracking, log_mirror = runtime.attempts.tracking_note(attempt_id), runtime.mirror_note(attempt_id)
     return AttemptPublic.of(attempt, tracking=tracking, log_mirror=log_mirror)
 
 
 @router.post("/attempts/{attempt_id}/stop", status_code=status.HTTP_202_ACCEPTED)
-async def stop(attempt_id: Int64, runtime: RuntimeDep, user: ApiUser) -> Launched:
-    attempt = await runtime.attempts.stop(attempt_id, actor=user)
+async def stop(attempt_id: Int64, runtime: RuntimeDep, user: ApiOperator) -> Launched:
+    attempt = await runtime.attempts.stop(attempt_id, actor=user.name)
     return Launched(id=attempt.id, status=attempt.status)
 
 
@@ -286,14 +286,14 @@ async def audit_events(
     request: Request,
     response: Response,
     db: ReadDb,
-    _user: ApiUser,
+    user: ApiViewer,
     actor: str | None = None,
     before: Int64 | None = None,
     limit: Int64 = 100,
 ) -> list[AuditPublic]:
     """Newest first, `limit` (at most 1000) at a time, optionally one actor's; the `Link` header's
-    rel="next" is the next page."""
+    rel="next" is the next page. Only an admin reads other people's events."""
     limit = max(1, min(limit, 1000))
-    events = await audit.recent_events(db, actor=actor, before=before, limit=limit + 1)
+    events = await audit.recent_events(db, actor=audit_actor(user, actor), before=before, limit=limit + 1)
     link_next(request, response, events[limit - 1].id if len(events) > limit else None)
     return [AuditPublic.model_validate(event, from_attributes=True) for event in events[:limit]]

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
 from app.launch import compare, failure_signatures
-from app.web.deps import ApiUser, LogsDep, ReadDb
+from app.web.deps import ApiViewer, LogsDep, ReadDb
 from app.web.paging import link_next
 from app.web.params import Int64, compared_ids
 
@@ -33,7 +33,7 @@ class SignaturePublic(BaseModel):
 async def compare_attempts(
     db: ReadDb,
     logs: LogsDep,
-    _user: ApiUser,
+    _user: ApiViewer,
     a: Int64 | None = None,
     b: Int64 | None = None,
     ids: Annotated[
@@ -52,7 +52,7 @@ async def signatures(
     request: Request,
     response: Response,
     db: ReadDb,
-    _user: ApiUser,
+    _user: ApiViewer,
     failure_class: str | None = None,
     before: str | None = None,
     limit: Int64 = 50,
@@ -77,7 +77,7 @@ async def signature_attempts(
     response: Response,
     fingerprint: str,
     db: ReadDb,
-    _user: ApiUser,
+    _user: ApiViewer,
     before: Int64 | None = None,
     limit: Int64 = 100,
 ) -> list[int]:

@@ -14,7 +14,7 @@ from app.db.models import Attempt
 from app.errors import NotFound, SearchTooSlow
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import LogSearch, search_log
-from app.web.deps import ApiUser, AttemptDep, LogDep, RuntimeDep
+from app.web.deps import ApiViewer, AttemptDep, LogDep, RuntimeDep
 from app.web.disconnect import unless_disconnected
 from app.web.errors import status_of
 from app.web.log_views import attempts_matching, event_stream, resume_offset
@@ -27,7 +27,7 @@ MAX_READ = 16 << 20
 
 @router.get("/attempts/{attempt_id}/log", response_class=Response)
 async def read_log(
-    _user: ApiUser,
+    _user: ApiViewer,
     _attempt: AttemptDep,
     log: LogDep,
     offset: Int64 = 0,
@@ -45,7 +45,7 @@ async def read_log(
 
 
 @router.get("/attempts/{attempt_id}/log/download", response_class=FileResponse)
-async def download_log(attempt_id: Int64, _user: ApiUser, attempt: AttemptDep, log: LogDep) -> FileResponse:
+async def download_log(attempt_id: Int64, _user: ApiViewer, attempt: AttemptDep, log: LogDep) -> FileResponse:
     if not log.exists:
         raise NotFound(f"attempt {attempt_id} has no mirrored log yet")
     filename = f"attempt-{attempt_id}-{attempt.host.name}.log"
@@ -56,7 +56,7 @@ async def download_log(attempt_id: Int64, _user: ApiUser, attempt: AttemptDep, l
 async def log_events(
     attempt_id: Int64,
     runtime: RuntimeDep,
-    _user: ApiUser,
+    _user: ApiViewer,
     _attempt: AttemptDep,
     log_file: LogDep,
     offset: Int64 = 0,
@@ -97,7 +97,7 @@ def _json_event(name: str, data: dict[str, Any], end: int | None) -> ServerSentE
 async def grep(
     request: Request,
     runtime: RuntimeDep,
-    _user: ApiUser,
+    _user: ApiViewer,
     _attempt: AttemptDep,
     log: LogDep,
     q: str,
@@ -152,7 +152,7 @@ def _search_json(search: LogSearch) -> dict[str, Any]:
 async def grep_attempts(
     request: Request,
     runtime: RuntimeDep,
-    _user: ApiUser,
+    _user: ApiViewer,
     q: str,
     preset: str = "",
     host: str = "",

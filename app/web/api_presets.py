@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from app.db.models import Preset, PresetRevision
 from app.launch import preset_flags, presets
-from app.web.deps import ApiUser, ReadDb, WriteDb
+from app.web.deps import ApiOperator, ApiViewer, ReadDb, WriteDb
 from app.web.params import Int64
 
 router = APIRouter(prefix="/api/presets", tags=["presets"])
@@ -132,55 +132,57 @@ class Change(BaseModel):
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
-async def create_preset(body: PresetIn, db: WriteDb, user: ApiUser) -> PresetPublic:
-    return PresetPublic.of(await presets.create_preset(db, body.domain(), actor=user))
+async def create_preset(body: PresetIn, db: WriteDb, user: ApiOperator) -> PresetPublic:
+    return PresetPublic.of(await presets.create_preset(db, body.domain(), actor=user.name))
 
 
 @router.get("")
-async def list_presets(db: ReadDb, _user: ApiUser, archived: bool = False) -> list[PresetPublic]:
+async def list_presets(db: ReadDb, _user: ApiViewer, archived: bool = False) -> list[PresetPublic]:
     return [PresetPublic.of(preset) for preset in await presets.list_presets(db, archived=archived)]
 
 
 @router.get("/{name}")
-async def get_preset(name: str, db: ReadDb, _user: ApiUser) -> PresetPublic:
+async def get_preset(name: str, db: ReadDb, _user: ApiViewer) -> PresetPublic:
     return PresetPublic.of(await presets.get_preset(db, name))
 
 
 @router.get("/{name}/revisions")
-async def list_revisions(name: str, db: ReadDb, _user: ApiUser) -> list[RevisionPublic]:
+async def list_revisions(name: str, db: ReadDb, _user: ApiViewer) -> list[RevisionPublic]:
     return [RevisionPublic.of(revision) for revision in (await presets.get_preset(db, name)).revisions]
 
 
 @router.put("/{name}")
-async def update_preset(name: str, body: PresetUpdate, db: WriteDb, read: ReadDb, user: ApiUser) -> PresetPublic:
+async def update_preset(name: str, body: PresetUpdate, db: WriteDb, read: ReadDb, user: ApiOperator) -> PresetPublic:
     """Saves a new revision when anything changed; the answer shows the latest revision either way."""
     preset = await presets.get_preset(db, name)
-    await presets.save_preset(db, preset, presets.PresetInput(name=name, **body.model_dump()), actor=user)
+    await presets.save_preset(db, preset, presets.PresetInput(name=name, **body.model_dump()), actor=user.name)
     return PresetPublic.of(await presets.get_preset(read, name))
 
 
 @router.post("/{name}/clone", status_code=status.HTTP_201_CREATED)
-async def clone_preset(name: str, body: CloneIn, db: WriteDb, user: ApiUser) -> PresetPublic:
-    clone = await presets.clone_preset(db, await presets.get_preset(db, name), body.name, actor=user)
+async def clone_preset(name: str, body: CloneIn, db: WriteDb, user: ApiOperator) -> PresetPublic:
+    clone = await presets.clone_preset(db, await presets.get_preset(db, name), body.name, actor=user.name)
     return PresetPublic.of(clone)
 
 
 @router.post("/{name}/archive")
-async def archive_preset(name: str, db: WriteDb, read: ReadDb, user: ApiUser, restore: bool = False) -> PresetPublic:
+async def archive_preset(
+    name: str, db: WriteDb, read: ReadDb, user: ApiOperator, restore: bool = False
+) -> PresetPublic:
     preset = await presets.get_preset(db, name)
-    await presets.archive_preset(db, preset, actor=user, archived=not restore)
+    await presets.archive_preset(db, preset, actor=user.name, archived=not restore)
     return PresetPublic.of(await presets.get_preset(read, name))
 
 
 @router.get("/{name}/diff")
-async def diff(name: str, a: Int64, b: Int64, db: ReadDb, _user: ApiUser) -> list[Change]:
+async def diff(name: str, a: Int64, b: Int64, db: ReadDb, _user: ApiViewer) -> list[Change]:
     preset = await presets.get_preset(db, name)
     changes = presets.diff_revisions(presets.revision_of(preset, a), presets.revision_of(preset, b))
     return [Change(field=field, before=before, after=after) for field, before, after in changes]
 
 
 @router.get("/{name}/flags")
-async def flag_reports(name: str, db: ReadDb, _user: ApiUser) -> list[FlagReportPublic]:
+async def flag_reports(name: str, db: ReadDb, _user: ApiViewer) -> list[FlagReportPublic]:
     """The latest revision's flags against each SGLang version its Python last reported on a host
     (or the newest release known, when none has): renamed, deprecated and removed ones."""
     revision = presets.latest(await presets.get_preset(db, name))
@@ -188,9 +190,9 @@ async def flag_reports(name: str, db: ReadDb, _user: ApiUser) -> list[FlagReport
 
 
 @router.post("/{name}/rewrite")
-async def rewrite_preset(name: str, body: RewriteIn, db: WriteDb, read: ReadDb, user: ApiUser) -> PresetPublic:
+async def rewrite_preset(name: str, body: RewriteIn, db: WriteDb, read: ReadDb, user: ApiOperator) -> PresetPublic:
     """Saves a new revision with the flags that SGLang `version` renamed, deprecated or removed
     rewritten as SGLang advises; 422 when there is nothing to rewrite."""
     preset = await presets.get_preset(db, name)
-    await preset_flags.rewrite_preset(db, preset, version=body.version, actor=user)
+    await preset_flags.rewrite_preset(db, preset, version=body.version, actor=user.name)
     return PresetPublic.of(await presets.get_preset(read, name))

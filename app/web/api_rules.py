@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.db.models import DiagnosisRule
 from app.errors import InvalidInput
 from app.launch import team_rules
-from app.web.deps import ApiUser, ReadDb, RuntimeDep, WriteDb
+from app.web.deps import ApiOperator, ApiViewer, ReadDb, RuntimeDep, WriteDb
 from app.web.params import Int64
 
 router = APIRouter(prefix="/api/rules", tags=["rules"])
@@ -51,18 +51,18 @@ def _remote(request: Request) -> str:
 
 
 @router.get("")
-async def list_rules(db: ReadDb, _user: ApiUser) -> list[RulePublic]:
+async def list_rules(db: ReadDb, _user: ApiViewer) -> list[RulePublic]:
     return [RulePublic.of(row) for row in await team_rules.list_rules(db)]
 
 
 @router.get("/export", response_class=Response, responses={200: {"content": {TOML: {}}}})
-async def export_rules(db: ReadDb, _user: ApiUser) -> Response:
+async def export_rules(db: ReadDb, _user: ApiViewer) -> Response:
     rules = [rule for _, rule in await team_rules.active_rules(db)]
     return Response(team_rules.export_toml(rules), media_type=TOML)
 
 
 @router.post("/import", status_code=status.HTTP_201_CREATED)
-async def import_rules(request: Request, db: WriteDb, runtime: RuntimeDep, user: ApiUser) -> list[RulePublic]:
+async def import_rules(request: Request, db: WriteDb, runtime: RuntimeDep, user: ApiOperator) -> list[RulePublic]:
     """The body is a rules file; every rule is checked before any is added."""
     body = await request.body()
     if len(body) > MAX_RULES_FILE:
@@ -71,37 +71,42 @@ async def import_rules(request: Request, db: WriteDb, runtime: RuntimeDep, user:
         text = body.decode()
     except UnicodeDecodeError:
         raise InvalidInput("the rules file is not UTF-8 text") from None
-    rows = await team_rules.import_toml(db, text, actor=user, remote_addr=_remote(request))
+    rows = await team_rules.import_toml(db, text, actor=user.name, remote_addr=_remote(request))
     runtime.rediagnosis.request()
     return [RulePublic.of(row) for row in rows]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 async def create_rule(
-    request: Request, db: WriteDb, runtime: RuntimeDep, user: ApiUser, table: dict[str, Any] = RuleBody
+    request: Request, db: WriteDb, runtime: RuntimeDep, user: ApiOperator, table: dict[str, Any] = RuleBody
 ) -> RulePublic:
-    row = await team_rules.create_rule(db, table, actor=user, remote_addr=_remote(request))
+    row = await team_rules.create_rule(db, table, actor=user.name, remote_addr=_remote(request))
     runtime.rediagnosis.request()
     return RulePublic.of(row)
 
 
 @router.get("/{rule_id}")
-async def get_rule(rule_id: Int64, db: ReadDb, _user: ApiUser) -> RulePublic:
+async def get_rule(rule_id: Int64, db: ReadDb, _user: ApiViewer) -> RulePublic:
     return RulePublic.of(await team_rules.get_rule(db, rule_id))
 
 
 @router.put("/{rule_id}")
 async def update_rule(
-    request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: ApiUser, table: dict[str, Any] = RuleBody
+    request: Request,
+    rule_id: Int64,
+    db: WriteDb,
+    runtime: RuntimeDep,
+    user: ApiOperator,
+    table: dict[str, Any] = RuleBody,
 ) -> RulePublic:
     row = await team_rules.get_rule(db, rule_id)
-    row = await team_rules.update_rule(db, row, table, actor=user, remote_addr=_remote(request))
+    row = await team_rules.update_rule(db, row, table, actor=user.name, remote_addr=_remote(request))
     runtime.rediagnosis.request()
     return RulePublic.of(row)
 
 
 @router.delete("/{rule_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: ApiUser) -> None:
+async def delete_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: ApiOperator) -> None:
     row = await team_rules.get_rule(db, rule_id)
-    await team_rules.delete_rule(db, row, actor=user, remote_addr=_remote(request))
+    await team_rules.delete_rule(db, row, actor=user.name, remote_addr=_remote(request))
     runtime.rediagnosis.request()

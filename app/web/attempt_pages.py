@@ -17,7 +17,7 @@ from app.gpu.overview import current_overview
 from app.launch import compare, failure_signatures, guards, history, presets
 from app.launch.preflight import Preflight
 from app.logs.live import tail
-from app.web.deps import LogsDep, PageUser, ReadDb, Runtime, RuntimeDep
+from app.web.deps import Caller, LogsDep, Operator, ReadDb, Runtime, RuntimeDep, Viewer, audit_actor
 from app.web.diagnosis_panel import diagnosis_context
 from app.web.errors import status_of
 from app.web.log_views import lines_html, log_context
@@ -48,14 +48,14 @@ async def launch_choice(request: Request) -> dict[str, Any]:
     return values
 
 
-async def launch_context(runtime: Runtime, user: str, choice: dict[str, Any]) -> dict[str, Any]:
+async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any]) -> dict[str, Any]:
     """The form's choices, those not given taken from the user's last launch of the preset; the
     host's GPUs may be asked of the host, after the presets are read."""
     async with runtime.sessions.read() as db:
         active = await presets.list_presets(db)
         preset_name = choice.get("preset") or (active[0].name if active else "")
         if preset_name and not choice.get("host"):  # the choices of the user's last launch of it
-            last = await history.last_launch(db, preset=preset_name, actor=user)
+            last = await history.last_launch(db, preset=preset_name, actor=user.name)
             if last is not None:
                 choice = {**choice, "host": last.host.name, "gpus": choice.get("gpus") or list(last.gpus)}
                 choice["port"] = choice.get("port") or last.port
@@ -100,18 +100,18 @@ def suggested_port(choice: dict[str, Any], preflight: Preflight | None) -> dict[
 
 
 @router.get("/launch", response_class=HTMLResponse)
-async def launch_form(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
+async def launch_form(request: Request, runtime: RuntimeDep, user: Operator) -> Response:
     context = await launch_context(runtime, user, await launch_choice(request))
     return render(request, "launch.html", context, block="launch_form")
 
 
 @router.post("/launch/preflight", response_class=HTMLResponse)
-async def launch_preflight(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
+async def launch_preflight(request: Request, runtime: RuntimeDep, user: Operator) -> Response:
     choice = await launch_choice(request)
     context = await launch_context(runtime, user, choice)
     try:
         context["preflight"] = await runtime.attempts.preflight(
-            preset=choice["preset"], host=choice["host"], gpus=choice["gpus"], port=choice["port"]
+            preset=choice.get("preset", ""), host=choice.get("host", ""), gpus=choice["gpus"], port=choice["port"]
         )
     except (InvalidInput, HostError) as exc:
         context["error"] = str(exc)
@@ -120,7 +120,7 @@ async def launch_preflight(request: Request, runtime: RuntimeDep, user: PageUser
 
 
 @router.post("/launch", response_class=HTMLResponse)
-async def launch(request: Request, runtime: RuntimeDep, user: PageUser) -> Response:
+async def launch(request: Request, runtime: RuntimeDep, user: Operator) -> Response:
     choice = await launch_choice(request)
     override = choice.get("override_reason", "").strip() if choice.get("override") else ""
     try:
@@ -131,7 +131,7 @@ async def launch(request: Request, runtime: RuntimeDep, user: PageUser) -> Respo
             port=choice["port"],
             override_reason=override,
             confirm_failed_before=bool(choice.get("confirm_failed_before")),
-            actor=user,
+            actor=user.name,
         )
     except LaunchRefused as exc:
         context = await launch_context(runtime, user, choice)
@@ -150,7 +150,7 @@ async def attempts_page(
     request: Request,
     runtime: RuntimeDep,
     db: ReadDb,
-    user: PageUser,
+    user: Viewer,
     host: str = "",
     preset: str = "",
     status: str = "",
@@ -195,7 +195,7 @@ def serving_example(attempt: Attempt) -> dict[str, Any]:
 
 @router.get("/attempts/{attempt_id}", response_class=HTMLResponse)
 async def attempt_page(
-    request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, logs: LogsDep, user: PageUser
+    request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, logs: LogsDep, user: Viewer
 ) -> Response:
     seen = runtime.attempts.changes.stamp(attempt_id)  # before the row is read: no later change is missed
     attempt = await history.load_attempt(db, attempt_id)
@@ -224,15 +224,16 @@ async def attempt_page(
 
 
 @router.post("/attempts/{attempt_id}/stop")
-async def stop_attempt(attempt_id: Int64, runtime: RuntimeDep, user: PageUser) -> Response:
-    await runtime.attempts.stop(attempt_id, actor=user)
+async def stop_attempt(attempt_id: Int64, runtime: RuntimeDep, user: Operator) -> Response:
+    await runtime.attempts.stop(attempt_id, actor=user.name)
     return RedirectResponse(f"/attempts/{attempt_id}", status_code=303)
 
 
 @router.get("/audit", response_class=HTMLResponse)
 async def audit_page(
-    request: Request, db: ReadDb, user: PageUser, actor: str = "", before: Int64 | None = None
+    request: Request, db: ReadDb, user: Viewer, actor: str = "", before: Int64 | None = None
 ) -> Response:
+    actor = audit_actor(user, actor or None) or ""
     events = await audit.recent_events(db, actor=actor or None, before=before, limit=AUDIT_PAGE_SIZE + 1)
     context = {
         "user": user,

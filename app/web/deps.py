@@ -6,23 +6,29 @@ slow work: a route that goes on to grep, read a log file or ask a host takes `At
 by a session that is closed again before the route runs, or leaves the database to a service
 that opens its own short units of work around the slow part (launch, stop, preflight). A route
 that reads a mirrored log borrows it through `LogDep` (or `LogsDep`, for several), which gives it
-back to the store when the request ends."""
+back to the store when the request ends.
+
+Who is asking is a `Caller`, given by the role guards: `Viewer`, `Operator` and `Admin` for
+pages (a browser login; form posts carry the CSRF token), `ApiViewer`, `ApiOperator` and
+`ApiAdmin` for the API (the access token as a bearer token, or a browser login)."""
 
 from __future__ import annotations
 
 import hmac
+import inspect
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import Depends, Form, HTTPException, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.accounts.logins import Login, Timeouts, find_login
 from app.config import Settings
-from app.credentials import fingerprint
 from app.db import Sessions
-from app.db.models import Attempt
+from app.db.models import Attempt, Role
 from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
@@ -70,6 +76,12 @@ class Runtime:
 
     def token_matches(self, candidate: str) -> bool:
         return bool(candidate) and hmac.compare_digest(candidate.encode(), self.token.encode())
+
+    @property
+    def login_timeouts(self) -> Timeouts:
+        return Timeouts(
+            idle=timedelta(hours=self.settings.session_idle_hours), absolute=timedelta(days=self.settings.session_days)
+        )
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -130,6 +142,18 @@ class LoginRequired(Exception):
     """A page was asked for without a login; the handler redirects to the login form."""
 
 
+# What the audit trail and attempts record for a caller with the access token as bearer token.
+SERVICE_TOKEN = "service token"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: a person's name (or SERVICE_TOKEN) and what they may do."""
+
+    name: str
+    role: Role
+
+
 def csrf_token(request: Request) -> str:
     """The session's CSRF token, created on first use."""
     token = request.session.get("csrf")
@@ -138,12 +162,17 @@ def csrf_token(request: Request) -> str:
     return str(token)
 
 
-def session_user(request: Request, runtime: Runtime) -> str | None:
-    """The user logged in with this browser session, if its login used the current token."""
-    if request.session.get("token_id") != fingerprint(runtime.token):
-        return None
-    user = request.session.get("user")
-    return str(user) if user else None
+async def session_login(request: Request, runtime: Runtime) -> Login | None:
+    """The browser's login, if it is still good; looked up once per request."""
+    if hasattr(request.state, "login"):
+        found: Login | None = request.state.login
+        return found
+    login_id = request.session.get("login")
+    found = None
+    if isinstance(login_id, str) and login_id:
+        found = await find_login(runtime.sessions, login_id, token=runtime.token, timeouts=runtime.login_timeouts)
+    request.state.login = found
+    return found
 
 
 def _bearer(request: Request) -> str | None:
@@ -160,33 +189,59 @@ def check_csrf(request: Request, submitted: str | None) -> None:
         raise HTTPException(403, "CSRF check failed: reload the page and try again")
 
 
-async def api_user(request: Request, runtime: RuntimeDep) -> str:
-    """An API caller: a bearer token, or a logged-in browser (which must pass the CSRF check)."""
+async def api_caller(request: Request, runtime: RuntimeDep) -> Caller:
+    """An API caller: the access token as bearer token, or a logged-in browser (which must pass
+    the CSRF check)."""
     bearer = _bearer(request)
     if bearer is not None:
         if guarded_bearer(runtime.login_limits, client_address(request), lambda: runtime.token_matches(bearer)):
-            return "token"
+            return Caller(SERVICE_TOKEN, Role.ADMIN)
         raise HTTPException(401, "invalid API token", headers={"WWW-Authenticate": "Bearer"})
-    user = session_user(request, runtime)
-    if user is None:
+    login = await session_login(request, runtime)
+    if login is None:
         raise HTTPException(
             401, "authentication required: send Authorization: Bearer <token>", headers={"WWW-Authenticate": "Bearer"}
         )
     check_csrf(request, None)
-    return user
+    return Caller(login.name, login.role)
 
 
-async def page_user(request: Request, runtime: RuntimeDep, csrf_token: Annotated[str | None, Form()] = None) -> str:
+async def page_caller(
+    request: Request, runtime: RuntimeDep, csrf_token: Annotated[str | None, Form()] = None
+) -> Caller:
     """A logged-in browser; form posts must carry the session's CSRF token."""
-    user = session_user(request, runtime)
-    if user is None:
+    login = await session_login(request, runtime)
+    if login is None:
         raise LoginRequired()
     check_csrf(request, csrf_token)
-    return user
+    return Caller(login.name, login.role)
 
 
-ApiUser = Annotated[str, Depends(api_user)]
-PageUser = Annotated[str, Depends(page_user)]
+def _needs(role: Role, caller_of: Callable[..., Awaitable[Caller]]) -> Callable[[Caller], Caller]:
+    def guard(caller: Caller) -> Caller:
+        if not caller.role.allows(role):
+            raise HTTPException(403, f"this needs the {role} role; {caller.name} has the {caller.role} role")
+        return caller
+
+    # Set as objects: this module's string annotations could not name the local `caller_of`.
+    parameter = inspect.Parameter(
+        "caller", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Annotated[Caller, Depends(caller_of)]
+    )
+    guard.__signature__ = inspect.Signature([parameter], return_annotation=Caller)  # type: ignore[attr-defined]
+    return guard
+
+
+Viewer = Annotated[Caller, Depends(_needs(Role.VIEWER, page_caller))]
+Operator = Annotated[Caller, Depends(_needs(Role.OPERATOR, page_caller))]
+Admin = Annotated[Caller, Depends(_needs(Role.ADMIN, page_caller))]
+ApiViewer = Annotated[Caller, Depends(_needs(Role.VIEWER, api_caller))]
+ApiOperator = Annotated[Caller, Depends(_needs(Role.OPERATOR, api_caller))]
+ApiAdmin = Annotated[Caller, Depends(_needs(Role.ADMIN, api_caller))]
+
+
+def audit_actor(caller: Caller, asked: str | None) -> str | None:
+    """Whose audit events the caller may read: an admin's choice (None: everyone's), or else their own."""
+    return asked if caller.role.allows(Role.ADMIN) else caller.name
 
 
 def get_host(name: str, runtime: RuntimeDep) -> HostConnection:

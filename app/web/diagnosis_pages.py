@@ -12,7 +12,7 @@ from app.diagnose.lexicon import HINTS
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import NotFound
 from app.launch import compare, failure_signatures
-from app.web.deps import AttemptDep, LogsDep, PageUser, ReadDb
+from app.web.deps import AttemptDep, LogsDep, ReadDb, Viewer
 from app.web.log_views import lines_html
 from app.web.params import Int64, compared_ids
 from app.web.templating import render
@@ -23,7 +23,7 @@ ERROR_GROUPS_SHOWN = 50
 
 @router.get("/errors", response_class=HTMLResponse)
 async def errors_page(
-    request: Request, db: ReadDb, user: PageUser, failure_class: str = "", before: str = ""
+    request: Request, db: ReadDb, user: Viewer, failure_class: str = "", before: str = ""
 ) -> Response:
     groups = await failure_signatures.signature_groups(
         db, failure_class=failure_class or None, before=before or None, limit=ERROR_GROUPS_SHOWN + 1
@@ -40,7 +40,7 @@ async def errors_page(
 
 @router.get("/errors/{fingerprint}", response_class=HTMLResponse)
 async def error_group_page(
-    request: Request, fingerprint: str, db: ReadDb, user: PageUser, before: Int64 | None = None
+    request: Request, fingerprint: str, db: ReadDb, user: Viewer, before: Int64 | None = None
 ) -> Response:
     signature = await failure_signatures.get_signature(db, fingerprint)
     page_size = 50
@@ -63,7 +63,7 @@ async def compare_page(
     request: Request,
     db: ReadDb,
     logs: LogsDep,
-    user: PageUser,
+    user: Viewer,
     a: Int64 | None = None,
     b: Int64 | None = None,
     ids: Annotated[list[str] | None, Query()] = None,
@@ -77,7 +77,7 @@ async def compare_page(
 
 
 @router.get("/attempts/{attempt_id}/compare/{other}")
-async def compare_with(attempt_id: Int64, other: str, user: PageUser, attempt: AttemptDep, db: ReadDb) -> Response:
+async def compare_with(attempt_id: Int64, other: str, user: Viewer, attempt: AttemptDep, db: ReadDb) -> Response:
     """`previous`: the attempt of the same preset before this one; `last-success`: the latest
     other attempt of the preset that became ready."""
     preset = attempt.revision.preset.name

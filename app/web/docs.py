@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from app.web.deps import LoginRequired, RuntimeDep, api_user, session_user
+from app.web.deps import LoginRequired, RuntimeDep, api_caller, session_login
 
 router = APIRouter(include_in_schema=False)
 
@@ -16,17 +16,17 @@ SCHEMA_URL = "/api/openapi.json"
 
 async def docs_reader(request: Request, runtime: RuntimeDep) -> None:
     """A browser without a login is sent to the login form, which brings it back here."""
-    if runtime.settings.public_docs or session_user(request, runtime):
+    if runtime.settings.public_docs or await session_login(request, runtime):
         return
     if "authorization" in request.headers:
-        await api_user(request, runtime)
+        await api_caller(request, runtime)
         return
     raise LoginRequired()
 
 
 async def schema_reader(request: Request, runtime: RuntimeDep) -> None:
     if not runtime.settings.public_docs:
-        await api_user(request, runtime)
+        await api_caller(request, runtime)
 
 
 @router.get("/api/docs", dependencies=[Depends(docs_reader)])

@@ -27,7 +27,7 @@ from app.errors import (
     SearchOutOfMemory,
     SearchTooSlow,
 )
-from app.web.deps import LoginRequired, get_runtime, session_user
+from app.web.deps import LoginRequired, get_runtime, session_login
 from app.web.templating import render
 
 log = logging.getLogger(__name__)
@@ -56,14 +56,14 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected_error)
 
 
-def _answer(request: Request, status: int, message: str, **extra: object) -> Response:
+async def _answer(request: Request, status: int, message: str, **extra: object) -> Response:
     """JSON for the API and for clients that ask for no HTML; a page in the layout (with its menu
     when logged in) for browsers, including htmx's requests, which accept anything."""
     from_browser = "text/html" in request.headers.get("accept", "") or request.headers.get("hx-request") == "true"
     if request.url.path.startswith("/api") or not from_browser:
         return JSONResponse({"detail": message, **extra}, status_code=status)
     # An unexpected error is answered outside the session middleware: no session, no menu.
-    user = session_user(request, get_runtime(request)) if "session" in request.scope else None
+    user = await session_login(request, get_runtime(request)) if "session" in request.scope else None
     context = {"status": status, "message": message, "user": user}
     return render(request, "error.html", context, block="error", status_code=status)
 
@@ -75,7 +75,7 @@ def status_of(exc: LaunchdeckError) -> int:
 async def _domain_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LaunchdeckError)
     details = exc.details if isinstance(exc, LaunchRefused) else {}
-    return _answer(request, status_of(exc), str(exc), **details)
+    return await _answer(request, status_of(exc), str(exc), **details)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
@@ -85,12 +85,12 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
         location = ".".join(str(part) for part in error["loc"] if part not in ("body", "query", "path"))
         problems.append(f"{location}: {error['msg']}" if location else error["msg"])
     problems = list(dict.fromkeys(problems))  # a path parameter that a dependency reads too is named once
-    return _answer(request, 422, "; ".join(problems) or "invalid request", errors=problems)
+    return await _answer(request, 422, "; ".join(problems) or "invalid request", errors=problems)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    response = _answer(request, exc.status_code, str(exc.detail))
+    response = await _answer(request, exc.status_code, str(exc.detail))
     response.headers.update(exc.headers or {})
     return response
 
@@ -109,6 +109,6 @@ async def _unexpected_error(request: Request, exc: Exception) -> Response:
     if is_disk_full(exc):  # a write no domain function turned into DiskFull (the database's are)
         full = get_runtime(request).data_dir.full()
         log.warning("%s %s: %s (%s)", request.method, request.url.path, full, exc)
-        return _answer(request, status_of(full), str(full))
+        return await _answer(request, status_of(full), str(full))
     log.exception("unhandled error in %s %s", request.method, request.url.path)
-    return _answer(request, 500, "internal error; the server log has the details")
+    return await _answer(request, 500, "internal error; the server log has the details")

@@ -18,7 +18,7 @@ from sse_starlette import EventSourceResponse
 
 from app.gpu.overview import HostFilter, HostView, filter_hosts, host_view, labels_of, local_view
 from app.launch.owners import classify, owners_by_host
-from app.web.deps import PageUser, Runtime, RuntimeDep, session_user
+from app.web.deps import Operator, Runtime, RuntimeDep, Viewer, session_login
 from app.web.params import Int64
 from app.web.templating import render, render_block
 
@@ -84,7 +84,7 @@ def hosts_context(every: list[HostView], shown: HostsQuery) -> dict[str, Any]:
 
 
 @router.get("/hosts", response_class=HTMLResponse)
-async def hosts_page(request: Request, runtime: RuntimeDep, user: PageUser, shown: HostsView) -> Response:
+async def hosts_page(request: Request, runtime: RuntimeDep, user: Viewer, shown: HostsView) -> Response:
     context = hosts_context(await host_views(runtime), shown) | {"user": user}
     return render(request, "hosts.html", context, block="host_list")
 
@@ -93,7 +93,7 @@ async def hosts_page(request: Request, runtime: RuntimeDep, user: PageUser, show
 async def host_events(request: Request, runtime: RuntimeDep, shown: HostsView) -> EventSourceResponse:
     """The host list as the page's query string shows it, rendered again whenever the GPU readings
     change (at most once a second)."""
-    user = session_user(request, runtime)
+    user = await session_login(request, runtime)
 
     # Dicts, not ServerSentEvent objects, so the response's "\n" separator applies to them.
     async def stream() -> AsyncIterator[dict[str, Any]]:
@@ -116,13 +116,13 @@ async def host_events(request: Request, runtime: RuntimeDep, shown: HostsView) -
 
 
 @router.get("/hosts/{name}", response_class=HTMLResponse)
-async def host_page(request: Request, name: str, runtime: RuntimeDep, user: PageUser) -> Response:
+async def host_page(request: Request, name: str, runtime: RuntimeDep, user: Viewer) -> Response:
     runtime.ssh.get(name)  # 404 for an unknown host
     (view,) = await host_views(runtime, name)
     return render(request, "host.html", {"host": view, "user": user})
 
 
 @router.post("/hosts/{name}/processes/{pid}/stop")
-async def stop_process(name: str, pid: Int64, runtime: RuntimeDep, user: PageUser) -> Response:
-    await runtime.attempts.stop_untracked(host=name, pid=pid, actor=user)
+async def stop_process(name: str, pid: Int64, runtime: RuntimeDep, user: Operator) -> Response:
+    await runtime.attempts.stop_untracked(host=name, pid=pid, actor=user.name)
     return RedirectResponse(f"/hosts/{name}", status_code=303)

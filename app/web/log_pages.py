@@ -17,7 +17,7 @@ from app.launch.history import attempt_finished
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import FIRST_ERROR, LogSearch, first_line, match_ranges, search_log
 from app.logs.store import Line, LogFile
-from app.web.deps import AttemptDep, LogDep, PageUser, Runtime, RuntimeDep, loaded_attempt, session_user
+from app.web.deps import AttemptDep, LogDep, Runtime, RuntimeDep, Viewer, loaded_attempt, session_login
 from app.web.disconnect import unless_disconnected
 from app.web.errors import status_of
 from app.web.log_views import attempts_matching, event_stream, lines_html, log_context, resume_offset
@@ -137,7 +137,7 @@ async def log_stream(
 ) -> EventSourceResponse:
     """New lines of the attempt's log as HTML fragments (event id = the byte offset after them),
     and `status` events when the attempt changed since `seen` (see AttemptService.changes)."""
-    user = session_user(request, runtime)
+    user = await session_login(request, runtime)
     if user is None:  # this swaps in an element whose request htmx turns into the login redirect
 
         async def login() -> AsyncIterator[ServerSentEvent]:
@@ -155,7 +155,7 @@ async def full_log(
     request: Request,
     attempt_id: Int64,
     runtime: RuntimeDep,
-    user: PageUser,
+    user: Viewer,
     attempt: AttemptDep,
     log: LogDep,
     line: Int64 | None = None,
@@ -211,7 +211,7 @@ async def grep_page(
     request: Request,
     attempt_id: Int64,
     runtime: RuntimeDep,
-    user: PageUser,
+    user: Viewer,
     attempt: AttemptDep,
     log: LogDep,
     q: str = "",
@@ -290,7 +290,7 @@ def _hits_html(attempt_id: int, search: LogSearch, ranges: list[list[tuple[int, 
 async def search_attempts(
     request: Request,
     runtime: RuntimeDep,
-    user: PageUser,
+    user: Viewer,
     q: str = "",
     preset: str = "",
     host: str = "",

@@ -10,17 +10,17 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
-from app.credentials import fingerprint
+from app.accounts import logins, users
+from app.accounts.users import BUILT_IN_ADMIN
 from app.errors import DiskFull
-from app.web.deps import PageUser, RuntimeDep, WriteDb, check_csrf, session_user
-from app.web.login_guard import guarded_login, refusal_sentence
+from app.web.deps import RuntimeDep, Viewer, WriteDb, check_csrf, session_login
+from app.web.login_guard import client_address, guarded_login, refusal_sentence
 from app.web.templating import render
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(include_in_schema=False)
 
-USER = "admin"
 TOKEN_ACCOUNT = "token"  # the account the access-token login limits count against
 
 
@@ -38,7 +38,7 @@ async def index() -> Response:
 
 @router.get("/login", response_class=HTMLResponse)
 async def login_form(request: Request, runtime: RuntimeDep, next: str | None = None) -> Response:
-    if session_user(request, runtime):
+    if await session_login(request, runtime):
         return RedirectResponse(_local_path(next), status_code=303)
     return render(request, "login.html", {"next": _local_path(next), "error": None})
 
@@ -47,39 +47,57 @@ async def login_form(request: Request, runtime: RuntimeDep, next: str | None = N
 async def login(
     request: Request,
     runtime: RuntimeDep,
-    db: WriteDb,
+    name: Annotated[str, Form()] = "",
+    password: Annotated[str, Form()] = "",
     token: Annotated[str, Form()] = "",
     next: Annotated[str, Form()] = "/hosts",
     csrf_token: Annotated[str | None, Form()] = None,
 ) -> Response:
+    """A user name and password, or the access token (the built-in admin)."""
     check_csrf(request, csrf_token)
-    remote = request.client.host if request.client else ""
-    verdict = await guarded_login(
-        runtime.login_limits,
-        db,
-        address=remote,
-        account=TOKEN_ACCOUNT,
-        compare=lambda: runtime.token_matches(token.strip()),
-    )
-    if verdict.retry_after is not None:
-        context = {"next": _local_path(next), "error": refusal_sentence(verdict.retry_after)}
-        response = render(request, "login.html", context, status_code=429)
-        response.headers["Retry-After"] = str(verdict.retry_after)
-        return response
-    if not verdict.accepted:
-        context = {"next": _local_path(next), "error": "That token is not valid."}
-        return render(request, "login.html", context, status_code=401)
-    await _record_session_event(db, actor=USER, action="login", remote_addr=remote)
+    remote = client_address(request)
+    by_token = bool(token.strip())
+    user = None
+
+    async def credentials_match() -> bool:
+        nonlocal user
+        if by_token:
+            return runtime.token_matches(token.strip())
+        async with runtime.sessions.read() as read:  # the password check takes a while: no write lock
+            user = await users.authenticate(read, name, password)
+        return user is not None
+
+    account = TOKEN_ACCOUNT if by_token else name.strip().lower()[:64]
+    async with runtime.sessions.write() as db:
+        verdict = await guarded_login(
+            runtime.login_limits, db, address=remote, account=account, compare=credentials_match
+        )
+        if verdict.retry_after is not None:
+            context = {"next": _local_path(next), "error": refusal_sentence(verdict.retry_after)}
+            response = render(request, "login.html", context, status_code=429)
+            response.headers["Retry-After"] = str(verdict.retry_after)
+            return response
+        if not verdict.accepted:
+            error = "That token is not valid." if by_token else "Wrong user name or password."
+            return render(request, "login.html", {"next": _local_path(next), "error": error}, status_code=401)
+        login_id = await logins.start_login(
+            db, user=user, token=runtime.token, remote_addr=remote, timeouts=runtime.login_timeouts
+        )
+        await db.commit()  # a login that cannot be kept fails here, with the full-disk page
+        await _record_session_event(
+            db, actor=BUILT_IN_ADMIN if by_token else account, action="login", remote_addr=remote
+        )
     request.session.clear()
-    request.session.update({"user": USER, "token_id": fingerprint(runtime.token)})
+    request.session["login"] = login_id
     return RedirectResponse(_local_path(next), status_code=303)
 
 
 @router.post("/logout")
-async def logout(request: Request, user: PageUser, db: WriteDb) -> Response:
-    await _record_session_event(
-        db, actor=user, action="logout", remote_addr=request.client.host if request.client else ""
-    )
+async def logout(request: Request, user: Viewer, db: WriteDb) -> Response:
+    await logins.end_login(db, str(request.session.get("login")))
+    await db.commit()  # ended before anything else, whatever becomes of the audit event
+    remote = request.client.host if request.client else ""
+    await _record_session_event(db, actor=user.name, action="logout", remote_addr=remote)
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
 

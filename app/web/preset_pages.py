@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Preset
 from app.errors import InvalidInput
 from app.launch import failure_signatures, history, preset_flags, presets
-from app.web.deps import PageUser, ReadDb, WriteDb
+from app.web.deps import Caller, Operator, ReadDb, Viewer, WriteDb
 from app.web.params import Int64
 from app.web.preset_form import editor_context, input_of, preset_input
 from app.web.templating import render
@@ -21,24 +21,24 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/presets", response_class=HTMLResponse)
-async def presets_page(request: Request, db: ReadDb, user: PageUser, archived: bool = False) -> Response:
+async def presets_page(request: Request, db: ReadDb, user: Viewer, archived: bool = False) -> Response:
     rows = await presets.list_presets(db, archived=archived)
     return render(request, "presets.html", {"user": user, "presets": rows, "archived": archived})
 
 
 @router.get("/presets/new", response_class=HTMLResponse)
-async def new_preset_form(request: Request, user: PageUser) -> Response:
+async def new_preset_form(request: Request, user: Operator) -> Response:
     return render(request, "preset_new.html", {"user": user, **editor_context(None)})
 
 
 @router.post("/presets", response_class=HTMLResponse)
-async def create_preset(request: Request, db: WriteDb, user: PageUser) -> Response:
+async def create_preset(request: Request, db: WriteDb, user: Operator) -> Response:
     form = await request.form()
     name = str(form.get("name", "")).strip()
     data = None
     try:
         data = await preset_input(request, name)
-        await presets.create_preset(db, data, actor=user)
+        await presets.create_preset(db, data, actor=user.name)
     except InvalidInput as exc:
         context = {"user": user, **editor_context(data, str(exc))}
         context["data"].name = name
@@ -51,7 +51,7 @@ async def preset_page(
     request: Request,
     name: str,
     db: ReadDb,
-    user: PageUser,
+    user: Viewer,
     a: Int64 | None = None,
     b: Int64 | None = None,
     saved: str | None = None,
@@ -62,7 +62,7 @@ async def preset_page(
 
 
 async def preset_context(
-    db: AsyncSession, preset: Preset, user: str, data: presets.PresetInput, *, error: str | None = None,
+    db: AsyncSession, preset: Preset, user: Caller, data: presets.PresetInput, *, error: str | None = None,
     a: Int64 | None = None, b: Int64 | None = None, saved: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     current = presets.latest(preset)
@@ -84,12 +84,12 @@ async def preset_context(
 
 
 @router.post("/presets/{name}", response_class=HTMLResponse)
-async def save_preset(request: Request, name: str, db: WriteDb, user: PageUser) -> Response:
+async def save_preset(request: Request, name: str, db: WriteDb, user: Operator) -> Response:
     preset = await presets.get_preset(db, name)
     data = None
     try:
         data = await preset_input(request, name)
-        revision = await presets.save_preset(db, preset, data, actor=user)
+        revision = await presets.save_preset(db, preset, data, actor=user.name)
     except InvalidInput as exc:
         context = await preset_context(db, preset, user, data or input_of(preset), error=str(exc))
         return render(request, "preset.html", context, status_code=422)
@@ -97,11 +97,11 @@ async def save_preset(request: Request, name: str, db: WriteDb, user: PageUser) 
 
 
 @router.post("/presets/{name}/clone")
-async def clone_preset(request: Request, name: str, db: WriteDb, user: PageUser) -> Response:
+async def clone_preset(request: Request, name: str, db: WriteDb, user: Operator) -> Response:
     new_name = str((await request.form()).get("new_name", "")).strip()
     preset = await presets.get_preset(db, name)
     try:
-        await presets.clone_preset(db, preset, new_name, actor=user)
+        await presets.clone_preset(db, preset, new_name, actor=user.name)
     except InvalidInput as exc:
         context = await preset_context(db, preset, user, input_of(preset), error=f"clone: {exc}")
         return render(request, "preset.html", context, status_code=422)
@@ -109,19 +109,19 @@ async def clone_preset(request: Request, name: str, db: WriteDb, user: PageUser)
 
 
 @router.post("/presets/{name}/archive")
-async def archive_preset(request: Request, name: str, db: WriteDb, user: PageUser) -> Response:
+async def archive_preset(request: Request, name: str, db: WriteDb, user: Operator) -> Response:
     restore = (await request.form()).get("restore") == "1"
-    await presets.archive_preset(db, await presets.get_preset(db, name), actor=user, archived=not restore)
+    await presets.archive_preset(db, await presets.get_preset(db, name), actor=user.name, archived=not restore)
     return RedirectResponse(f"/presets/{name}", status_code=303)
 
 
 @router.post("/presets/{name}/rewrite")
-async def rewrite_preset(request: Request, name: str, db: WriteDb, user: PageUser) -> Response:
+async def rewrite_preset(request: Request, name: str, db: WriteDb, user: Operator) -> Response:
     """The one-click rewrite of the flags the chosen SGLang release renamed, deprecated or removed."""
     version = str((await request.form()).get("version", "")).strip()
     preset = await presets.get_preset(db, name)
     try:
-        revision = await preset_flags.rewrite_preset(db, preset, version=version, actor=user)
+        revision = await preset_flags.rewrite_preset(db, preset, version=version, actor=user.name)
     except InvalidInput as exc:
         context = await preset_context(db, preset, user, input_of(preset), error=f"rewrite: {exc}")
         return render(request, "preset.html", context, status_code=422)

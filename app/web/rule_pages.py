@@ -13,7 +13,7 @@ from starlette.datastructures import FormData
 from app.diagnose.lexicon import HINTS
 from app.errors import InvalidInput
 from app.launch import team_rules
-from app.web.deps import PageUser, ReadDb, RuntimeDep, WriteDb
+from app.web.deps import Caller, Operator, ReadDb, RuntimeDep, Viewer, WriteDb
 from app.web.params import Int64
 from app.web.templating import render
 
@@ -51,21 +51,23 @@ def values_of(table: dict[str, Any]) -> dict[str, Any]:
     return {**table, "merge": " ".join(table.get("merge", ())), "match": table.get("match", "")}
 
 
-async def rules_page_context(db: ReadDb, user: str, **more: Any) -> dict[str, Any]:
+async def rules_page_context(db: ReadDb, user: Caller, **more: Any) -> dict[str, Any]:
     return {"user": user, "rules": await team_rules.list_rules(db), "classes": FAILURE_CLASSES, **more}
 
 
 @router.get("/rules", response_class=HTMLResponse)
-async def rules_page(request: Request, db: ReadDb, user: PageUser) -> Response:
+async def rules_page(request: Request, db: ReadDb, user: Viewer) -> Response:
     return render(request, "rules.html", await rules_page_context(db, user))
 
 
 @router.post("/rules", response_class=HTMLResponse)
-async def create_rule(request: Request, db: WriteDb, runtime: RuntimeDep, user: PageUser) -> Response:
+async def create_rule(request: Request, db: WriteDb, runtime: RuntimeDep, user: Operator) -> Response:
     form = await request.form()
     table = rule_table(form)
     try:
-        await team_rules.create_rule(db, table, actor=user, remote_addr=request.client.host if request.client else "")
+        await team_rules.create_rule(
+            db, table, actor=user.name, remote_addr=request.client.host if request.client else ""
+        )
     except InvalidInput as exc:
         context = await rules_page_context(db, user, error=str(exc), values=values_of(table), next=back_to(form))
         return render(request, "rules.html", context, status_code=422)
@@ -78,19 +80,19 @@ async def create_rule(request: Request, db: WriteDb, runtime: RuntimeDep, user: 
 
 
 @router.get("/rules/{rule_id}", response_class=HTMLResponse)
-async def rule_page(request: Request, rule_id: Int64, db: ReadDb, user: PageUser) -> Response:
+async def rule_page(request: Request, rule_id: Int64, db: ReadDb, user: Viewer) -> Response:
     row = await team_rules.get_rule(db, rule_id)
     values = values_of(team_rules.table_of(team_rules.rule_of(row)) | {"flag_aware": row.flag_aware})
     return render(request, "rule.html", {"user": user, "rule": row, "values": values, "classes": FAILURE_CLASSES})
 
 
 @router.post("/rules/{rule_id}", response_class=HTMLResponse)
-async def update_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: PageUser) -> Response:
+async def update_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: Operator) -> Response:
     row = await team_rules.get_rule(db, rule_id)
     table = rule_table(await request.form())
     try:
         await team_rules.update_rule(
-            db, row, table, actor=user, remote_addr=request.client.host if request.client else ""
+            db, row, table, actor=user.name, remote_addr=request.client.host if request.client else ""
         )
     except InvalidInput as exc:
         context = {"user": user, "rule": row, "values": values_of(table), "classes": FAILURE_CLASSES, "error": str(exc)}
@@ -100,8 +102,8 @@ async def update_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: Ru
 
 
 @router.post("/rules/{rule_id}/delete")
-async def delete_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: PageUser) -> Response:
+async def delete_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: Operator) -> Response:
     row = await team_rules.get_rule(db, rule_id)
-    await team_rules.delete_rule(db, row, actor=user, remote_addr=request.client.host if request.client else "")
+    await team_rules.delete_rule(db, row, actor=user.name, remote_addr=request.client.host if request.client else "")
     runtime.rediagnosis.request()
     return RedirectResponse("/rules", status_code=303)
