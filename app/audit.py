@@ -47,7 +47,7 @@ async def record_failed_logins(session: AsyncSession, burst: Burst) -> None:
     }
     if burst.record_id is None:
         event = AuditEvent(
-            actor="anonymous",
+            actor=burst.account or "anonymous",  # the account tried: whose login is under attack
             action="login-failed",
             target=burst.account or "",
             remote_addr=burst.address,

@@ -24,6 +24,8 @@ VIEWER, OPERATOR, ADMIN = Role.VIEWER.value, Role.OPERATOR.value, Role.ADMIN.val
 
 LEAST_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/health"): PUBLIC,
+    ("GET", "/api/docs"): VIEWER,
+    ("GET", "/api/openapi.json"): VIEWER,
     ("GET", "/api/hosts"): VIEWER,
     ("GET", "/api/hosts/{name}"): VIEWER,
     ("POST", "/api/presets"): OPERATOR,
@@ -104,6 +106,7 @@ LEAST_ROLE: dict[tuple[str, str], str] = {
 # request here launches, stops or changes anything.
 PATH_VALUES = {"attempt_id": "999999", "rule_id": "999999", "pid": "1", "other": "999998", "name": "no-such"}
 CALLERS = ("anonymous", "service token", VIEWER, OPERATOR, ADMIN)
+PAGES_UNDER_API = {"/api/docs"}  # a browser page: a logged-out visitor is sent to the login form
 RANK = {VIEWER: 1, OPERATOR: 2, ADMIN: 3}
 
 
@@ -111,13 +114,14 @@ def app_routes(app: FastAPI) -> set[tuple[str, str]]:
     return {(method, route.path) for route in api_routes(app.routes) for method in route.methods - {"HEAD"}}
 
 
-def expected(least: str, caller: str, api: bool) -> str:
-    """What `caller` sees: "through", "login" (redirect to the form, or the stream's event), 401 or 403."""
+def expected(least: str, caller: str, api: bool, bearer: bool | None = None) -> str:
+    """What `caller` sees: "through", "login" (redirect to the form, or the stream's event), 401 or 403.
+    `bearer`: whether the route takes the service token (every API route does)."""
     if least == PUBLIC:
         return "through"
     if least == CREDENTIALS:
         return "401"
-    role = ADMIN if caller == "service token" and api else caller
+    role = ADMIN if caller == "service token" and (api if bearer is None else bearer) else caller
     if role not in RANK:
         return "401" if api else "login"
     return "through" if least == STREAM or RANK[role] >= RANK[least] else "403"
@@ -167,7 +171,9 @@ async def test_every_route_lets_through_exactly_the_roles_its_table_entry_names(
             for (method, path), least in LEAST_ROLE.items():
                 if (method, path) == ("POST", "/logout"):
                     continue  # checked last: it would end the login
-                want, got = expected(least, caller, path.startswith("/api")), await seen(client, method, path, csrf)
+                api = path.startswith("/api") and path not in PAGES_UNDER_API
+                want = expected(least, caller, api, bearer=path.startswith("/api"))
+                got = await seen(client, method, path, csrf)
                 if got != want:
                     wrong.append(f"{caller:13} {method:6} {path}: {got}, expected {want}")
             want = expected(VIEWER, caller, api=False)

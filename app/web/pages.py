@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(include_in_schema=False)
 
-TOKEN_ACCOUNT = "token"  # the account the access-token login limits count against
+TOKEN_ACCOUNT = BUILT_IN_ADMIN  # the access token logs in as the built-in admin: its limits count there
 
 
 def _local_path(target: str | None) -> str:
