@@ -25,6 +25,8 @@ from app.clock import utcnow
 from app.db.models import ApiToken, Role
 from tests.support import free_port, until
 from tests.test_accounts import PASSWORD, add_user, browser, log_in
+from tests.test_launch import FINAL, launch, wait_for
+from tests.test_logs_api import read_events
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = re.compile(r"ldk_[A-Za-z0-9_-]{43}")
@@ -255,3 +257,25 @@ async def test_no_token_or_password_is_kept_or_logged_in_clear(
     for clear in (secret, PASSWORD):
         assert clear.encode() not in kept
         assert clear not in caplog.text
+
+
+async def test_a_token_launches_and_follows_the_log_and_the_launch_names_it(
+    api: AsyncClient, running_app: FastAPI
+) -> None:
+    await add_user(running_app, "ann", Role.OPERATOR)
+    secret = await token_for(running_app, "ann", "ci")
+    silent = {"name": "silent", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "python": "true"}
+    assert (await api.post("/api/presets", json=silent)).status_code == 201
+    async with browser(running_app) as script:
+        script.headers.update(bearer(secret))
+        attempt = await wait_for(script, await launch(script, "silent", "rtxpro-01", [0]), FINAL)
+        assert attempt["launched_by"] == "ann"
+        events = await read_events(
+            running_app,
+            f"/api/attempts/{attempt['id']}/events?offset=0",
+            count=1,
+            headers={"authorization": f"Bearer {secret}"},
+        )
+        assert events == [("end", "0", '{"offset": 0}')]
+        audit = (await script.get("/api/audit")).json()
+        assert [(e["action"], e["detail"]["via"]) for e in audit if e["action"] == "launch"] == [("launch", "token ci")]
