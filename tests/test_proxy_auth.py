@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
@@ -19,7 +23,9 @@ from app.config import Settings
 from app.db.models import AuditEvent, Role, User
 from app.web.app import create_app
 from tests.conftest import make_settings
-from tests.test_config import launchdeck
+from tests.support import until
+from tests.test_config import ROOT, launchdeck
+from tests.test_pages import csrf_from
 
 PROXY = "10.0.0.5"
 SIGN_ON = {"auth_proxy_header": "X-Forwarded-User", "auth_proxy_addresses": "127.0.0.1, 10.0.0.0/29"}
@@ -72,6 +78,16 @@ async def test_the_default_role_is_a_setting_and_a_role_given_later_holds(dashbo
         async with app.state.runtime.sessions.write() as db:
             await users.set_role(db, "bob", Role.VIEWER)
         assert (await proxy.get("/launch", headers={"X-Forwarded-User": "bob"})).status_code == 403
+
+
+async def test_a_proxy_persons_form_posts_carry_the_csrf_token(dashboard: Dashboard) -> None:
+    async with dashboard(**SIGN_ON) as app, client_from(app, PROXY) as proxy:
+        as_fay = {"X-Forwarded-User": "fay"}
+        page = await proxy.get("/hosts", headers=as_fay)
+        forged = await proxy.post("/logout", headers=as_fay)
+        assert forged.status_code == 403 and "CSRF check failed" in forged.text
+        posted = await proxy.post("/logout", headers=as_fay, data={"csrf_token": csrf_from(page.text)})
+        assert posted.status_code == 303
 
 
 async def test_first_requests_at_once_make_one_account_and_all_get_in(dashboard: Dashboard) -> None:
@@ -138,6 +154,43 @@ async def test_a_proxy_account_has_no_password_that_logs_in(dashboard: Dashboard
             assert await users.authenticate(db, "eve", "") is None
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_served_the_proxy_is_its_own_peer_whatever_x_forwarded_for_says(tmp_path: Path) -> None:
+    """uvicorn would otherwise take 127.0.0.1's X-Forwarded-For as the client's address."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "LAUNCHDECK_DATA_DIR": str(tmp_path),
+        "LAUNCHDECK_PORT": str(port),
+        "LAUNCHDECK_AUTH_PROXY_HEADER": "X-Forwarded-User",
+        "LAUNCHDECK_AUTH_PROXY_ADDRESSES": "127.0.0.1",
+    }
+    command = [sys.executable, "-m", "app.cli", "serve"]
+    with subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as server:
+        try:
+            async with AsyncClient(base_url=f"http://127.0.0.1:{port}") as proxy:
+
+                async def answer() -> int | None:
+                    try:
+                        response = await proxy.get(
+                            "/api/attempts", headers={"X-Forwarded-User": "gil", "X-Forwarded-For": "203.0.113.7"}
+                        )
+                    except httpx.TransportError:
+                        return None
+                    return response.status_code
+
+                assert await until(answer, "the dashboard to answer", timeout=60) == 200
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
 def test_the_header_without_proxy_addresses_is_refused_at_start(tmp_path: Path) -> None:
     env = {"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_AUTH_PROXY_HEADER": "X-Forwarded-User"}
     result = launchdeck("serve", env=env)
@@ -153,9 +206,7 @@ def test_the_header_without_proxy_addresses_is_refused_at_start(tmp_path: Path) 
 
 
 def test_serving_beyond_loopback_with_no_accounts_and_no_sign_on_is_refused(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a free port: the port is checked before the accounts are
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # the port is checked before the accounts are
     env = {"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_BIND": "0.0.0.0", "LAUNCHDECK_PORT": str(port)}
     result = launchdeck("serve", env=env)
     assert result.returncode == 2
