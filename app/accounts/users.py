@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.passwords import dummy_hash, hash_password, password_problem, verify_password
@@ -41,6 +41,10 @@ async def get_user(session: AsyncSession, name: str) -> User:
 
 async def list_users(session: AsyncSession) -> list[User]:
     return list((await session.scalars(select(User).order_by(User.name))).all())
+
+
+async def count_enabled(session: AsyncSession) -> int:
+    return int(await session.scalar(select(func.count()).select_from(User).where(User.disabled_at.is_(None))) or 0)
 
 
 async def add_user(session: AsyncSession, *, name: str, password: str, role: Role) -> User:
