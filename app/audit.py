@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from sqlalchemy import select, update
@@ -9,6 +12,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AuditEvent
 from app.login_limits import Burst
+
+# How the current request's caller came, when that is worth recording ("token ci"). Set by the
+# web layer around a request, so the domain functions that record events need not pass it along.
+_via: ContextVar[str] = ContextVar("audit_via", default="")
+
+
+@contextmanager
+def acting_via(how: str) -> Iterator[None]:
+    """Events recorded inside the block say `via=<how>` in their detail."""
+    reset = _via.set(how)
+    try:
+        yield
+    finally:
+        _via.reset(reset)
 
 
 def record(
@@ -21,7 +38,8 @@ def record(
     detail: dict[str, Any] | None = None,
 ) -> None:
     """Adds the event to the caller's unit of work: it is kept exactly when the action is."""
-    session.add(AuditEvent(actor=actor, action=action, target=target, remote_addr=remote_addr, detail=detail or {}))
+    detail = {**(detail or {}), "via": via} if (via := _via.get()) else detail or {}
+    session.add(AuditEvent(actor=actor, action=action, target=target, remote_addr=remote_addr, detail=detail))
 
 
 async def recent_events(

@@ -132,12 +132,30 @@ def _run(argv: list[str] | None) -> int:
     role_parser = users_commands.add_parser("role", help="change a user's role")
     role_parser.add_argument("name")
     role_parser.add_argument("role", choices=ROLES)
+    tokens_parser = commands.add_parser("tokens", help="people's API tokens (on the database directly)")
+    tokens_commands = tokens_parser.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
+    create_parser = tokens_commands.add_parser("create", help="make a token for a user and print it, this once")
+    create_parser.add_argument("name", nargs="?", help="what the token is for, e.g. ci (or --name)")
+    create_parser.add_argument("--name", dest="name_option", metavar="NAME", help="the same as NAME")
+    create_parser.add_argument("--user", required=True, help="whose token it is")
+    create_parser.add_argument("--role", choices=ROLES, help="at most the user's role (default theirs)")
+    create_parser.add_argument(
+        "--expires-days", "--expires", dest="expires_days", type=int, metavar="DAYS", help="default: never"
+    )
+    list_tokens_parser = tokens_commands.add_parser("list", help="list tokens (never their secrets)")
+    list_tokens_parser.add_argument("--user", help="only this user's")
+    revoke_parser = tokens_commands.add_parser("revoke", help="revoke a token at once")
+    revoke_parser.add_argument("id", type=int)
     db_parser = commands.add_parser("db", help="database maintenance")
     db_commands = db_parser.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     db_commands.add_parser("upgrade", help="migrate the database to the latest schema")
     args = parser.parse_args(argv)
     if args.command == "logs" and args.follow and args.grep is not None:
         parser.error("logs: --follow and --grep do not go together; grep the log, or follow it")
+    if args.command == "tokens" and args.tokens_command == "create":
+        if args.name and args.name_option and args.name != args.name_option:
+            parser.error("tokens create: give the name once, as NAME or --name")
+        args.name = args.name or args.name_option or "cli"
     if args.command == "demo" and not args.hosts_only and (args.host or args.port is not None):
         parser.error("demo: --host and --port go with --hosts-only")
     if args.command == "demo" and args.port is not None and len(args.host or ()) != 1:
@@ -204,6 +222,8 @@ def _run(argv: list[str] | None) -> int:
             return client.show_log(api, args.attempt, follow=args.follow, out=sys.stdout.buffer, err=_stderr)
         if args.command == "users":
             return asyncio.run(manage_users(settings, args))
+        if args.command == "tokens":
+            return asyncio.run(manage_tokens(settings, args))
         if args.command == "rules":
             api = client.ApiClient(settings, args.url)
             if rules_text is not None:
@@ -257,6 +277,52 @@ async def manage_users(settings: Settings, args: argparse.Namespace) -> int:
                 for user in await users.list_users(session):
                     state = "disabled" if user.disabled_at else "enabled"
                     print(f"{user.name:24} {user.role:9} {state:9} since {user.created_at:%Y-%m-%d}")
+    finally:
+        await engine.dispose()
+    return 0
+
+
+async def manage_tokens(settings: Settings, args: argparse.Namespace) -> int:
+    """Like `manage_users`: on the database directly. The secret is printed once, alone on
+    standard output, so that `$(launchdeck tokens create ...)` captures just it."""
+    from app import db
+    from app.accounts import tokens, users
+    from app.clock import utcnow
+
+    url = settings.resolved_database_url()
+    db.upgrade(url)
+    engine = db.create_engine(url)
+    try:
+        async with db.session_factory(engine)() as session:
+            if args.tokens_command == "create":
+                token, secret = await tokens.create_token(
+                    session,
+                    user=await users.get_user(session, args.user),
+                    name=args.name,
+                    role=users.role_of(args.role) if args.role else None,
+                    expires_days=args.expires_days,
+                    actor="cli",
+                )
+                expires = f"expires {token.expires_at:%Y-%m-%d}" if token.expires_at else "never expires"
+                print(
+                    f"launchdeck: token {token.id} {token.name!r} for {args.user} ({token.role}, {expires}); "
+                    "it is not shown again:",
+                    file=sys.stderr,
+                )
+                print(secret)
+            elif args.tokens_command == "revoke":
+                token = await tokens.revoke_token(session, args.id, actor="cli")
+                print(f"launchdeck: token {token.id} {token.name!r} of {token.user.name} is revoked")
+            else:
+                for token in await tokens.list_tokens(session, user_name=args.user):
+                    expired = token.expires_at is not None and token.expires_at <= utcnow()
+                    state = "revoked" if token.revoked_at else "expired" if expired else "active"
+                    expires = f"{token.expires_at:%Y-%m-%d}" if token.expires_at else "never"
+                    used = f"{token.last_used_at:%Y-%m-%d %H:%M}" if token.last_used_at else "never"
+                    print(
+                        f"{token.id:5} {token.user.name:16} {token.name:16} {token.prefix}… {token.role:9} "
+                        f"{state:8} expires {expires:10} last used {used}"
+                    )
     finally:
         await engine.dispose()
     return 0

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 import httpx
@@ -19,10 +23,17 @@ FINAL = FINISHED_STATUSES | {AttemptStatus.READY, AttemptStatus.UNHEALTHY}
 
 
 class ApiClient:
+    """The dashboard at `url`, else the client file's, else LAUNCHDECK_BIND/PORT's; with the token
+    in LAUNCHDECK_TOKEN, else the client file's, else the data dir's access token."""
+
     def __init__(self, settings: Settings, url: str | None = None):
         host = settings.bind if settings.bind not in ("0.0.0.0", "::") else "127.0.0.1"
-        self.url = (url or f"http://{host}:{settings.port}").rstrip("/")
-        token = settings.token.get_secret_value() if settings.token else _token_file(settings)
+        configured = read_client_file(client_file())
+        self.url = (url or configured.get("url") or f"http://{host}:{settings.port}").rstrip("/")
+        if settings.token:
+            token = settings.token.get_secret_value()
+        else:
+            token = configured.get("token") or _token_file(settings)
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -80,12 +91,44 @@ def _refusal(response: httpx.Response) -> dict[str, Any] | None:
     return answer if isinstance(answer, dict) and answer.get("guard") else None
 
 
+def client_file() -> Path:
+    """$XDG_CONFIG_HOME/launchdeck/client.toml (~/.config/… by default)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "launchdeck" / "client.toml"
+
+
+def read_client_file(path: Path) -> dict[str, str]:
+    """The `url` and `token` a person keeps for the command; {} when there is no file. A file that
+    others may read is refused, as ssh refuses such a key: the token in it is as good as a password."""
+    try:
+        with path.open("rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            if mode & 0o077:
+                raise InvalidInput(
+                    f"{path} may be read by other users (mode {stat.S_IMODE(mode):o}): "
+                    f"`chmod 600 {path}`; it was not used"
+                )
+            values = tomllib.load(file)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{path} is not TOML: {exc}") from None
+    unknown = set(values) - {"url", "token"}
+    if unknown or not all(isinstance(value, str) for value in values.values()):
+        raise InvalidInput(f"{path} holds `url` and `token`, both strings, and nothing else")
+    return {key: value.strip() for key, value in values.items()}
+
+
 def _token_file(settings: Settings) -> str:
     path = settings.data_dir / "access-token"
     try:
         return path.read_text().strip()
     except OSError:
-        raise InvalidInput(f"no access token: set LAUNCHDECK_TOKEN or run from the data dir ({path})") from None
+        raise InvalidInput(
+            f"no token: set LAUNCHDECK_TOKEN, put one in {client_file()}, or run from the data dir ({path})"
+        ) from None
 
 
 def parse_gpus(text: str) -> list[int]:

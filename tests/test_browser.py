@@ -1054,7 +1054,7 @@ NARROW_PAGES = [
     "/hosts/b200-01", "/presets", f"/presets/{FEEDBACK_PRESET['name']}", "/launch", "/attempts",
     "/attempts/{first}", "/attempts/{first}/log", "/compare?a={first}&b={second}",
     "/compare?ids={second},{first}", "/errors", "/rules", "/search",
-    "/audit", "/attempts/999999999",
+    "/audit", "/account/tokens", "/attempts/999999999",
 ]  # fmt: skip
 
 
@@ -1363,6 +1363,7 @@ A11Y_PAGES = (
     "/search",
     "/audit",
     "/compare",
+    "/account/tokens",
 )
 
 
@@ -1414,3 +1415,33 @@ async def launch_failing(demo: Demo) -> int:
 
         await wait_until(ended, 30, f"attempt {attempt_id} to fail", demo)
         return attempt_id
+
+
+async def test_a_person_makes_a_token_copies_it_once_and_revokes_it(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    await tab.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    await page.goto("/login")
+    await page.get_by_label("User name").fill("demo")
+    await page.get_by_label("Password").fill((demo.data_dir / "demo-password").read_text().strip())
+    await page.get_by_role("button", name="Log in").click()
+    await expect(page.locator("#host-list")).to_be_visible()
+    await page.goto("/account/tokens")
+    form = page.locator("#new-token-form")
+    await form.get_by_label("Name").fill("from the browser")
+    await form.get_by_label("Role").select_option("viewer")
+    await form.get_by_role("button", name="Make token").click()
+    secret = (await page.locator("#token-secret").inner_text()).strip()
+    assert secret.startswith("ldk_")
+    await page.get_by_role("button", name="copy").click()
+    await expect(page.get_by_role("button", name="copied")).to_be_visible()
+    assert await page.evaluate("navigator.clipboard.readText()") == secret
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {secret}"}) as api:
+        assert (await api.get("/api/hosts")).status_code == 200
+        await page.goto("/account/tokens")
+        row = page.locator("tr", has_text="from the browser")
+        await expect(row).to_contain_text("active")
+        assert secret not in await page.content()
+        await row.get_by_role("button", name="Revoke").click()
+        await expect(page.locator("tr", has_text="from the browser")).to_contain_text("revoked")
+        assert (await api.get("/api/hosts")).status_code == 401
+    assert tab.console_errors == []

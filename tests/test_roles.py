@@ -10,8 +10,9 @@ import re
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
-from app.accounts import users
+from app.accounts import tokens, users
 from app.db.models import Role
+from app.login_limits import LoginLimiter
 from tests.conftest import TOKEN
 from tests.test_input_limits import api_routes
 from tests.test_pages import csrf_from
@@ -100,12 +101,23 @@ LEAST_ROLE: dict[tuple[str, str], str] = {
     ("POST", "/attempts/{attempt_id}/relaunch"): OPERATOR,
     ("GET", "/attempts/{attempt_id}/edit"): OPERATOR,
     ("POST", "/attempts/{attempt_id}/edit"): OPERATOR,
+    ("GET", "/account/tokens"): VIEWER,
+    ("POST", "/account/tokens"): VIEWER,  # the built-in admin has no account: refused with a sentence
+    ("POST", "/account/tokens/{token_id}/revoke"): VIEWER,  # a viewer revokes only their own
 }
 
 # Values for path parameters that name nothing: a caller who gets through meets 404 or 422, so no
 # request here launches, stops or changes anything.
-PATH_VALUES = {"attempt_id": "999999", "rule_id": "999999", "pid": "1", "other": "999998", "name": "no-such"}
-CALLERS = ("anonymous", "service token", VIEWER, OPERATOR, ADMIN)
+PATH_VALUES = {
+    "attempt_id": "999999",
+    "rule_id": "999999",
+    "pid": "1",
+    "other": "999998",
+    "token_id": "999999",
+    "name": "no-such",
+}
+OPERATOR_TOKEN = "operator's viewer token"  # an operator's token made with the viewer role
+CALLERS = ("anonymous", "service token", OPERATOR_TOKEN, VIEWER, OPERATOR, ADMIN)
 PAGES_UNDER_API = {"/api/docs"}  # a browser page: a logged-out visitor is sent to the login form
 RANK = {VIEWER: 1, OPERATOR: 2, ADMIN: 3}
 
@@ -121,7 +133,8 @@ def expected(least: str, caller: str, api: bool, bearer: bool | None = None) -> 
         return "through"
     if least == CREDENTIALS:
         return "401"
-    role = ADMIN if caller == "service token" and (api if bearer is None else bearer) else caller
+    takes_bearer = api if bearer is None else bearer
+    role = {"service token": ADMIN, OPERATOR_TOKEN: VIEWER}.get(caller, caller) if takes_bearer else caller
     if role not in RANK:
         return "401" if api else "login"
     return "through" if least == STREAM or RANK[role] >= RANK[least] else "403"
@@ -152,6 +165,11 @@ async def client_for(app: FastAPI, caller: str) -> tuple[AsyncClient, str]:
     client = AsyncClient(transport=ASGITransport(app=app), base_url="http://testserver")
     if caller == "service token":
         client.headers["Authorization"] = f"Bearer {TOKEN}"
+    if caller == OPERATOR_TOKEN:
+        async with app.state.runtime.sessions.write() as session:
+            owner = await users.add_user(session, name="token-owner", password=PASSWORD, role=Role.OPERATOR)
+            _, secret = await tokens.create_token(session, user=owner, name="ro", role=Role.VIEWER, actor="test")
+        client.headers["Authorization"] = f"Bearer {secret}"
     if caller not in RANK:
         return client, csrf_from((await client.get("/login")).text)
     async with app.state.runtime.sessions.write() as session:
@@ -166,6 +184,8 @@ async def test_every_route_lets_through_exactly_the_roles_its_table_entry_names(
     assert app_routes(running_app) == set(LEAST_ROLE), "each route needs an entry in LEAST_ROLE (and only they)"
     wrong = []
     for caller in CALLERS:
+        # Each caller's empty POST /login is a failed login; test_login_limits tests where they add up.
+        running_app.state.runtime.login_limits = LoginLimiter()
         client, csrf = await client_for(running_app, caller)
         try:
             for (method, path), least in LEAST_ROLE.items():

@@ -332,3 +332,25 @@ class LoginSession(Base):
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     user: Mapped[User | None] = relationship()
+
+
+class ApiToken(Base):
+    """A person's token for the API and the CLI. Only the sha256 of its secret is kept (the
+    secret is random, so a plain hash cannot be reversed), with its first characters for telling
+    tokens apart. Its role is at most its owner's; at use the lower of the two applies, so a
+    demoted or disabled owner takes their tokens down with them."""
+
+    __tablename__ = "api_token"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    prefix: Mapped[str] = mapped_column(String(16))
+    secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+    user: Mapped[User] = relationship()

@@ -44,6 +44,7 @@ from app.web import (
     preset_pages,
     relaunch_pages,
     rule_pages,
+    token_pages,
 )
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
@@ -208,5 +209,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(diagnosis_pages.router)
     app.include_router(rule_pages.router)
     app.include_router(relaunch_pages.router)
+    app.include_router(token_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

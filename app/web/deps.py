@@ -10,8 +10,9 @@ back to the store when the request ends.
 
 Who is asking is a `Caller`, given by the role guards: `Viewer`, `Operator` and `Admin` for
 pages (a browser login; form posts carry the CSRF token), `ApiViewer`, `ApiOperator` and
-`ApiAdmin` for the API (the access token as a bearer token, or a browser login). With single
-sign-on, a browser login is also the person a trusted proxy names in its header."""
+`ApiAdmin` for the API (the access token or a person's API token as a bearer token, or a
+browser login). With single sign-on, a browser login is also the person a trusted proxy names in
+its header."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from typing import Annotated
 from fastapi import Depends, Form, HTTPException, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import audit
+from app.accounts import tokens
 from app.accounts.logins import Login, Timeouts, find_login
 from app.accounts.proxy import Network, from_proxy, ignore_header, proxy_login
 from app.config import Settings
@@ -155,10 +158,12 @@ SERVICE_TOKEN = "service token"
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is asking: a person's name (or SERVICE_TOKEN) and what they may do."""
+    """Who is asking: a person's name (or SERVICE_TOKEN) and what they may do; `token` names the
+    person's API token when they came with one."""
 
     name: str
     role: Role
+    token: str | None = None
 
 
 def csrf_token(request: Request) -> str:
@@ -213,14 +218,24 @@ def check_csrf(request: Request, submitted: str | None) -> None:
         raise HTTPException(403, "CSRF check failed: reload the page and try again")
 
 
-async def api_caller(request: Request, runtime: RuntimeDep) -> Caller:
-    """An API caller: the access token as bearer token, or a logged-in browser (which must pass
-    the CSRF check)."""
+async def _bearer_caller(runtime: Runtime, bearer: str) -> Caller | None:
+    if runtime.token_matches(bearer):
+        return Caller(SERVICE_TOKEN, Role.ADMIN)
+    use = await tokens.authenticate(runtime.sessions, bearer)
+    return Caller(use.user_name, use.role, token=use.token_name) if use is not None else None
+
+
+async def find_api_caller(request: Request, runtime: Runtime) -> Caller:
+    """An API caller: the access token or a person's API token as bearer token, or a logged-in
+    browser (which must pass the CSRF check)."""
     bearer = _bearer(request)
     if bearer is not None:
-        if guarded_bearer(runtime.login_limits, client_address(request), lambda: runtime.token_matches(bearer)):
-            return Caller(SERVICE_TOKEN, Role.ADMIN)
-        raise HTTPException(401, "invalid API token", headers={"WWW-Authenticate": "Bearer"})
+        caller = await guarded_bearer(
+            runtime.login_limits, client_address(request), lambda: _bearer_caller(runtime, bearer)
+        )
+        if caller is None:
+            raise HTTPException(401, "invalid API token", headers={"WWW-Authenticate": "Bearer"})
+        return caller
     login = await session_login(request, runtime)
     if login is None:
         raise HTTPException(
@@ -228,6 +243,17 @@ async def api_caller(request: Request, runtime: RuntimeDep) -> Caller:
         )
     check_csrf(request, None)
     return Caller(login.name, login.role)
+
+
+async def api_caller(request: Request, runtime: RuntimeDep) -> AsyncIterator[Caller]:
+    """The API caller for the request; what a person's token does, the audit trail records as
+    done through it."""
+    caller = await find_api_caller(request, runtime)
+    if caller.token is None:
+        yield caller
+        return
+    with audit.acting_via(f"token {caller.token}"):
+        yield caller
 
 
 async def page_caller(

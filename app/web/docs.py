@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from app.web.deps import LoginRequired, RuntimeDep, api_caller, session_login
+from app.web.deps import LoginRequired, RuntimeDep, find_api_caller, session_login
 
 router = APIRouter(include_in_schema=False)
 
@@ -19,14 +19,14 @@ async def docs_reader(request: Request, runtime: RuntimeDep) -> None:
     if runtime.settings.public_docs or await session_login(request, runtime):
         return
     if "authorization" in request.headers:
-        await api_caller(request, runtime)
+        await find_api_caller(request, runtime)
         return
     raise LoginRequired()
 
 
 async def schema_reader(request: Request, runtime: RuntimeDep) -> None:
     if not runtime.settings.public_docs:
-        await api_caller(request, runtime)
+        await find_api_caller(request, runtime)
 
 
 @router.get("/api/docs", dependencies=[Depends(docs_reader)])

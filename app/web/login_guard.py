@@ -9,6 +9,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastapi import HTTPException, Request
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -19,6 +20,7 @@ from app.login_limits import Burst, LoginLimiter
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Comparison = Callable[[], bool | Awaitable[bool]]
 
 
@@ -53,15 +55,16 @@ async def guarded_login(
     return LoginVerdict(accepted=False)
 
 
-def guarded_bearer(limiter: LoginLimiter, address: str, compare: Callable[[], bool]) -> bool:
-    """An API token, limited by address (a token names no account): 429 while locked."""
+async def guarded_bearer(limiter: LoginLimiter, address: str, find: Callable[[], Awaitable[T | None]]) -> T | None:
+    """An API token, limited by address (a token names no account): 429 while locked. `find`
+    gives whom the token speaks for, or None for a wrong one, which counts as a failure."""
     if (wait := limiter.check(address)) is not None:
         limiter.refused(address)
         raise HTTPException(429, refusal_sentence(wait), headers={"Retry-After": str(wait)})
-    if compare():
-        return True
-    limiter.failed(address)
-    return False
+    found = await find()
+    if found is None:
+        limiter.failed(address)
+    return found
 
 
 async def _audit(db: AsyncSession, burst: Burst) -> None:
