@@ -460,14 +460,12 @@ def small_data_dir(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
 
 
-async def login_works(dashboard: Dashboard) -> bool:
-    """A browser login: the form, then the token; the dashboard answers with a redirect."""
-    async with httpx.AsyncClient(base_url=dashboard.url, timeout=30) as browser:
-        form = await browser.get("/login")
-        found = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
-        assert found, form.text[:500]
-        answer = await browser.post("/login", data={"token": TOKEN, "next": "/hosts", "csrf_token": found[1]})
-        return answer.status_code == 303
+async def form_login(browser: httpx.AsyncClient) -> httpx.Response:
+    """A browser login: the form, then the token."""
+    form = await browser.get("/login")
+    found = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+    assert found, form.text[:500]
+    return await browser.post("/login", data={"token": TOKEN, "next": "/hosts", "csrf_token": found[1]})
 
 
 async def test_a_full_data_dir_refuses_writes_with_a_sentence_keeps_reads_and_resumes_the_mirror_exactly(
@@ -478,7 +476,12 @@ async def test_a_full_data_dir_refuses_writes_with_a_sentence_keeps_reads_and_re
     dashboard = Dashboard.create(data_dir, host.cluster / "hosts.toml", output=tmp_path / "dashboard.out")
     dashboard.start()
     try:
-        async with httpx.AsyncClient(base_url=dashboard.url, headers=AUTH, timeout=30) as client:
+        async with (
+            httpx.AsyncClient(base_url=dashboard.url, headers=AUTH, timeout=30) as client,
+            httpx.AsyncClient(base_url=dashboard.url, timeout=30) as browser,
+            httpx.AsyncClient(base_url=dashboard.url, timeout=30) as late_browser,
+        ):
+            assert (await form_login(browser)).status_code == 303
             for preset in DEMO_PRESETS:
                 assert (await client.post("/api/presets", json=vars(preset))).status_code == 201
             attempt_id = await launch(client, host.name, gpu=2)
@@ -498,7 +501,10 @@ async def test_a_full_data_dir_refuses_writes_with_a_sentence_keeps_reads_and_re
                 assert "the data dir is full" in answer.json()["detail"]
             for route in ("/api/attempts", "/api/hosts", f"/api/attempts/{attempt_id}", "/api/presets"):
                 assert (await client.get(route)).status_code == 200, route
-            assert await login_works(dashboard)
+            # A login is a row now: one made before goes on reading, a new one is refused with the sentence.
+            assert (await browser.get("/hosts")).status_code == 200
+            refused = await form_login(late_browser)
+            assert refused.status_code == 507 and "the data dir is full" in refused.text
 
             async def says_so() -> bool:
                 return "the data dir is full" in (await client.get(f"/api/attempts/{attempt_id}")).text
