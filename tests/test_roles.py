@@ -100,6 +100,14 @@ LEAST_ROLE: dict[tuple[str, str], str] = {
     ("POST", "/attempts/{attempt_id}/relaunch"): OPERATOR,
     ("GET", "/attempts/{attempt_id}/edit"): OPERATOR,
     ("POST", "/attempts/{attempt_id}/edit"): OPERATOR,
+    ("GET", "/account"): VIEWER,
+    ("POST", "/account/password"): VIEWER,
+    ("POST", "/account/logins/end-others"): VIEWER,
+    ("GET", "/users"): ADMIN,
+    ("POST", "/users"): ADMIN,
+    ("POST", "/users/{name}/role"): ADMIN,
+    ("POST", "/users/{name}/disabled"): ADMIN,
+    ("POST", "/users/{name}/password"): ADMIN,
 }
 
 # Values for path parameters that name nothing: a caller who gets through meets 404 or 422, so no
