@@ -359,10 +359,15 @@ def _check_port(settings: Settings) -> None:
 
 
 def serve(settings: Settings) -> int:
+    import asyncio
+
     from app.web.app import access_token, create_app
 
     _check_port(settings)
     app = create_app(settings)
+    if problem := settings.accounts_problem(accounts=asyncio.run(_enabled_accounts(settings))):
+        print(f"launchdeck: {problem}", file=sys.stderr)
+        return 2
     access_token(settings)  # created now, so its file exists before the first login
     where = "LAUNCHDECK_TOKEN" if settings.token else settings.data_dir / "access-token"
     print(f"\nlaunchdeck dashboard: {_url(settings)}  (access token: {where})", flush=True)
@@ -372,8 +377,27 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     _freeze_startup_objects()
-    uvicorn.run(app, host=settings.bind, port=settings.port, log_level="info")
+    uvicorn.run(app, host=settings.bind, port=settings.port, log_level="info", proxy_headers=_forwarded_for(settings))
     return 0
+
+
+async def _enabled_accounts(settings: Settings) -> int:
+    """Read once the database is migrated (create_app has done it)."""
+    from app import db
+    from app.accounts import users
+
+    engine = db.create_engine(settings.resolved_database_url())
+    try:
+        async with db.Sessions.of(engine).read() as session:
+            return await users.count_enabled(session)
+    finally:
+        await engine.dispose()
+
+
+def _forwarded_for(settings: Settings) -> bool:
+    """Whether uvicorn takes the client's address from X-Forwarded-For (as it does by default for
+    a peer on 127.0.0.1). Not with single sign-on: there the peer must be the proxy itself."""
+    return not settings.auth_proxy_header
 
 
 def _freeze_startup_objects() -> None:
@@ -410,7 +434,9 @@ async def demo(settings: Settings) -> int:
         demo_password = await _seed_demo_admin(settings)
         for spec, sim in zip(specs, host_specs, strict=True):
             print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
-        server = uvicorn.Server(uvicorn.Config(app, host=settings.bind, port=settings.port))
+        server = uvicorn.Server(
+            uvicorn.Config(app, host=settings.bind, port=settings.port, proxy_headers=_forwarded_for(settings))
+        )
         print(
             f"\nlaunchdeck dashboard: {_url(settings)}\naccess token:         {access_token(settings)}"
             f"\ndemo admin:           {DEMO_ADMIN} / {demo_password}\n",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.db.models import Role
+
 MIN_TOKEN_LENGTH = 32
+HEADER_NAME = re.compile(r"[A-Za-z0-9-]+")
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 EVERY_ADDRESS = ("0.0.0.0", "::", "")
 
@@ -119,6 +123,19 @@ class Settings(BaseSettings):
         description="Slack or Mattermost incoming webhook told when any attempt becomes ready, fails or turns "
         "unhealthy; a preset's own webhook is told as well.",
     )
+    auth_proxy_header: str | None = Field(
+        None,
+        description="Single sign-on: the request header in which a trusted proxy (e.g. oauth2-proxy) names the "
+        "person, e.g. X-Forwarded-User; believed only from LAUNCHDECK_AUTH_PROXY_ADDRESSES. Off when unset.",
+    )
+    auth_proxy_addresses: str | None = Field(
+        None,
+        description="Comma-separated addresses or networks (CIDR) of the proxies allowed to send "
+        "LAUNCHDECK_AUTH_PROXY_HEADER; required with it.",
+    )
+    auth_proxy_default_role: Role = Field(
+        Role.VIEWER, description="Role of an account made for a person the proxy names for the first time."
+    )
     demo_time_scale: float = Field(
         1.0,
         gt=0,
@@ -129,7 +146,17 @@ class Settings(BaseSettings):
         description="Simulated hosts for `launchdeck demo`, as NAME:MODEL:COUNT,... (models: b200, rtx-pro-6000).",
     )
 
-    @field_validator("database_url", "token", "hosts_file", "allowed_hosts", "public_url", "webhook_url", mode="before")
+    @field_validator(
+        "database_url",
+        "token",
+        "hosts_file",
+        "allowed_hosts",
+        "public_url",
+        "webhook_url",
+        "auth_proxy_header",
+        "auth_proxy_addresses",
+        mode="before",
+    )
     @classmethod
     def empty_means_unset(cls, value: Any) -> Any:
         """`LAUNCHDECK_TOKEN=` (as docker compose passes an unset variable) must not become an empty token."""
@@ -152,6 +179,30 @@ class Settings(BaseSettings):
         if value is not None and (problem := http_url_problem(value.get_secret_value())):
             raise ValueError(problem)  # the URL itself stays out of the message: its path is the secret
         return value
+
+    @field_validator("auth_proxy_header")
+    @classmethod
+    def header_is_a_name(cls, value: str | None) -> str | None:
+        if value is not None and not HEADER_NAME.fullmatch(value.strip()):
+            raise ValueError(f"{value!r} is no HTTP header name; give one like X-Forwarded-User")
+        return value.strip() if value is not None else None
+
+    @field_validator("auth_proxy_addresses")
+    @classmethod
+    def addresses_are_networks(cls, value: str | None) -> str | None:
+        if value is not None:
+            for item in value.split(","):
+                try:
+                    ipaddress.ip_network(item.strip(), strict=False)
+                except ValueError:
+                    raise ValueError(f"{item.strip()!r} is no IP address or network (such as 10.0.0.0/24)") from None
+        return value
+
+    def resolved_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """The proxies believed when they name a person; none unless the header is set too."""
+        if not self.auth_proxy_header or not self.auth_proxy_addresses:
+            return ()
+        return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in self.auth_proxy_addresses.split(","))
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'launchdeck.db').resolve()}"
@@ -184,14 +235,33 @@ class Settings(BaseSettings):
         return frozenset(names)
 
     def exposure_problem(self) -> str | None:
-        """Why the dashboard must not listen where it is told to (None when it may). Beyond
+        """Why the dashboard must not listen where it is told to (None when it may). A sign-on
+        header needs the proxies it is believed from. Beyond
         loopback the session cookie must travel over HTTPS only, so TLS is terminated in front.
         The access token is the credential: a configured one has been checked for its length,
         and a generated one is long."""
+        if self.auth_proxy_header and not self.auth_proxy_addresses:
+            return (
+                f"refusing to start with LAUNCHDECK_AUTH_PROXY_HEADER={self.auth_proxy_header} but no "
+                "LAUNCHDECK_AUTH_PROXY_ADDRESSES: anyone could name themselves in that header; set it to the "
+                "address of the proxy in front (e.g. 127.0.0.1), or unset the header"
+            )
         if is_loopback(self.bind) or self.cookie_secure:
             return None
         return (
             f"refusing to listen on {self.bind}, beyond this machine, with LAUNCHDECK_COOKIE_SECURE off: the "
             "session cookie would travel in the clear; terminate TLS in front of the dashboard and leave "
             "LAUNCHDECK_COOKIE_SECURE on, or set LAUNCHDECK_BIND=127.0.0.1"
+        )
+
+    def accounts_problem(self, *, accounts: int) -> str | None:
+        """Why the dashboard must not listen with `accounts` enabled accounts (None when it may):
+        beyond loopback people log in as themselves, by password or through the sign-on proxy,
+        so that the audit trail names them; the shared access token is for scripts and the demo."""
+        if is_loopback(self.bind) or self.auth_proxy_header or accounts:
+            return None
+        return (
+            f"refusing to listen on {self.bind}, beyond this machine, with no accounts: everyone would log in "
+            "with the one access token; add one with `launchdeck users add NAME --role admin`, or set "
+            "LAUNCHDECK_AUTH_PROXY_HEADER for single sign-on behind a proxy, or set LAUNCHDECK_BIND=127.0.0.1"
         )

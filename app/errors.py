@@ -2,6 +2,7 @@
 
 LaunchdeckError
 ├── NotFound            a named thing does not exist                      (HTTP 404)
+├── AccessRefused       the person is known but may not come in; the message says why (HTTP 403)
 ├── InvalidInput        a value a user gave is wrong; the message says which (HTTP 422)
 │   ├── InvalidPattern  a search pattern grep cannot use, with grep's reason    (HTTP 400)
 │   ├── SearchTooSlow   a search ran out of time; it carries what it found  (HTTP 422)
@@ -30,6 +31,10 @@ class LaunchdeckError(Exception):
 
 
 class NotFound(LaunchdeckError):
+    pass
+
+
+class AccessRefused(LaunchdeckError):
     pass
 
 

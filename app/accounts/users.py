@@ -47,6 +47,10 @@ async def list_users(session: AsyncSession) -> list[User]:
     return list((await session.scalars(select(User).order_by(User.name))).all())
 
 
+async def count_enabled(session: AsyncSession) -> int:
+    return int(await session.scalar(select(func.count()).select_from(User).where(User.disabled_at.is_(None))) or 0)
+
+
 async def add_user(
     session: AsyncSession, *, name: str, password: str, role: Role, actor: str | None = None, remote_addr: str = ""
 ) -> User:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.accounts import logins
+from app.accounts import logins, users
 from app.errors import InvalidInput
 from app.web.deps import Caller, ReadDb, Runtime, RuntimeDep, Viewer, WriteDb, session_login
 from app.web.login_guard import client_address
@@ -33,7 +33,17 @@ async def _account_context(
 ) -> dict[str, Any]:
     user_id, login_id = await _me(request, runtime)
     shown = await logins.list_logins(db, user_id=user_id, login_id=login_id, timeouts=runtime.login_timeouts)
-    return {"user": user, "built_in": user_id is None, "logins": shown, "error": None, "notice": None, **more}
+    # An account single sign-on made has no password: its person signs in through the proxy only.
+    has_password = user_id is not None and bool((await users.get_user(db, user.name)).password_hash)
+    return {
+        "user": user,
+        "built_in": user_id is None,
+        "has_password": has_password,
+        "logins": shown,
+        "error": None,
+        "notice": None,
+        **more,
+    }
 
 
 @router.get("/account", response_class=HTMLResponse)

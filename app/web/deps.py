@@ -10,7 +10,8 @@ back to the store when the request ends.
 
 Who is asking is a `Caller`, given by the role guards: `Viewer`, `Operator` and `Admin` for
 pages (a browser login; form posts carry the CSRF token), `ApiViewer`, `ApiOperator` and
-`ApiAdmin` for the API (the access token as a bearer token, or a browser login)."""
+`ApiAdmin` for the API (the access token as a bearer token, or a browser login). With single
+sign-on, a browser login is also the person a trusted proxy names in its header."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import Annotated
 
 from fastapi import Depends, Form, HTTPException, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts.logins import Login, Timeouts, find_login
+from app.accounts.proxy import Network, from_proxy, ignore_header, proxy_login
 from app.config import Settings
 from app.db import Sessions
 from app.db.models import Attempt, Role
@@ -76,6 +79,10 @@ class Runtime:
 
     def token_matches(self, candidate: str) -> bool:
         return bool(candidate) and hmac.compare_digest(candidate.encode(), self.token.encode())
+
+    @cached_property
+    def sign_on_proxies(self) -> tuple[Network, ...]:
+        return self.settings.resolved_proxy_networks()
 
     @property
     def login_timeouts(self) -> Timeouts:
@@ -163,16 +170,33 @@ def csrf_token(request: Request) -> str:
 
 
 async def session_login(request: Request, runtime: Runtime) -> Login | None:
-    """The browser's login, if it is still good; looked up once per request."""
+    """The browser's login, if it is still good: the person a sign-on proxy names, or else the
+    session cookie's login; looked up once per request."""
     if hasattr(request.state, "login"):
         found: Login | None = request.state.login
         return found
+    request.state.login = None  # what the error page sees if the proxy's person is refused
+    found = await _proxy_login(request, runtime)
     login_id = request.session.get("login")
-    found = None
-    if isinstance(login_id, str) and login_id:
+    if found is None and isinstance(login_id, str) and login_id:
         found = await find_login(runtime.sessions, login_id, token=runtime.token, timeouts=runtime.login_timeouts)
     request.state.login = found
     return found
+
+
+async def _proxy_login(request: Request, runtime: Runtime) -> Login | None:
+    """The person named in the sign-on header, when the mode is on and a proxy sent it."""
+    header = runtime.settings.auth_proxy_header
+    named = request.headers.get(header) if header else None
+    if not header or not named:
+        return None
+    address = client_address(request)
+    if not from_proxy(address, runtime.sign_on_proxies):
+        ignore_header(header, address)
+        return None
+    return await proxy_login(
+        runtime.sessions, named, default_role=runtime.settings.auth_proxy_default_role, remote_addr=address
+    )
 
 
 def _bearer(request: Request) -> str | None:

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 
 from app.disk import is_disk_full
 from app.errors import (
+    AccessRefused,
     DatabaseUnavailable,
     DiskFull,
     FailedBefore,
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 STATUS_BY_ERROR: list[tuple[type[LaunchdeckError], int]] = [
     (NotFound, 404),
+    (AccessRefused, 403),
     (InvalidPattern, 400),
     (SearchTooSlow, 422),
     (SearchOutOfMemory, 422),
