@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+<<<<<<< HEAD
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+=======
+from datetime import datetime
+>>>>>>> wt-userpages
 from typing import Any
 
 from sqlalchemy import select, update
@@ -43,15 +47,34 @@ def record(
 
 
 async def recent_events(
-    session: AsyncSession, *, actor: str | None = None, before: int | None = None, limit: int = 100
+    session: AsyncSession,
+    *,
+    actor: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before: int | None = None,
+    limit: int = 100,
 ) -> list[AuditEvent]:
-    """Newest first; `before` pages by event id (an index serves each page, with or without `actor`)."""
+    """Newest first, from `since` up to (not including) `until`; `before` pages by event id (an
+    index serves each page, with or without `actor`)."""
     query = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit)
     if actor:
         query = query.where(AuditEvent.actor == actor)
+    if action:
+        query = query.where(AuditEvent.action == action)
+    if since is not None:
+        query = query.where(AuditEvent.at >= since)
+    if until is not None:
+        query = query.where(AuditEvent.at < until)
     if before is not None:
         query = query.where(AuditEvent.id < before)
     return list((await session.scalars(query)).all())
+
+
+async def actions(session: AsyncSession) -> list[str]:
+    """Every kind of event the trail holds, for a filter to offer."""
+    return list((await session.scalars(select(AuditEvent.action).distinct().order_by(AuditEvent.action))).all())
 
 
 async def record_failed_logins(session: AsyncSession, burst: Burst) -> None:

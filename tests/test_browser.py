@@ -1364,6 +1364,8 @@ A11Y_PAGES = (
     "/audit",
     "/compare",
     "/account/tokens",
+    "/users",
+    "/account",
 )
 
 
@@ -1445,3 +1447,115 @@ async def test_a_person_makes_a_token_copies_it_once_and_revokes_it(tab: Tab, de
         await expect(page.locator("tr", has_text="from the browser")).to_contain_text("revoked")
         assert (await api.get("/api/hosts")).status_code == 401
     assert tab.console_errors == []
+
+
+def add_user_with_the_cli(demo: Demo, name: str, role: str, password: str) -> None:
+    """`launchdeck users add` on the demo's data dir, as an admin on the server would."""
+    launchdeck = Path(sys.executable).parent / "launchdeck"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAUNCHDECK_")}
+    env["LAUNCHDECK_DATA_DIR"] = str(demo.data_dir)
+    command = [str(launchdeck if launchdeck.exists() else "launchdeck"), "users", "add", name, "--role", role]
+    subprocess.run(
+        [*command, "--password-stdin"], input=password + "\n", text=True, check=True, capture_output=True, env=env
+    )
+
+
+async def log_in_as(page: Page, name: str, password: str) -> None:
+    if not re.search(r"/login(\?|$)", page.url):
+        await page.goto("/login")
+    await page.get_by_label("User name").fill(name)
+    await page.get_by_label("Password", exact=True).fill(password)
+    await page.get_by_role("button", name="Log in").click()
+    await page.wait_for_load_state()
+
+
+async def test_a_viewer_sees_hosts_and_attempts_without_controls_the_api_refuses_and_logout_ends_the_cookie(
+    tab: Tab, demo: Demo
+) -> None:
+    await asyncio.to_thread(add_user_with_the_cli, demo, "vera", "viewer", "viewer password 1")
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [7], "port": free_port(), **AGAIN}
+        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+        try:
+
+            async def ready() -> bool:
+                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
+
+            await wait_until(ready, 30, f"attempt {attempt_id} to be ready", demo)
+            page = tab.page
+            await log_in_as(page, "vera", "viewer password 1")
+            await expect(page.locator("article.host[data-host='b200-01']")).to_be_visible()
+            menu = page.locator(".wide-menu nav")
+            await expect(menu.get_by_role("link", name="Account")).to_be_visible()
+            for hidden in ("Launch", "Users"):
+                await expect(menu.get_by_role("link", name=hidden)).to_have_count(0)
+
+            await page.goto("/presets/llama31-8b")
+            await expect(page.locator("#command")).to_contain_text("--model-path")
+            await expect(page.get_by_role("link", name="Launch", exact=True)).to_have_count(0)
+            await expect(page.get_by_role("button", name="Save as a new revision")).to_have_count(0)
+            await page.goto(f"/attempts/{attempt_id}")
+            await expect(page.locator("#status")).to_have_text("ready")
+            await expect(page.locator("form.stop")).to_have_count(0)
+            await expect(page.locator("#relaunch-link")).to_have_count(0)
+
+            # The page's own session, with its CSRF token: the API still says no.
+            status = await page.evaluate(
+                """async body => (await fetch('/api/attempts', {method: 'POST', body: JSON.stringify(body),
+                     headers: {'Content-Type': 'application/json',
+                               'X-CSRF-Token': document.querySelector('input[name=csrf_token]').value}})).status""",
+                {"preset": "llama31-8b", "host": "b200-01", "gpus": [6]},
+            )
+            assert status == 403
+            assert (await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready"
+
+            cookies = await tab.context.cookies()
+            await page.get_by_role("button", name="Log out").click()
+            await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+            await tab.context.add_cookies(cookies)  # the cookie as it was before logging out
+            await page.goto("/hosts")
+            await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+            assert "/login" in page.url
+            refused = "Failed to load resource: the server responded with a status of 403 (Forbidden)"
+            assert set(tab.console_errors) <= {refused}, tab.console_errors
+        finally:
+            await api.post(f"/api/attempts/{attempt_id}/stop")
+
+
+async def test_an_admin_adds_a_user_who_then_changes_their_password(tab: Tab, demo: Demo) -> None:
+    page = tab.page
+    await log_in(page)
+    await page.locator(".wide-menu nav").get_by_role("link", name="Users").click()
+    await expect(page.get_by_role("heading", name="Users")).to_be_visible()
+    form = page.locator("#add-user")
+    await form.get_by_label("Name").fill("dana")
+    await form.get_by_label("Role").select_option("operator")
+    await form.get_by_label("Initial password").fill("initial password 1")
+    await form.get_by_role("button", name="Add user").click()
+    row = page.locator("tr[data-user='dana']")
+    await expect(row).to_contain_text("active")
+    await expect(row.get_by_label("Role of dana")).to_have_value("operator")
+    await expect(row).to_contain_text("never")
+    await shoot(page, "users.png")
+    await page.get_by_role("button", name="Log out").click()
+    await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+
+    await log_in_as(page, "dana", "initial password 1")
+    await page.locator(".wide-menu nav").get_by_role("link", name="Account").click()
+    await expect(page.locator("#whoami")).to_contain_text("dana, role operator")
+    await expect(page.locator("#logins tbody tr")).to_have_count(1)
+    await page.get_by_label("Current password").fill("initial password 1")
+    await page.get_by_label("New password (at least 8 characters)").fill("changed password 2")
+    await page.get_by_label("New password again").fill("changed password 2")
+    await page.get_by_role("button", name="Change password").click()
+    await expect(page.locator("#account-notice")).to_contain_text("Your other logins have ended; this one goes on.")
+    await expect(page.locator("#logins tbody tr")).to_contain_text("this one")
+    await shoot(page, "account.png")
+    await page.get_by_role("button", name="Log out").click()
+    await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    await log_in_as(page, "dana", "initial password 1")
+    await expect(page.get_by_role("alert")).to_have_text("Wrong user name or password.")
+    await log_in_as(page, "dana", "changed password 2")
+    await expect(page).to_have_url(re.compile(r"/hosts$"))
+    wrong_password = "Failed to load resource: the server responded with a status of 401 (Unauthorized)"
+    assert set(tab.console_errors) <= {wrong_password}, tab.console_errors

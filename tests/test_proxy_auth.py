@@ -219,3 +219,12 @@ def test_serving_beyond_loopback_with_no_accounts_and_no_sign_on_is_refused(tmp_
     assert exposed.accounts_problem(accounts=1) is None
     assert Settings(bind="0.0.0.0", **SIGN_ON).accounts_problem(accounts=0) is None  # type: ignore[arg-type]
     assert Settings(bind="127.0.0.1").accounts_problem(accounts=0) is None  # the demo's token-only login
+
+
+async def test_a_person_who_signs_on_through_the_proxy_is_offered_no_password_on_their_account_page(
+    dashboard: Dashboard,
+) -> None:
+    async with dashboard(**SIGN_ON) as app, client_from(app, PROXY) as proxy:
+        page = await proxy.get("/account", headers={"X-Forwarded-User": "ann"})
+        assert page.status_code == 200 and "<strong>ann</strong>, role <strong>viewer</strong>" in page.text
+        assert "your account has no password here" in page.text and "Change your password" not in page.text

@@ -104,6 +104,14 @@ LEAST_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/account/tokens"): VIEWER,
     ("POST", "/account/tokens"): VIEWER,  # the built-in admin has no account: refused with a sentence
     ("POST", "/account/tokens/{token_id}/revoke"): VIEWER,  # a viewer revokes only their own
+    ("GET", "/account"): VIEWER,
+    ("POST", "/account/password"): VIEWER,
+    ("POST", "/account/logins/end-others"): VIEWER,
+    ("GET", "/users"): ADMIN,
+    ("POST", "/users"): ADMIN,
+    ("POST", "/users/{name}/role"): ADMIN,
+    ("POST", "/users/{name}/disabled"): ADMIN,
+    ("POST", "/users/{name}/password"): ADMIN,
 }
 
 # Values for path parameters that name nothing: a caller who gets through meets 404 or 422, so no

@@ -7,6 +7,7 @@ SQLite's write lock."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -14,14 +15,17 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import ColumnElement, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import audit
+from app.accounts import users
+from app.accounts.passwords import verify_password
 from app.accounts.users import BUILT_IN_ADMIN
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import LoginSession, Role, User
-from app.errors import DiskFull
+from app.errors import DiskFull, InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -124,3 +128,60 @@ async def _touch(sessions: Sessions, row_id: int, now: datetime) -> None:
 async def end_login(session: AsyncSession, login_id: str) -> None:
     """Adds ending the login to the caller's unit of work."""
     await session.execute(delete(LoginSession).where(LoginSession.id_hash == _id_hash(login_id)))
+
+
+@dataclass(frozen=True)
+class LoginShown:
+    """One of a person's logins, as their account page lists it."""
+
+    started: datetime
+    last_seen: datetime
+    remote_addr: str
+    current: bool  # the login the list is shown to
+
+
+def _logins_of(user_id: int | None) -> ColumnElement[bool]:
+    """The rows of a person's logins; the built-in admin's are those with no account."""
+    return LoginSession.user_id.is_(None) if user_id is None else LoginSession.user_id == user_id
+
+
+async def list_logins(
+    session: AsyncSession, *, user_id: int | None, login_id: str, timeouts: Timeouts
+) -> list[LoginShown]:
+    """The person's logins that are still good, newest first; `login_id` is the one asking."""
+    now, current = utcnow(), _id_hash(login_id)
+    rows = await session.scalars(
+        select(LoginSession)
+        .where(
+            _logins_of(user_id),
+            LoginSession.created_at >= now - timeouts.absolute,
+            LoginSession.last_seen_at >= now - timeouts.idle,
+        )
+        .order_by(LoginSession.created_at.desc())
+    )
+    return [LoginShown(r.created_at, r.last_seen_at, r.remote_addr, r.id_hash == current) for r in rows]
+
+
+async def end_other_logins(
+    session: AsyncSession, *, user_id: int | None, login_id: str, actor: str, remote_addr: str = ""
+) -> int:
+    """Ends the person's logins but `login_id` (committed, audited); returns how many ended."""
+    result = await session.execute(
+        delete(LoginSession).where(_logins_of(user_id), LoginSession.id_hash != _id_hash(login_id))
+    )
+    ended = int(result.rowcount or 0)  # type: ignore[attr-defined]
+    audit.record(session, actor=actor, action="logout-others", remote_addr=remote_addr, detail={"ended": ended})
+    await session.commit()
+    return ended
+
+
+async def change_own_password(
+    session: AsyncSession, *, name: str, current: str, new: str, again: str, login_id: str, remote_addr: str = ""
+) -> None:
+    """A person's new password, given their current one. Their other logins end; this one goes on."""
+    if new != again:
+        raise InvalidInput("the new password and its repetition differ")
+    user = await users.get_user(session, name)
+    if not await asyncio.to_thread(verify_password, current, user.password_hash):
+        raise InvalidInput("the current password is wrong")
+    await users.set_password(session, name, new, keep_login=_id_hash(login_id), actor=name, remote_addr=remote_addr)

@@ -1,17 +1,21 @@
-"""Accounts: people with a name, a password and a role. The CLI manages them; the login form
-checks them. Changing a password or disabling an account ends that person's logins at once."""
+"""Accounts: people with a name, a password and a role. The CLI and the users page manage them;
+the login form checks them. Changing a password or disabling an account ends that person's logins
+at once. A change made by someone logged in (`actor`) goes into the audit trail with it; the CLI,
+run on the server itself, gives no actor."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+from datetime import datetime
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app import audit
 from app.accounts.passwords import dummy_hash, hash_password, password_problem, verify_password
 from app.clock import utcnow
-from app.db.models import LoginSession, Role, User
+from app.db.models import AuditEvent, LoginSession, Role, User
 from app.errors import InvalidInput, NotFound
 
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -47,7 +51,9 @@ async def count_enabled(session: AsyncSession) -> int:
     return int(await session.scalar(select(func.count()).select_from(User).where(User.disabled_at.is_(None))) or 0)
 
 
-async def add_user(session: AsyncSession, *, name: str, password: str, role: Role) -> User:
+async def add_user(
+    session: AsyncSession, *, name: str, password: str, role: Role, actor: str | None = None, remote_addr: str = ""
+) -> User:
     if not NAME.fullmatch(name):
         raise InvalidInput(
             "a user name is 1-64 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -59,35 +65,78 @@ async def add_user(session: AsyncSession, *, name: str, password: str, role: Rol
         raise InvalidInput(f"a user named {name!r} exists already")
     user = User(name=name, password_hash=hashed, role=role)
     session.add(user)
+    _audit(session, actor, "user-add", name, remote_addr, {"role": str(role)})
     await session.commit()
     return user
 
 
-async def set_password(session: AsyncSession, name: str, password: str) -> None:
+async def set_password(
+    session: AsyncSession,
+    name: str,
+    password: str,
+    *,
+    keep_login: str | None = None,
+    actor: str | None = None,
+    remote_addr: str = "",
+) -> None:
+    """Ends every login of the account but `keep_login` (a login's id hash: the person changing
+    their own password stays logged in where they did it)."""
     hashed = await asyncio.to_thread(hash_password, _checked_password(password))  # before the write lock
     user = await get_user(session, name)
     user.password_hash, user.password_changed_at = hashed, utcnow()
-    await _end_logins(session, user)
+    await _end_logins(session, user, keep=keep_login)
+    _audit(session, actor, "user-password", name, remote_addr)
     await session.commit()
 
 
-async def set_disabled(session: AsyncSession, name: str, disabled: bool) -> None:
+async def set_disabled(
+    session: AsyncSession, name: str, disabled: bool, *, actor: str | None = None, remote_addr: str = ""
+) -> None:
+    if disabled and name == actor:
+        raise InvalidInput("you cannot disable your own account; another admin can")
     user = await get_user(session, name)
     user.disabled_at = utcnow() if disabled else None
     if disabled:
         await _end_logins(session, user)
+    _audit(session, actor, "user-disable" if disabled else "user-enable", name, remote_addr)
     await session.commit()
 
 
-async def set_role(session: AsyncSession, name: str, role: Role) -> None:
+async def set_role(
+    session: AsyncSession, name: str, role: Role, *, actor: str | None = None, remote_addr: str = ""
+) -> None:
     """Takes effect on the person's next request: a login reads the role from the account."""
     user = await get_user(session, name)
-    user.role = role
+    before, user.role = user.role, role
+    _audit(session, actor, "user-role", name, remote_addr, {"from": before, "to": str(role)})
     await session.commit()
 
 
-async def _end_logins(session: AsyncSession, user: User) -> None:
-    await session.execute(delete(LoginSession).where(LoginSession.user_id == user.id))
+async def last_logins(session: AsyncSession) -> dict[str, datetime]:
+    """When each person last logged in, from the audit trail (logins themselves end and go)."""
+    rows = await session.execute(
+        select(AuditEvent.actor, func.max(AuditEvent.at)).where(AuditEvent.action == "login").group_by(AuditEvent.actor)
+    )
+    return {actor: at for actor, at in rows}
+
+
+async def _end_logins(session: AsyncSession, user: User, keep: str | None = None) -> None:
+    ending = delete(LoginSession).where(LoginSession.user_id == user.id)
+    if keep is not None:
+        ending = ending.where(LoginSession.id_hash != keep)
+    await session.execute(ending)
+
+
+def _audit(
+    session: AsyncSession,
+    actor: str | None,
+    action: str,
+    name: str,
+    remote_addr: str,
+    detail: dict[str, str] | None = None,
+) -> None:
+    if actor is not None:
+        audit.record(session, actor=actor, action=action, target=name, remote_addr=remote_addr, detail=detail)
 
 
 async def authenticate(session: AsyncSession, name: str, password: str) -> User | None:

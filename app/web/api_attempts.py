@@ -19,7 +19,7 @@ from app.launch.failure_signatures import drift_of
 from app.launch.relaunch import changed_input, relaunch, suggested_change
 from app.web.deps import ApiOperator, ApiViewer, AttemptDep, ReadDb, RuntimeDep, audit_actor
 from app.web.paging import link_next
-from app.web.params import Int64
+from app.web.params import Int64, moment
 
 router = APIRouter(prefix="/api", tags=["attempts"])
 
@@ -288,12 +288,19 @@ async def audit_events(
     db: ReadDb,
     user: ApiViewer,
     actor: str | None = None,
+    action: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
     before: Int64 | None = None,
     limit: Int64 = 100,
 ) -> list[AuditPublic]:
-    """Newest first, `limit` (at most 1000) at a time, optionally one actor's; the `Link` header's
+    """Newest first, `limit` (at most 1000) at a time, optionally one actor's, one action's, from
+    `since` up to `until` (ISO 8601; UTC unless an offset is given); the `Link` header's
     rel="next" is the next page. Only an admin reads other people's events."""
     limit = max(1, min(limit, 1000))
-    events = await audit.recent_events(db, actor=audit_actor(user, actor), before=before, limit=limit + 1)
+    events = await audit.recent_events(
+        db, actor=audit_actor(user, actor), action=action, since=moment(since, "since"), until=moment(until, "until"),
+        before=before, limit=limit + 1,
+    )  # fmt: skip
     link_next(request, response, events[limit - 1].id if len(events) > limit else None)
     return [AuditPublic.model_validate(event, from_attributes=True) for event in events[:limit]]

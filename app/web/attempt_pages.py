@@ -21,7 +21,7 @@ from app.web.deps import Caller, LogsDep, Operator, ReadDb, Runtime, RuntimeDep,
 from app.web.diagnosis_panel import diagnosis_context
 from app.web.errors import status_of
 from app.web.log_views import lines_html, log_context
-from app.web.params import INT64_MAX, Int64
+from app.web.params import INT64_MAX, Int64, moment
 from app.web.templating import render, wants_fragment
 
 router = APIRouter(include_in_schema=False)
@@ -231,14 +231,29 @@ async def stop_attempt(attempt_id: Int64, runtime: RuntimeDep, user: Operator) -
 
 @router.get("/audit", response_class=HTMLResponse)
 async def audit_page(
-    request: Request, db: ReadDb, user: Viewer, actor: str = "", before: Int64 | None = None
+    request: Request,
+    db: ReadDb,
+    user: Viewer,
+    actor: str = "",
+    action: str = "",
+    since: str = "",
+    until: str = "",
+    before: Int64 | None = None,
 ) -> Response:
+    """Admins see everyone's events (or one person's); everyone else only their own."""
     actor = audit_actor(user, actor or None) or ""
-    events = await audit.recent_events(db, actor=actor or None, before=before, limit=AUDIT_PAGE_SIZE + 1)
+    events = await audit.recent_events(
+        db, actor=actor or None, action=action or None, since=moment(since, "since"), until=moment(until, "until"),
+        before=before, limit=AUDIT_PAGE_SIZE + 1,
+    )  # fmt: skip
+    filters = {"actor": actor, "action": action, "since": since.strip(), "until": until.strip()}
     context = {
         "user": user,
         "events": events[:AUDIT_PAGE_SIZE],
         "older": events[AUDIT_PAGE_SIZE - 1].id if len(events) > AUDIT_PAGE_SIZE else None,
-        "actor": actor,
+        "filters": filters,
+        "filtered": any(filters.values()),
+        "query": urlencode({k: v for k, v in filters.items() if v}),
+        "actions": await audit.actions(db),
     }
     return render(request, "audit.html", context)

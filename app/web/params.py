@@ -5,6 +5,7 @@ number the same way: 422 naming the parameter."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from pydantic import Field
@@ -31,3 +32,15 @@ def compared_ids(a: int | None, b: int | None, ids: list[str] | None) -> list[in
             raise InvalidInput(f"ids: {piece[:40]!r} is not an attempt number")
         found.append(int(piece))
     return found
+
+
+def moment(value: str | None, name: str) -> datetime | None:
+    """A point in time a filter gives, as ISO 8601 (`2026-05-01`, `2026-05-01T14:30`, or with an
+    offset); without an offset it is UTC, as the pages show times. Empty: no bound."""
+    if not value or not value.strip():
+        return None
+    try:
+        found = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise InvalidInput(f"{name}: {value[:40]!r} is not a date or time such as 2026-05-01T14:30") from None
+    return found.replace(tzinfo=UTC) if found.tzinfo is None else found

@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
-from app.db.models import AttemptStatus
+from app.db.models import AttemptStatus, Role
 from app.web.deps import csrf_token, get_runtime
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
@@ -59,13 +59,19 @@ def wants_fragment(request: Request) -> bool:
 
 
 def _full_context(request: Request, context: dict[str, Any]) -> dict[str, Any]:
+    """What every page gets. `can_operate` and `can_administer` follow from the caller's role, so
+    pages offer only what the caller may do (the routes check it again)."""
     runtime = get_runtime(request)
+    login = getattr(request.state, "login", None)  # set by the login lookup every page makes
+    role = login.role if login is not None else None
     return {
         "request": request,
         "csrf_token": csrf_token(request),
         "htmx_version": runtime.htmx_version,
         "htmx_sse_version": runtime.htmx_sse_version,
         "disk_warning": runtime.data_dir.warning(),  # every page says so while the data dir is full
+        "can_operate": role is not None and role.allows(Role.OPERATOR),
+        "can_administer": role is not None and role.allows(Role.ADMIN),
         **context,
     }
 
