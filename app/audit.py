@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-<<<<<<< HEAD
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-=======
 from datetime import datetime
->>>>>>> wt-userpages
 from typing import Any
 
 from sqlalchemy import select, update

@@ -45,11 +45,8 @@ from app.web import (
     preset_pages,
     relaunch_pages,
     rule_pages,
-<<<<<<< HEAD
     token_pages,
-=======
     user_pages,
->>>>>>> wt-userpages
 )
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
@@ -214,11 +211,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(diagnosis_pages.router)
     app.include_router(rule_pages.router)
     app.include_router(relaunch_pages.router)
-<<<<<<< HEAD
     app.include_router(token_pages.router)
-=======
     app.include_router(account_pages.router)
     app.include_router(user_pages.router)
->>>>>>> wt-userpages
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
