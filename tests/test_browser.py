@@ -1443,6 +1443,8 @@ async def test_a_person_makes_a_token_copies_it_once_and_revokes_it(tab: Tab, de
         row = page.locator("tr", has_text="from the browser")
         await expect(row).to_contain_text("active")
         assert secret not in await page.content()
+        if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
+            await page.screenshot(path=f"{shots}/tokens.png", full_page=True)
         await row.get_by_role("button", name="Revoke").click()
         await expect(page.locator("tr", has_text="from the browser")).to_contain_text("revoked")
         assert (await api.get("/api/hosts")).status_code == 401
