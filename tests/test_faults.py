@@ -248,7 +248,7 @@ async def test_a_host_whose_ssh_server_is_killed_during_a_launch_and_a_stream_re
     assert slowest.seconds <= 2, slowest
     assert attempt["status"] == "ready" and process_alive(attempt["pid"]), attempt
     assert_status_is_true(host, attempt)
-    assert bytes(received[:mirror_size]) == host_file(host, attempt)
+    assert bytes(received[:mirror_size]) == host_file(host, attempt)[:mirror_size]  # the server logs on
 
 
 async def test_a_frozen_host_goes_offline_without_disturbing_the_other_and_recovers(
@@ -293,7 +293,8 @@ async def test_a_frozen_host_goes_offline_without_disturbing_the_other_and_recov
     for name, attempt in attempts.items():
         assert attempt["status"] == "ready", attempt
         assert_status_is_true(cluster[name], attempt)
-        assert bytes(received[name][: sizes[name]]) == host_file(cluster[name], attempt)
+        # The servers go on logging health checks: compare what both had when the mirror matched.
+        assert bytes(received[name][: sizes[name]]) == host_file(cluster[name], attempt)[: sizes[name]]
 
 
 async def test_a_dashboard_killed_under_load_reconciles_every_attempt_without_duplicates(
