@@ -132,6 +132,11 @@ def _run(argv: list[str] | None) -> int:
     role_parser = users_commands.add_parser("role", help="change a user's role")
     role_parser.add_argument("name")
     role_parser.add_argument("role", choices=ROLES)
+    hosts_parser = users_commands.add_parser("hosts", help="limit an operator to hosts with some labels, or lift it")
+    hosts_parser.add_argument("name")
+    limit = hosts_parser.add_mutually_exclusive_group(required=True)
+    limit.add_argument("--labels", help="comma-separated host labels, e.g. rtxpro,b200 (any one of them will do)")
+    limit.add_argument("--all", action="store_true", help="every host again")
     tokens_parser = commands.add_parser("tokens", help="people's API tokens (on the database directly)")
     tokens_commands = tokens_parser.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
     create_parser = tokens_commands.add_parser("create", help="make a token for a user and print it, this once")
@@ -273,10 +278,17 @@ async def manage_users(settings: Settings, args: argparse.Namespace) -> int:
             elif args.users_command == "role":
                 await users.set_role(session, args.name, users.role_of(args.role))
                 print(f"launchdeck: {args.name} is now {args.role}")
+            elif args.users_command == "hosts":
+                labels = None if args.all else args.labels.split(",")
+                await users.set_host_labels(session, args.name, labels)
+                limited = await users.host_labels_of(session, args.name)
+                where = f"hosts labelled {' or '.join(limited)}" if limited else "every host"
+                print(f"launchdeck: {args.name} may launch on {where}")
             else:
                 for user in await users.list_users(session):
                     state = "disabled" if user.disabled_at else "enabled"
-                    print(f"{user.name:24} {user.role:9} {state:9} since {user.created_at:%Y-%m-%d}")
+                    hosts = ",".join(user.host_labels) if user.host_labels else "all hosts"
+                    print(f"{user.name:24} {user.role:9} {state:9} since {user.created_at:%Y-%m-%d}  {hosts}")
     finally:
         await engine.dispose()
     return 0

@@ -3,6 +3,7 @@
 LaunchdeckError
 ├── NotFound            a named thing does not exist                      (HTTP 404)
 ├── AccessRefused       the person is known but may not come in; the message says why (HTTP 403)
+│   └── HostNotAllowed  the person may launch only on hosts with other labels
 ├── InvalidInput        a value a user gave is wrong; the message says which (HTTP 422)
 │   ├── InvalidPattern  a search pattern grep cannot use, with grep's reason    (HTTP 400)
 │   ├── SearchTooSlow   a search ran out of time; it carries what it found  (HTTP 422)
@@ -35,6 +36,10 @@ class NotFound(LaunchdeckError):
 
 
 class AccessRefused(LaunchdeckError):
+    pass
+
+
+class HostNotAllowed(AccessRefused):
     pass
 
 

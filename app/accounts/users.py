@@ -112,6 +112,24 @@ async def set_role(
     await session.commit()
 
 
+async def set_host_labels(
+    session: AsyncSession, name: str, labels: list[str] | None, *, actor: str | None = None, remote_addr: str = ""
+) -> None:
+    """Limits an operator's launches and preflights to hosts with one of `labels`; None or none
+    given lifts the limit. Admins are never limited, whatever their account says."""
+    chosen = sorted({label.strip() for label in labels or () if label.strip()}) or None
+    user = await get_user(session, name)
+    user.host_labels = chosen
+    _audit(session, actor, "user-hosts", name, remote_addr, {"labels": ", ".join(chosen) if chosen else "all"})
+    await session.commit()
+
+
+async def host_labels_of(session: AsyncSession, name: str) -> tuple[str, ...] | None:
+    """The labels `name` is limited to, or None: every host (also for a name with no account)."""
+    labels = await session.scalar(select(User.host_labels).where(User.name == name))
+    return tuple(labels) if labels else None
+
+
 async def last_logins(session: AsyncSession) -> dict[str, datetime]:
     """When each person last logged in, from the audit trail (logins themselves end and go)."""
     rows = await session.execute(

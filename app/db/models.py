@@ -314,6 +314,8 @@ class User(Base):
     disabled_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     password_changed_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The labels of the hosts an operator may launch on (one of them); None: every host.
+    host_labels: Mapped[list[Any] | None]
 
 
 class LoginSession(Base):

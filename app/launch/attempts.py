@@ -130,15 +130,19 @@ class AttemptService:
         override_reason: str = "",
         confirm_failed_before: bool = False,
         revision: int | None = None,
+        permission: guards.LaunchPermission | None = None,
     ) -> Attempt:
         """Runs the guards, records the attempt and starts it in the background.
 
-        Refused (FailedBefore) when this configuration failed before and the launch does not confirm
-        it, and (PreflightBlocked) when a blocking preflight check fails and no override reason is
-        given: then no attempt is recorded. The preflight runs between two short units of work."""
+        Refused (HostNotAllowed) when `permission` does not cover the host, (FailedBefore) when this
+        configuration failed before and the launch does not confirm it, and (PreflightBlocked) when
+        a blocking preflight check fails and no override reason is given: then no attempt is recorded.
+        The preflight runs between two short units of work."""
         check_text("override_reason", override_reason, MAX_OVERRIDE_REASON)
         override_reason = override_reason.strip()
         connection = self.ssh.get(host)
+        if permission is not None:
+            permission.check(connection.name, connection.spec.labels)
         if len(set(gpus)) != len(gpus) or any(gpu < 0 for gpu in gpus):
             raise InvalidInput("gpus: give distinct GPU indices, e.g. [0, 1]")
         if port is not None and not 1 <= port <= 65535:
@@ -194,9 +198,20 @@ class AttemptService:
         self._follow(attempt.id, launching=True)
         return attempt
 
-    async def preflight(self, *, preset: str, host: str, gpus: list[int], port: int | None = None) -> Preflight:
-        """The checks a launch of the preset's latest revision would run, without launching."""
+    async def preflight(
+        self,
+        *,
+        preset: str,
+        host: str,
+        gpus: list[int],
+        port: int | None = None,
+        permission: guards.LaunchPermission | None = None,
+    ) -> Preflight:
+        """The checks a launch of the preset's latest revision would run, without launching; a host
+        `permission` does not cover is refused as the launch would be."""
         connection = self.ssh.get(host)
+        if permission is not None:
+            permission.check(connection.name, connection.spec.labels)
         async with self.sessions.read() as session:
             revision = latest(await get_preset(session, preset))
         return await _check_revision(connection, revision, gpus=gpus, port=port, owners=self._owners_on(host))

@@ -1,5 +1,6 @@
-"""What stops a launch before any attempt is recorded: a configuration that already failed (unless
-the launch confirms it knows) and a blocking preflight check (unless overridden with a reason).
+"""What stops a launch before any attempt is recorded: a host the person may not use, a
+configuration that already failed (unless the launch confirms it knows) and a blocking preflight
+check (unless overridden with a reason).
 
 "The same configuration" is the same preset revision, or the same command line and environment:
 the argv an attempt ran less its port, and its environment less CUDA_VISIBLE_DEVICES (each launch
@@ -19,10 +20,28 @@ from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Attempt, AttemptStatus, PresetRevision, Signature
-from app.errors import FailedBefore, PreflightBlocked
+from app.errors import FailedBefore, HostNotAllowed, PreflightBlocked
 from app.launch.preflight import Preflight
 
 TITLE_LENGTH = 160
+
+
+@dataclass(frozen=True)
+class LaunchPermission:
+    """Which hosts `person` may launch and preflight on: those with one of `labels`; None, every
+    host. The web layer builds it from the caller; the domain only checks it."""
+
+    person: str
+    labels: tuple[str, ...] | None = None
+
+    def check(self, host: str, host_labels: Sequence[str]) -> None:
+        """Refuses a host without one of the labels, before anything runs on it."""
+        if self.labels is None or set(self.labels) & set(host_labels):
+            return
+        has = f"has labels {', '.join(host_labels)}" if host_labels else "has no labels"
+        raise HostNotAllowed(
+            f"{self.person} may launch only on hosts labelled {' or '.join(self.labels)}; {host} {has}"
+        )
 
 
 def configuration(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:

@@ -14,6 +14,7 @@ from app.diagnose.hints import SuggestedChange
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
 from app.launch.attempts import AttemptService
+from app.launch.guards import LaunchPermission
 from app.launch.history import load_attempt
 from app.launch.presets import (
     FIELD_BY_OPTION,
@@ -112,6 +113,7 @@ async def relaunch(
     data: PresetInput | None = None,
     override_reason: str = "",
     confirm_failed_before: bool = False,
+    permission: LaunchPermission | None = None,
 ) -> Relaunched:
     """Launches the attempt's choices again. With `data` (the attempt's preset as edited), that is
     saved first as a new revision, audited as made from the attempt, unless it is the attempt's
@@ -134,6 +136,7 @@ async def relaunch(
         override_reason=override_reason,
         confirm_failed_before=confirm_failed_before,
         actor=actor,
+        permission=permission,
     )
     return Relaunched(launched, revision, saved)
 

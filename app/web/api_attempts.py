@@ -17,7 +17,7 @@ from app.errors import InvalidInput
 from app.launch import failure_signatures, history
 from app.launch.failure_signatures import drift_of
 from app.launch.relaunch import changed_input, relaunch, suggested_change
-from app.web.deps import ApiOperator, ApiViewer, AttemptDep, ReadDb, RuntimeDep, audit_actor
+from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, AttemptDep, ReadDb, RuntimeDep, audit_actor
 from app.web.paging import link_next
 from app.web.params import Int64, moment
 
@@ -187,9 +187,11 @@ class AuditPublic(BaseModel):
 
 
 @router.post("/preflight")
-async def preflight(body: PreflightIn, runtime: RuntimeDep, _user: ApiOperator) -> dict[str, Any]:
+async def preflight(body: PreflightIn, runtime: RuntimeDep, _user: ApiOperator, may: ApiLauncher) -> dict[str, Any]:
     """The checks a launch would run, without launching."""
-    result = await runtime.attempts.preflight(preset=body.preset, host=body.host, gpus=body.gpus, port=body.port)
+    result = await runtime.attempts.preflight(
+        preset=body.preset, host=body.host, gpus=body.gpus, port=body.port, permission=may
+    )
     return result.as_dict()
 
 
@@ -209,7 +211,7 @@ class Refused(BaseModel):
         422: {"model": Refused, "description": "A blocking preflight check failed: resend with override_reason."},
     },
 )
-async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiOperator) -> Launched:
+async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiOperator, may: ApiLauncher) -> Launched:
     """Runs the preflight, records the attempt and starts it; follow it with GET /api/attempts/{id}.
     A refused launch records no attempt."""
     attempt = await runtime.attempts.launch(
@@ -221,13 +223,19 @@ async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiOperator) -> Laun
         override_reason=body.override_reason,
         confirm_failed_before=body.confirm_failed_before,
         actor=user.name,
+        permission=may,
     )
     return Launched(id=attempt.id, status=attempt.status)
 
 
 @router.post("/attempts/{attempt_id}/relaunch", status_code=status.HTTP_202_ACCEPTED)
 async def relaunch_attempt(
-    attempt_id: Int64, runtime: RuntimeDep, user: ApiOperator, attempt: AttemptDep, body: RelaunchIn | None = None
+    attempt_id: Int64,
+    runtime: RuntimeDep,
+    user: ApiOperator,
+    may: ApiLauncher,
+    attempt: AttemptDep,
+    body: RelaunchIn | None = None,
 ) -> Relaunched:
     """Launches the attempt's preset revision again on its host, GPUs and port; with changes, a new
     revision made from the attempt's runs instead. No body: the same choices again."""
@@ -244,6 +252,7 @@ async def relaunch_attempt(
         data=changed_input(attempt, changes) if changes else None,
         override_reason=body.override_reason,
         confirm_failed_before=body.confirm_failed_before,
+        permission=may,
     )
     return Relaunched(id=done.attempt.id, status=done.attempt.status, revision=done.revision, saved=done.saved)
 

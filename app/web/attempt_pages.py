@@ -12,12 +12,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app import audit
 from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus
-from app.errors import HostError, InvalidInput, LaunchdeckError, LaunchRefused
+from app.errors import AccessRefused, HostError, InvalidInput, LaunchdeckError, LaunchRefused
 from app.gpu.overview import current_overview
 from app.launch import compare, failure_signatures, guards, history, presets
 from app.launch.preflight import Preflight
 from app.logs.live import tail
-from app.web.deps import Caller, LogsDep, Operator, ReadDb, Runtime, RuntimeDep, Viewer, audit_actor
+from app.web.deps import Caller, Launcher, LogsDep, Operator, ReadDb, Runtime, RuntimeDep, Viewer, audit_actor
 from app.web.diagnosis_panel import diagnosis_context
 from app.web.errors import status_of
 from app.web.log_views import lines_html, log_context
@@ -106,21 +106,25 @@ async def launch_form(request: Request, runtime: RuntimeDep, user: Operator) -> 
 
 
 @router.post("/launch/preflight", response_class=HTMLResponse)
-async def launch_preflight(request: Request, runtime: RuntimeDep, user: Operator) -> Response:
+async def launch_preflight(request: Request, runtime: RuntimeDep, user: Operator, may: Launcher) -> Response:
     choice = await launch_choice(request)
     context = await launch_context(runtime, user, choice)
     try:
         context["preflight"] = await runtime.attempts.preflight(
-            preset=choice.get("preset", ""), host=choice.get("host", ""), gpus=choice["gpus"], port=choice["port"]
+            preset=choice.get("preset", ""),
+            host=choice.get("host", ""),
+            gpus=choice["gpus"],
+            port=choice["port"],
+            permission=may,
         )
-    except (InvalidInput, HostError) as exc:
+    except (InvalidInput, AccessRefused, HostError) as exc:
         context["error"] = str(exc)
     context["suggested_port"] = suggested_port(context["choice"], context["preflight"])
     return render(request, "launch.html", context, block="preflight")
 
 
 @router.post("/launch", response_class=HTMLResponse)
-async def launch(request: Request, runtime: RuntimeDep, user: Operator) -> Response:
+async def launch(request: Request, runtime: RuntimeDep, user: Operator, may: Launcher) -> Response:
     choice = await launch_choice(request)
     override = choice.get("override_reason", "").strip() if choice.get("override") else ""
     try:
@@ -132,6 +136,7 @@ async def launch(request: Request, runtime: RuntimeDep, user: Operator) -> Respo
             override_reason=override,
             confirm_failed_before=bool(choice.get("confirm_failed_before")),
             actor=user.name,
+            permission=may,
         )
     except LaunchRefused as exc:
         context = await launch_context(runtime, user, choice)
@@ -141,7 +146,7 @@ async def launch(request: Request, runtime: RuntimeDep, user: Operator) -> Respo
     except LaunchdeckError as exc:
         context = await launch_context(runtime, user, choice)
         context["error"] = str(exc)
-        return render(request, "launch.html", context, status_code=422)
+        return render(request, "launch.html", context, status_code=403 if isinstance(exc, AccessRefused) else 422)
     return RedirectResponse(f"/attempts/{attempt.id}", status_code=303)
 
 

@@ -12,7 +12,7 @@ Who is asking is a `Caller`, given by the role guards: `Viewer`, `Operator` and 
 pages (a browser login; form posts carry the CSRF token), `ApiViewer`, `ApiOperator` and
 `ApiAdmin` for the API (the access token or a person's API token as a bearer token, or a
 browser login). With single sign-on, a browser login is also the person a trusted proxy names in
-its header."""
+its header. `Launcher` and `ApiLauncher` add the hosts an operator may launch on."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from fastapi import Depends, Form, HTTPException, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
-from app.accounts import tokens
+from app.accounts import tokens, users
 from app.accounts.logins import Login, Timeouts, find_login
 from app.accounts.proxy import Network, from_proxy, ignore_header, proxy_login
 from app.config import Settings
@@ -38,6 +38,7 @@ from app.db.models import Attempt, Role
 from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
+from app.launch.guards import LaunchPermission
 from app.launch.history import load_attempt
 from app.launch.notifications import Notifier
 from app.launch.rediagnose import Rediagnosis
@@ -287,6 +288,28 @@ Admin = Annotated[Caller, Depends(_needs(Role.ADMIN, page_caller))]
 ApiViewer = Annotated[Caller, Depends(_needs(Role.VIEWER, api_caller))]
 ApiOperator = Annotated[Caller, Depends(_needs(Role.OPERATOR, api_caller))]
 ApiAdmin = Annotated[Caller, Depends(_needs(Role.ADMIN, api_caller))]
+
+
+async def _launch_permission(runtime: Runtime, caller: Caller) -> LaunchPermission:
+    """The hosts the caller may launch on: an operator's account may limit them to some labels;
+    admins (and the access token) are never limited."""
+    if caller.role.allows(Role.ADMIN):
+        return LaunchPermission(caller.name)
+    async with runtime.sessions.read() as session:
+        return LaunchPermission(caller.name, await users.host_labels_of(session, caller.name))
+
+
+async def page_launch_permission(runtime: RuntimeDep, caller: Operator) -> LaunchPermission:
+    return await _launch_permission(runtime, caller)
+
+
+async def api_launch_permission(runtime: RuntimeDep, caller: ApiOperator) -> LaunchPermission:
+    return await _launch_permission(runtime, caller)
+
+
+# What a launch or preflight route passes to the domain; the route's own Operator guard runs once.
+Launcher = Annotated[LaunchPermission, Depends(page_launch_permission)]
+ApiLauncher = Annotated[LaunchPermission, Depends(api_launch_permission)]
 
 
 def audit_actor(caller: Caller, asked: str | None) -> str | None:

@@ -14,7 +14,7 @@ from app.diagnose.stored import StoredDiagnosis
 from app.errors import FailedBefore, HostError, InvalidInput, LaunchRefused, PreflightBlocked
 from app.launch import presets
 from app.launch.relaunch import Target, changed_input, changes_from, relaunch, suggested_change
-from app.web.deps import AttemptDep, Caller, Operator, RuntimeDep
+from app.web.deps import AttemptDep, Caller, Launcher, Operator, RuntimeDep
 from app.web.errors import status_of
 from app.web.preset_form import editor_context, preset_input
 from app.web.templating import render
@@ -60,12 +60,16 @@ async def relaunch_page(request: Request, user: Operator, attempt: AttemptDep) -
 
 
 @router.post("/attempts/{attempt_id}/relaunch", response_class=HTMLResponse)
-async def relaunch_attempt(request: Request, user: Operator, attempt: AttemptDep, runtime: RuntimeDep) -> Response:
+async def relaunch_attempt(
+    request: Request, user: Operator, may: Launcher, attempt: AttemptDep, runtime: RuntimeDep
+) -> Response:
     """The page's warning that the attempt failed unchanged is what its confirmation confirms; a
     refusal by another guard comes back with what that guard needs asked."""
     form = await request.form()
     try:
-        done = await relaunch(runtime.attempts, attempt_id=attempt.id, actor=user.name, **_consent(form))
+        done = await relaunch(
+            runtime.attempts, attempt_id=attempt.id, actor=user.name, permission=may, **_consent(form)
+        )
     except LaunchRefused as exc:
         context = relaunch_context(attempt, user, None, confirming=True, refused=exc)
         return render(request, "relaunch.html", context, status_code=status_of(exc))
@@ -93,7 +97,9 @@ async def edit_page(request: Request, user: Operator, attempt: AttemptDep) -> Re
 
 
 @router.post("/attempts/{attempt_id}/edit", response_class=HTMLResponse)
-async def edit_and_relaunch(request: Request, user: Operator, attempt: AttemptDep, runtime: RuntimeDep) -> Response:
+async def edit_and_relaunch(
+    request: Request, user: Operator, may: Launcher, attempt: AttemptDep, runtime: RuntimeDep
+) -> Response:
     """Without `confirmed`, the edited preset back with what it changes and the confirmation;
     with it, the new revision saved and launched."""
     form = await request.form()
@@ -107,7 +113,9 @@ async def edit_and_relaunch(request: Request, user: Operator, attempt: AttemptDe
         posted = [(key, str(value)) for key, value in form.multi_items() if key not in NOT_CARRIED]
         return render(request, "relaunch.html", relaunch_context(attempt, user, data, confirming=True, posted=posted))
     try:
-        done = await relaunch(runtime.attempts, attempt_id=attempt.id, actor=user.name, data=data, **_consent(form))
+        done = await relaunch(
+            runtime.attempts, attempt_id=attempt.id, actor=user.name, permission=may, data=data, **_consent(form)
+        )
     except LaunchRefused as exc:
         posted = [(key, str(value)) for key, value in form.multi_items() if key not in NOT_CARRIED]
         context = relaunch_context(attempt, user, data, confirming=True, posted=posted, refused=exc)
