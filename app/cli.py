@@ -439,16 +439,22 @@ def _check_port(settings: Settings) -> None:
 def serve(settings: Settings) -> int:
     import asyncio
 
+    from app.accounts.setup import SetupLink
     from app.web.app import access_token, create_app
 
     _check_port(settings)
-    app = create_app(settings)
-    if problem := settings.accounts_problem(accounts=asyncio.run(_enabled_accounts(settings))):
+    setup_link, secret = SetupLink.issue()
+    app = create_app(settings, setup_link=setup_link)
+    enabled, any_account = asyncio.run(_accounts(settings))
+    if problem := settings.accounts_problem(accounts=enabled):
         print(f"launchdeck: {problem}", file=sys.stderr)
         return 2
+    setup_link.spent = any_account  # only a dashboard with no accounts prints it, and honours it
     access_token(settings)  # created now, so its file exists before the first login
     where = "LAUNCHDECK_TOKEN" if settings.token else settings.data_dir / "access-token"
     print(f"\nlaunchdeck dashboard: {_url(settings)}  (access token: {where})", flush=True)
+    if not any_account:
+        print(f"no accounts yet; create the first admin, once, at {_url(settings)}setup/{secret}", flush=True)
     if (hosts := settings.resolved_allowed_hosts()) is not None:
         print(f"answering to the hosts {', '.join(sorted(hosts))}  (LAUNCHDECK_ALLOWED_HOSTS)", flush=True)
     print(flush=True)
@@ -459,15 +465,16 @@ def serve(settings: Settings) -> int:
     return 0
 
 
-async def _enabled_accounts(settings: Settings) -> int:
-    """Read once the database is migrated (create_app has done it)."""
+async def _accounts(settings: Settings) -> tuple[int, bool]:
+    """How many accounts are enabled, and whether there is any; read once the database is
+    migrated (create_app has done it)."""
     from app import db
-    from app.accounts import users
+    from app.accounts import setup, users
 
     engine = db.create_engine(settings.resolved_database_url())
     try:
         async with db.Sessions.of(engine).read() as session:
-            return await users.count_enabled(session)
+            return await users.count_enabled(session), await setup.any_account(session)
     finally:
         await engine.dispose()
 

@@ -21,6 +21,9 @@ PASSWORD = "correct horse battery"
 
 PUBLIC, STREAM = "public", "stream"  # STREAM: a logged-out browser gets an event that sends it to login
 CREDENTIALS = "credentials"  # the login form: no credentials given, so 401 for anyone
+# SECRET: the one-time setup link needs its secret, not a login; here, with a wrong one, everyone
+# gets the same 404 (tests/test_setup_link.py tests the right one).
+SECRET = "secret"
 VIEWER, OPERATOR, ADMIN = Role.VIEWER.value, Role.OPERATOR.value, Role.ADMIN.value
 
 LEAST_ROLE: dict[tuple[str, str], str] = {
@@ -63,6 +66,8 @@ LEAST_ROLE: dict[tuple[str, str], str] = {
     ("DELETE", "/api/rules/{rule_id}"): OPERATOR,
     ("GET", "/"): PUBLIC,
     ("GET", "/login"): PUBLIC,
+    ("GET", "/setup/{secret}"): SECRET,
+    ("POST", "/setup/{secret}"): SECRET,
     ("POST", "/login"): CREDENTIALS,
     ("POST", "/logout"): VIEWER,
     ("GET", "/hosts"): VIEWER,
@@ -123,6 +128,7 @@ PATH_VALUES = {
     "other": "999998",
     "token_id": "999999",
     "name": "no-such",
+    "secret": "no-such-secret",
 }
 OPERATOR_TOKEN = "operator's viewer token"  # an operator's token made with the viewer role
 CALLERS = ("anonymous", "service token", OPERATOR_TOKEN, VIEWER, OPERATOR, ADMIN)
@@ -137,7 +143,7 @@ def app_routes(app: FastAPI) -> set[tuple[str, str]]:
 def expected(least: str, caller: str, api: bool, bearer: bool | None = None) -> str:
     """What `caller` sees: "through", "login" (redirect to the form, or the stream's event), 401 or 403.
     `bearer`: whether the route takes the service token (every API route does)."""
-    if least == PUBLIC:
+    if least in (PUBLIC, SECRET):
         return "through"
     if least == CREDENTIALS:
         return "401"

@@ -15,6 +15,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import credentials, db
+from app.accounts.setup import SetupLink
 from app.config import Settings
 from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
@@ -45,6 +46,7 @@ from app.web import (
     preset_pages,
     relaunch_pages,
     rule_pages,
+    setup_pages,
     token_pages,
     user_pages,
 )
@@ -94,9 +96,10 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> FastAPI:
     """Migrates the database and reads the hosts file first, so that a problem with either is an
-    error here, with its message, before any server starts; the lifespan opens the connections."""
+    error here, with its message, before any server starts; the lifespan opens the connections.
+    `setup_link`: the one `launchdeck serve` printed, finding no accounts."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url()
     db.upgrade(url)
@@ -160,6 +163,7 @@ def create_app(settings: Settings) -> FastAPI:
             ),
             htmx_version=versions["htmx.org"],
             htmx_sse_version=versions["htmx-ext-sse"],
+            setup_link=setup_link,
         )
         log.info("launchdeck: %d host(s) from %s", len(specs), hosts_file or "no hosts file")
         try:
@@ -214,5 +218,6 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(token_pages.router)
     app.include_router(account_pages.router)
     app.include_router(user_pages.router)
+    app.include_router(setup_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

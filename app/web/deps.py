@@ -32,6 +32,7 @@ from app import audit
 from app.accounts import tokens, users
 from app.accounts.logins import Login, Timeouts, find_login
 from app.accounts.proxy import Network, from_proxy, ignore_header, proxy_login
+from app.accounts.setup import SetupLink
 from app.config import Settings
 from app.db import Sessions
 from app.db.models import Attempt, Role
@@ -74,6 +75,7 @@ class Runtime:
     htmx_version: str
     htmx_sse_version: str
     login_limits: LoginLimiter = field(default_factory=LoginLimiter)
+    setup_link: SetupLink | None = None  # while the dashboard started with no accounts
 
     def mirror_note(self, attempt_id: int) -> str:
         """What the attempt's log mirror says while it is behind (paused for a full data dir,
