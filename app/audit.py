@@ -17,6 +17,18 @@ from app.login_limits import Burst
 # How the current request's caller came, when that is worth recording ("token ci"). Set by the
 # web layer around a request, so the domain functions that record events need not pass it along.
 _via: ContextVar[str] = ContextVar("audit_via", default="")
+# Where the current request came from, for events recorded without an address of their own.
+_source: ContextVar[str] = ContextVar("audit_source", default="")
+
+
+@contextmanager
+def acting_from(address: str) -> Iterator[None]:
+    """Events recorded inside the block name `address` as their source, unless they name one."""
+    reset = _source.set(address)
+    try:
+        yield
+    finally:
+        _source.reset(reset)
 
 
 @contextmanager
@@ -40,6 +52,7 @@ def record(
 ) -> None:
     """Adds the event to the caller's unit of work: it is kept exactly when the action is."""
     detail = {**(detail or {}), "via": via} if (via := _via.get()) else detail or {}
+    remote_addr = remote_addr or _source.get()
     session.add(AuditEvent(actor=actor, action=action, target=target, remote_addr=remote_addr, detail=detail))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import getpass
 import logging
 import os
 import signal
@@ -34,6 +35,16 @@ CLI_KEYS = (
     "adjustments",
     "recognised",
 )
+
+
+def cli_actor() -> str:
+    """Who changes accounts and tokens from the command line, for the audit trail: the person
+    logged in on the server (with a space: a name no account can have, so it never passes for one)."""
+    try:
+        who = getpass.getuser()
+    except (OSError, KeyError):  # a uid with no name, as in some containers
+        who = f"uid {os.getuid()}"
+    return f"{who} on the command line"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,21 +277,23 @@ async def manage_users(settings: Settings, args: argparse.Namespace) -> int:
     try:
         async with db.session_factory(engine)() as session:
             if args.users_command == "add":
-                await users.add_user(session, name=args.name, password=password, role=users.role_of(args.role))
+                await users.add_user(
+                    session, name=args.name, password=password, role=users.role_of(args.role), actor=cli_actor()
+                )
                 print(f"launchdeck: added {args.name} ({args.role})")
             elif args.users_command == "passwd":
-                await users.set_password(session, args.name, password)
+                await users.set_password(session, args.name, password, actor=cli_actor())
                 print(f"launchdeck: new password for {args.name}; their logins have ended")
             elif args.users_command == "disable":
-                await users.set_disabled(session, args.name, not args.enable)
+                await users.set_disabled(session, args.name, not args.enable, actor=cli_actor())
                 done = "may log in again" if args.enable else "is disabled; their logins have ended"
                 print(f"launchdeck: {args.name} {done}")
             elif args.users_command == "role":
-                await users.set_role(session, args.name, users.role_of(args.role))
+                await users.set_role(session, args.name, users.role_of(args.role), actor=cli_actor())
                 print(f"launchdeck: {args.name} is now {args.role}")
             elif args.users_command == "hosts":
                 labels = None if args.all else args.labels.split(",")
-                await users.set_host_labels(session, args.name, labels)
+                await users.set_host_labels(session, args.name, labels, actor=cli_actor())
                 limited = await users.host_labels_of(session, args.name)
                 where = f"hosts labelled {' or '.join(limited)}" if limited else "every host"
                 print(f"launchdeck: {args.name} may launch on {where}")
@@ -313,7 +326,7 @@ async def manage_tokens(settings: Settings, args: argparse.Namespace) -> int:
                     name=args.name,
                     role=users.role_of(args.role) if args.role else None,
                     expires_days=args.expires_days,
-                    actor="cli",
+                    actor=cli_actor(),
                 )
                 expires = f"expires {token.expires_at:%Y-%m-%d}" if token.expires_at else "never expires"
                 print(
@@ -323,7 +336,7 @@ async def manage_tokens(settings: Settings, args: argparse.Namespace) -> int:
                 )
                 print(secret)
             elif args.tokens_command == "revoke":
-                token = await tokens.revoke_token(session, args.id, actor="cli")
+                token = await tokens.revoke_token(session, args.id, actor=cli_actor())
                 print(f"launchdeck: token {token.id} {token.name!r} of {token.user.name} is revoked")
             else:
                 for token in await tokens.list_tokens(session, user_name=args.user):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
-from sqlalchemy import select, update
+from sqlalchemy import create_engine, select, text, update
 
 from app.accounts import users
-from app.cli import main
+from app.cli import cli_actor, main
 from app.clock import utcnow
 from app.db.models import AuditEvent, LoginSession, Role
 from tests.conftest import TOKEN
@@ -136,3 +136,13 @@ def test_users_cli_adds_lists_and_changes_accounts(
     capsys.readouterr()
     assert main(["users", "list"]) == 0
     assert capsys.readouterr().out.split()[:3] == ["ann", "admin", "disabled"]
+    engine = create_engine(f"sqlite:///{tmp_path / 'launchdeck.db'}")
+    with engine.connect() as connection:  # each change is audited under the person at the terminal
+        rows = connection.execute(text("SELECT actor, action, target FROM audit_event ORDER BY id")).all()
+    engine.dispose()
+    assert [(action, target) for _, action, target in rows] == [
+        ("user-add", "ann"),
+        ("user-role", "ann"),
+        ("user-disable", "ann"),
+    ]
+    assert {actor for actor, _, _ in rows} == {cli_actor()} and cli_actor().endswith(" on the command line")

@@ -154,6 +154,7 @@ async def test_the_audit_names_the_token_an_api_call_came_with(running_app: Fast
         events = (await script.get("/api/audit", headers=bearer(secret))).json()
         made = {e["target"]: e for e in events if e["action"] == "preset-create"}
         assert made["p1"]["actor"] == "ann" and made["p1"]["detail"]["via"] == "token ci"
+        assert made["p1"]["remote_addr"] == made["p2"]["remote_addr"] == "127.0.0.1"  # where each came from
         assert made["p2"]["actor"] == "ann" and "via" not in made["p2"]["detail"]
         assert "via=token ci" in (await client.get("/audit")).text
 

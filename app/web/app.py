@@ -14,7 +14,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import credentials, db
+from app import audit, credentials, db
 from app.accounts.setup import SetupLink
 from app.config import Settings
 from app.disk import DataDir
@@ -70,6 +70,22 @@ def access_token(settings: Settings) -> str:
     if settings.token is not None:
         return settings.token.get_secret_value()
     return credentials.load_or_create(settings.data_dir / "access-token")
+
+
+class AuditSource:
+    """Every audit event a request records names the address it came from: the domain functions
+    that record them know nothing of requests (`audit.acting_from`)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        if scope["type"] != "http" or not client:
+            await self.app(scope, receive, send)
+            return
+        with audit.acting_from(client[0]):
+            await self.app(scope, receive, send)
 
 
 class SecurityHeaders:
@@ -199,6 +215,7 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
     if (allowed_hosts := settings.resolved_allowed_hosts()) is not None:
         app.add_middleware(AllowedHosts, hosts=allowed_hosts)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(AuditSource)
 
     app.include_router(api.router)
     app.include_router(api_presets.router)
