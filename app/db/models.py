@@ -108,7 +108,8 @@ class Base(DeclarativeBase):
 
 
 class Host(Base):
-    """A GPU host reachable over SSH. Address, port and user may be left to ~/.ssh/config."""
+    """A GPU host reachable over SSH (kind "ssh"), or a Slurm cluster reached through its login node
+    (kind "slurm"). Address, port and user may be left to ~/.ssh/config."""
 
     __tablename__ = "host"
 
@@ -120,6 +121,9 @@ class Host(Base):
     labels: Mapped[list[Any]] = mapped_column(default=list)
     ssh_options: Mapped[dict[str, Any]] = mapped_column(default=dict)
     source: Mapped[str] = mapped_column(String(16), default="file")
+    kind: Mapped[str] = mapped_column(String(16), default="ssh")
+    # A Slurm cluster's settings: partition, account, time limit, GPUs per node, sbatch options, output dir.
+    cluster: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -191,6 +195,7 @@ class Attempt(Base):
         Index("ix_attempt_signature_places", "signature_id", "host_id", "preset_revision_id"),
         # Which attempt owns a process group seen on a host's GPUs.
         Index("ix_attempt_host_pgid", "host_id", "pgid"),
+        Index("ix_attempt_part_of_id", "part_of_id", "node_rank"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -230,6 +235,14 @@ class Attempt(Base):
     started_at: Mapped[datetime | None]
     ready_at: Mapped[datetime | None]
     ended_at: Mapped[datetime | None] = mapped_column(index=True)
+    # A multi-node attempt is a row of its own (what lists, pages and compare show) plus one part per
+    # node: a row with `part_of_id` and `node_rank`, its own host, process group, log and mirror.
+    part_of_id: Mapped[int | None] = mapped_column(ForeignKey("attempt.id", ondelete="CASCADE"))
+    node_rank: Mapped[int | None]
+    # On a Slurm cluster: the job's id, and what the scheduler last said of it (state, reason,
+    # queue position, nodes, and how it ended in Slurm's words).
+    job_id: Mapped[str | None] = mapped_column(String(32))
+    scheduler: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
     host: Mapped[Host] = relationship()
     revision: Mapped[PresetRevision] = relationship()
