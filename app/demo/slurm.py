@@ -15,7 +15,13 @@ Configuration choices, each for a reason this machine gives:
   CUDA_VISIBLE_DEVICES indexing its node's GPUs;
 - batch_sched_delay=0,sched_min_interval=0: a job starts as soon as it can, not on the next pass;
 - no slurmdbd: finished jobs are written by jobcomp/filetxt, which `sacct -c` reads;
-- KillWait=1, short node timeouts: a cancelled or timed-out job ends within seconds.
+- KillWait=1: a cancelled or timed-out job ends within a second or two;
+- SlurmdTimeout=30: a node whose slurmd died is marked not responding within about 10 s and down
+  after 30 s (the default, 300 s, is too long for a test; less risks nodes marked down on a
+  machine busy running tests);
+- JobRequeue=0: a job on a node that fails ends as NODE_FAIL instead of starting over elsewhere,
+  so what the dashboard shows does not depend on a site's requeue policy (`sbatch --requeue`
+  asks for it).
 
 A job on node K is a process on simulated host K: a TaskProlog exports that host's PATH,
 PYTHONPATH and GPU state file (as its SSH sessions get them, from SimHost.environment), so the
@@ -271,7 +277,9 @@ class LocalSlurm:
             "SlurmdParameters=config_overrides",
             "ReturnToService=2",
             "KillWait=1",
-            "SlurmdTimeout=10",
+            "SlurmdTimeout=30",
+            "JobRequeue=0",
+            "MailProg=/bin/true",
             "InactiveLimit=0",
             "MinJobAge=300",
             "SlurmctldDebug=info",
