@@ -201,12 +201,11 @@ class LocalSlurm:
         raise SlurmError(f"Slurm nodes not idle after {timeout:g} s: {states or 'no answer'}{self._log_tails()}")
 
     def _prepare_nodes(self) -> None:
-        """Each node's simulated host (its python3, GPU state and models), its GPU device files,
-        and what the TaskProlog exports in a job on it."""
+        """Each node's simulated host (its python3 and GPU state; the models are in the shared home),
+        its GPU device files, and what the TaskProlog exports in a job on it."""
         for spec in self.nodes:
             host = self.hosts[spec.name]
             host.prepare(authorized_key="")
-            install_models(host.home)
             ensure_gpu_state(host, spec)
             devices = self._device_dir(spec.name)
             devices.mkdir(parents=True, exist_ok=True)
