@@ -37,6 +37,16 @@ echo "devices=$CUDA_VISIBLE_DEVICES"
 exec python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --tp 2 --host 127.0.0.1 --port "$1"
 """
 
+# On every node at once, a Python server on the port given as the script's argument.
+LISTEN = """#!/bin/sh
+srun python3 -c '
+import os, socket, sys, time
+with socket.create_server(("127.0.0.1", int(sys.argv[1]))):
+    print(os.environ["SLURMD_NODENAME"], "listens on 127.0.0.1:" + sys.argv[1], flush=True)
+    time.sleep(1)
+' "$1" | sort
+"""
+
 # Runs until the test creates its release file, then says which GPUs it had.
 HOLD = """#!/bin/sh
 echo "started devices=$CUDA_VISIBLE_DEVICES"
@@ -120,6 +130,20 @@ async def test_a_two_node_job_runs_one_task_on_each_node(slurm_site: SlurmSite, 
         "task 1 on rtx-02 host=rtx-02 devices=0",
         "rtx-01",
         "rtx-02",
+    ]
+
+
+async def test_each_nodes_servers_have_a_loopback_of_their_own(
+    slurm_site: SlurmSite, slurm_login: HostConnection
+) -> None:
+    port = str(free_port())
+    options = ["--partition=rtxpro", "--nodes=2", "--ntasks-per-node=1", output(slurm_site)]
+    job_id = await sbatch(slurm_login, LISTEN, *options, "/dev/stdin", port)
+
+    assert (await ended(slurm_login, job_id))["state"] == "COMPLETED"
+    assert (await read(slurm_login, f"{slurm_site.output_dir}/{job_id}.out")).splitlines() == [
+        f"rtx-01 listens on 127.0.0.1:{port}",
+        f"rtx-02 listens on 127.0.0.1:{port}",
     ]
 
 

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import getpass
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -49,22 +50,18 @@ from pathlib import Path
 from app.demo.cluster import ensure_gpu_state
 from app.demo.inventory import SimHostSpec
 from app.demo.model_catalogue import install_models
+from app.demo.netns import NetworkNamespace
 from app.demo.sshserver import SimHost
 from app.ssh.hostkeys import generate_key_file
 from app.ssh.hosts import HostSpec, render_hosts
 
+log = logging.getLogger(__name__)
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENT_COMMANDS = ("sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "srun")
 SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
-# Only these of a simulated host's environment are the node's own; the rest is the login node's.
-NODE_VARIABLES = (
-    "PATH",
-    "PYTHONPATH",
-    "PYTHONDONTWRITEBYTECODE",
-    "LAUNCHDECK_SIM_GPU_STATE",
-    "LAUNCHDECK_SIM_HOST",
-    "LAUNCHDECK_SIM_TIME_SCALE",
-)
+# What a job keeps of the login node's environment rather than take its node's: a shared home.
+LOGIN_VARIABLES = ("HOME", "USER", "LOGNAME", "SHELL", "LANG")
 NVIDIA_MAJOR = 195
 UNIX_SOCKET_MAX = 107
 START_TIMEOUT = 30.0
@@ -164,6 +161,9 @@ class LocalSlurm:
         _kill_marked(f"SLURM_CONF={self.conf_path}".encode())
         for host in self.hosts.values():
             host.kill_detached()
+            if host.network is not None:
+                host.network.close()
+                host.network = None
         for process in self._processes.values():
             process.kill()
             process.wait()
@@ -214,15 +214,41 @@ class LocalSlurm:
                 if not device.is_char_device():
                     device.unlink(missing_ok=True)
                     os.mknod(device, 0o600 | 0o020000, os.makedev(NVIDIA_MAJOR, index))
-            environment = host.environment()
-            exports = "".join(f"export {name}={environment[name]}\n" for name in NODE_VARIABLES)
-            if any("\n" in environment[name] for name in NODE_VARIABLES):
+            self._enter_network(host)
+            exports = {name: value for name, value in host.environment().items() if name not in LOGIN_VARIABLES}
+            if any("\n" in value for value in exports.values()):
                 raise SlurmError(f"node {spec.name}: a line break in its environment")
-            (host.root / "task-environment").write_text(exports)
+            (host.root / "task-environment").write_text("".join(f"export {k}={v}\n" for k, v in exports.items()))
         prolog = self.root / "etc" / "task-prolog"
         nodes = shlex.quote(str(self.root / "nodes"))
         prolog.write_text(f'#!/bin/sh\nexec cat {nodes}/"$SLURMD_NODENAME"/task-environment\n')
         prolog.chmod(0o755)
+
+    def _enter_network(self, host: SimHost) -> None:
+        """Gives the node a loopback of its own, as each simulated SSH host has: the programs on its
+        PATH (python3 and so the simulated sglang, nvidia-smi and any probe) run inside it, so two
+        nodes' servers can listen on the same port. Slurm's daemons and the job's shell stay on
+        this machine's loopback, where the controller is; where no namespace can be made, the
+        nodes share that loopback."""
+        try:
+            host.network = host.network or NetworkNamespace.held_by(
+                host.root / "network.pid", {"PATH": os.pathsep.join(SBIN), **self.environment()}
+            )
+        except OSError as exc:
+            log.warning("Slurm node %s shares this machine's loopback: %s", host.name, exc)
+            return
+        keeper = int((host.root / "network.pid").read_text())
+        outside = host.root / "bin-outside"
+        outside.mkdir(exist_ok=True)
+        for program in os.scandir(host.bin_dir):
+            if program.name.endswith(".inside"):
+                continue
+            os.replace(program.path, outside / program.name)
+            wrapper = host.bin_dir / f"{program.name}.inside"
+            target = shlex.quote(str(outside / program.name))
+            wrapper.write_text(f'#!/bin/sh\nexec nsenter --net=/proc/{keeper}/ns/net -- {target} "$@"\n')
+            wrapper.chmod(0o755)
+            os.replace(wrapper, program.path)
 
     def _device_dir(self, node: str) -> Path:
         return self.root / "dev" / node
