@@ -23,10 +23,11 @@ Configuration choices, each for a reason this machine gives:
   so what the dashboard shows does not depend on a site's requeue policy (`sbatch --requeue`
   asks for it).
 
-A job on node K is a process on simulated host K: a TaskProlog exports that host's PATH,
-PYTHONPATH and GPU state file (as its SSH sessions get them, from SimHost.environment), so the
-simulated nvidia-smi, pynvml and sglang in a job see the node's own GPUs. HOME and the rest come
-from the submitting login node, as on a cluster whose home directories are shared.
+A job on node K is a process on simulated host K: a TaskProlog exports that host's environment
+(PATH, PYTHONPATH, GPU state file..., as its SSH sessions get it from SimHost.environment), so the
+simulated nvidia-smi, pynvml and sglang in a job see the node's own GPUs, and the Python programs
+on that PATH run in the node's own network namespace (see `_enter_network`). HOME, USER and the
+language come from the submitting login node, as on a cluster whose home directories are shared.
 """
 
 from __future__ import annotations
