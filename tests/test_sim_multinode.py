@@ -5,6 +5,7 @@ torch's and gloo's words, which launchdeck's diagnosis places."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -214,3 +215,15 @@ async def test_the_235b_model_on_one_host_runs_out_of_memory_loading_weights(hos
     assert root_error(log).startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
     assert "Load weight begin." in log and "Load weight end." not in log
     assert diagnose(log).failure_class == "oom"
+
+
+async def test_without_a_dist_init_address_each_node_waits_at_its_own_and_both_time_out(
+    hosts: tuple[Host, Host],
+) -> None:
+    port = free_port()
+    args = ["--model-path", TWO_NODES.model_path, *TWO_NODES.args, "--port", str(port), *SHORT_DIST_TIMEOUT]
+    nodes = [await host.start([*args, "--node-rank", str(rank)]) for rank, host in enumerate(hosts)]
+    assert [await node.exit_code() for node in nodes] == [137, 137]
+    node0, node1 = [await node.log() for node in nodes]
+    assert "DistStoreError: Timed out after 61 seconds waiting for clients. 4/8 clients joined." in node0
+    assert re.search(r"DistNetworkError: The client socket has timed out after 60000ms .* \(127\.0\.0\.1, \d+\)", node1)
