@@ -1157,7 +1157,7 @@ async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light
 
 def generated_hosts_page(count: int) -> str:
     """The compact hosts view of `count` generated 8-GPU hosts, rendered by the page's own template
-    and context (the demo has two hosts; 64 real ones would cost a minute of CPU to start)."""
+    and context (the demo has three hosts; 64 real ones would cost a minute of CPU to start)."""
     from starlette.requests import Request as StarletteRequest
 
     from app.web.host_pages import HostsQuery, hosts_context
