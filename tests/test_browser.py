@@ -1204,7 +1204,7 @@ async def test_compact_hosts_view_fits_64_hosts_of_8_gpus_on_one_screen_and_the_
     await page.route(
         "**/hosts?view=compact&generated=64", lambda route: route.fulfill(body=html, content_type="text/html")
     )
-    await page.route("**/hosts/events*", lambda route: route.abort())  # the demo's own two hosts stay out
+    await page.route("**/hosts/events*", lambda route: route.abort())  # the demo's own three hosts stay out
     await page.goto("/hosts?view=compact&generated=64")
     await expect(rows).to_have_count(64)
     await expect(page.locator("#compact-hosts .cgpu")).to_have_count(512)

@@ -106,9 +106,7 @@ class ProcessGroup:
     """This rank's links to the others once all have joined: rank 0 holds one per other rank,
     every other rank one to rank 0."""
 
-    def __init__(self, rank: int, world_size: int, links: list[socket.socket]):
-        self.rank = rank
-        self.world_size = world_size
+    def __init__(self, links: list[socket.socket]):
         self.links = links
         self.peers = {link: link.getpeername()[:2] for link in links}  # kept: a closed link may not say
 
@@ -149,7 +147,7 @@ def init_process_group(
     seconds = DEFAULT_TIMEOUT_SECONDS if timeout is None else timeout
     if rank == 0:
         return StoreServer(address, world_size, seconds, between_hosts).wait_for_clients()
-    return ProcessGroup(rank, world_size, [join_store(address, rank, seconds, between_hosts)])
+    return ProcessGroup([join_store(address, rank, seconds, between_hosts)])
 
 
 class StoreServer:
@@ -199,7 +197,7 @@ class StoreServer:
         for client in clients:
             with contextlib.suppress(OSError):
                 client.sendall(b"go\n")
-        return ProcessGroup(0, self.world_size, clients)
+        return ProcessGroup(clients)
 
 
 def join_store(address: tuple[str, int], rank: int, timeout: int, between_hosts: bool) -> socket.socket:
