@@ -227,3 +227,15 @@ async def test_without_a_dist_init_address_each_node_waits_at_its_own_and_both_t
     node0, node1 = [await node.log() for node in nodes]
     assert "DistStoreError: Timed out after 61 seconds waiting for clients. 4/8 clients joined." in node0
     assert re.search(r"DistNetworkError: The client socket has timed out after 60000ms .* \(127\.0\.0\.1, \d+\)", node1)
+
+
+async def test_a_node_that_runs_out_of_memory_while_starting_takes_node_0_down(hosts: tuple[Host, Host]) -> None:
+    port, init = free_port(), f"127.0.0.1:{free_port()}"
+    node0 = await hosts[0].start(node_args(0, init, port))
+    node1 = await hosts[1].start(node_args(1, init, port, "--mem-fraction-static", "0.995"))
+    assert await node1.exit_code(STARTUP_S) == 137
+    assert root_error(await node1.log()).startswith("torch.OutOfMemoryError: CUDA out of memory.")
+    assert await node0.exit_code() == 137
+    log = await node0.log()
+    assert READY not in log and "Connection closed by peer [127.0.0.1]:" in log
+    assert diagnose(log).failure_class == "nccl"
