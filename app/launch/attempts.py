@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import selectinload
 
 from app import audit
@@ -38,6 +38,9 @@ from app.launch.preflight import OwnersOf, Preflight, run_preflight
 from app.launch.presets import MAX_OVERRIDE_REASON, check_text, command_argv, get_preset, latest, revision_of
 from app.launch.record import AttemptRecord, Changes, Pace, Tracking, reason_of
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
+from app.slurm import batch as slurm_batch
+from app.slurm import lifecycle as slurm_lifecycle
+from app.slurm.follower import SlurmFollower
 from app.ssh import HostConnection, SSHManager
 
 log = logging.getLogger(__name__)
@@ -86,7 +89,11 @@ class AttemptService:
             query = (
                 select(Attempt)
                 .options(selectinload(Attempt.host), selectinload(Attempt.revision))
-                .where(Attempt.status.not_in(ACTIVE_STATUSES), Attempt.pid.is_not(None), Attempt.ended_at >= since)
+                .where(
+                    Attempt.status.not_in(ACTIVE_STATUSES),
+                    or_(Attempt.pid.is_not(None), Attempt.job_id.is_not(None)),
+                    Attempt.ended_at >= since,
+                )
             )
             finished = (await session.scalars(query)).all()
         for attempt_id in ids:
@@ -96,13 +103,15 @@ class AttemptService:
                 self.mirror(attempt)
 
     def mirror(self, attempt: Attempt) -> LogMirror:
-        """The attempt's log mirror, started unless it runs already."""
-        assert attempt.pid is not None
+        """The attempt's log mirror, started unless it runs already. A Slurm job's log ends with the
+        file its job's end leaves (the job's processes are not on the login node)."""
+        assert attempt.pid is not None or attempt.job_id is not None
         source = MirrorSource(
             connection=self.ssh.get(attempt.host.name),
             path=f"{attempt.remote_dir}/{remote.LOG_NAME}",
             pid=attempt.pid,
             start_time=attempt.pid_start_time,
+            end_file=f"{attempt.remote_dir}/{slurm_batch.ENDED_NAME}" if attempt.job_id is not None else None,
         )
         mirror = self.mirrors.start(attempt.id, source)
         if attempt.status in FINISHED_STATUSES:
@@ -141,6 +150,7 @@ class AttemptService:
         check_text("override_reason", override_reason, MAX_OVERRIDE_REASON)
         override_reason = override_reason.strip()
         connection = self.ssh.get(host)
+        cluster = connection.spec.slurm  # a Slurm cluster: a batch job, with GPUs Slurm chooses
         if permission is not None:
             permission.check(connection.name, connection.spec.labels)
         if len(set(gpus)) != len(gpus) or any(gpu < 0 for gpu in gpus):
@@ -156,11 +166,15 @@ class AttemptService:
             port = port or chosen.port
             argv = command_argv(chosen)
             argv[argv.index("--port") + 1] = str(port)
-            env = {**chosen.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+            env = {**chosen.env} if cluster else {**chosen.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
             past = await guards.past_failures(session, chosen, argv, env)
         if past is not None and not confirm_failed_before:
             raise guards.refuse_failed_before(past)
-        preflight = await _check_revision(connection, chosen, gpus=gpus, port=port, owners=self._owners_on(host))
+        if cluster is None:
+            preflight = await _check_revision(connection, chosen, gpus=gpus, port=port, owners=self._owners_on(host))
+        else:  # the login node is not where the job runs: Slurm places it, and the queue says when
+            slurm_lifecycle.gpus_per_node(cluster, gpus)
+            preflight = Preflight()
         if preflight.blocked and not override_reason:
             raise guards.refuse_blocked(preflight)
         async with self.sessions.write.begin() as session:
@@ -183,10 +197,13 @@ class AttemptService:
             )
             session.add(attempt)
             await session.flush()
-            attempt.remote_dir = remote.attempt_dir(attempt.id)
-            attempt.script = remote.render_script(
-                attempt_id=attempt.id, directory=attempt.remote_dir, argv=argv, env=env
-            )
+            if cluster is not None:
+                slurm_lifecycle.prepare(attempt, cluster)
+            else:
+                attempt.remote_dir = remote.attempt_dir(attempt.id)
+                attempt.script = remote.render_script(
+                    attempt_id=attempt.id, directory=attempt.remote_dir, argv=argv, env=env
+                )
             attempt.script_sha256 = hashlib.sha256(attempt.script.encode()).hexdigest()
             detail: dict[str, Any] = {"preset": preset, "revision": chosen.number, "host": host, "gpus": gpus}
             if override_reason:
@@ -217,19 +234,24 @@ class AttemptService:
         return await _check_revision(connection, revision, gpus=gpus, port=port, owners=self._owners_on(host))
 
     async def stop(self, attempt_id: int, *, actor: str) -> Attempt:
-        """SIGTERM to the server's process group, SIGKILL after the grace period.
+        """SIGTERM to the server's process group, SIGKILL after the grace period (on Slurm, the
+        same through scancel; a queued job is cancelled).
 
         Works on finished attempts too: their rank processes may have outlived the main one."""
         async with self.sessions.write.begin() as session:
             attempt = await load_attempt(session, attempt_id)
-            if attempt.pgid is None:
+            if attempt.pgid is None and attempt.job_id is None:
                 raise InvalidInput(f"attempt {attempt.id} has no process to stop (status {attempt.status})")
             attempt.stop_requested_at = attempt.stop_requested_at or utcnow()
             audit.record(session, actor=actor, action="stop", target=f"attempt {attempt.id}")
         self.changes.changed(attempt_id)
         connection = self.ssh.get(attempt.host.name)
-        await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(attempt.pgid)], check=False)
-        self._in_background(self._kill_after_grace(connection, attempt.pgid))
+        if attempt.job_id is not None:
+            self._in_background(slurm_lifecycle.cancel(connection, attempt.job_id, grace=self.stop_grace))
+        else:
+            assert attempt.pgid is not None
+            await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(attempt.pgid)], check=False)
+            self._in_background(self._kill_after_grace(connection, attempt.pgid))
         if attempt.status.active:
             self._follow(attempt.id)
         return attempt
@@ -302,7 +324,7 @@ class AttemptService:
                     launching = False
                     if not await self._start(record):
                         return
-                await Follower(self, record).run()
+                await (await self._follower(record)).run()
                 self.tracking.resumed(attempt_id)
                 self.on_followed(attempt_id)
                 return
@@ -314,11 +336,18 @@ class AttemptService:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.pace.retry_max)
 
+    async def _follower(self, record: AttemptRecord) -> Follower:
+        async with self.sessions.read() as session:
+            attempt = await load_attempt(session, record.attempt_id)
+        return SlurmFollower(self, record) if attempt.host.kind == "slurm" else Follower(self, record)
+
     async def _start(self, record: AttemptRecord) -> bool:
         """Upload and start (the launch ran the preflight). False when the attempt ended here."""
         async with self.sessions.read() as session:
             attempt = await load_attempt(session, record.attempt_id)
         connection = self.ssh.get(attempt.host.name)
+        if attempt.host.kind == "slurm":
+            return await slurm_lifecycle.submit(record, connection, attempt)
         directory, script = attempt.remote_dir, attempt.script
         try:
             await record.status(AttemptStatus.UPLOADING)
