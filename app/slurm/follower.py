@@ -159,18 +159,30 @@ class SlurmFollower(Follower):
             changes["gpu_snapshot"] = {**attempt.gpu_snapshot, "at_failure": at_failure}
         await self.record.finish(outcome.status, **changes)
 
+    async def _check_readiness(
+        self, connection: HostConnection, port: int | None, status: AttemptStatus, probe: Any
+    ) -> AttemptStatus:
+        """As on any host; a check that could not reach the job (its step not started: the
+        controller restarting) learned nothing about the server, so the status stays."""
+        try:
+            return await super()._check_readiness(connection, port, status, probe)
+        except HostError:
+            return status
+
     async def _ask_server(
         self, connection: HostConnection, port: int, paths: tuple[str, ...]
     ) -> list[httpx.Response | None]:
         """GETs the paths from the server on the job's first node, through a step that shares the
-        job's allocation; None where that failed."""
+        job's allocation; None where the server did not answer. Raises HostError when the step
+        itself did not run."""
         timeout = self.dashboard.pace.health_timeout
         argv = ["srun", "--overlap", f"--jobid={self.job_id}", "--nodes=1", "--ntasks=1"]
         argv += [f"--nodelist={self.first_node}"] if self.first_node else []
         argv += ["python3", "-c", ASK_SERVER, str(timeout), str(port), *paths]
+        result = await connection.run(argv, check=False, timeout=timeout + 30)
         try:
-            result = await connection.run(argv, check=False, timeout=timeout + 30)
             answers = json.loads(result.stdout.decode(errors="replace").strip().splitlines()[-1])
-        except (HostError, ValueError, IndexError):
-            return [None for _ in paths]
+        except (ValueError, IndexError):
+            said = result.stderr.decode(errors="replace").strip().splitlines() or ["no answer"]
+            raise HostError(connection.name, f"srun could not reach the job: {said[-1]}") from None
         return [httpx.Response(status, content=body.encode()) if status else None for status, body in answers]

@@ -132,6 +132,10 @@ class AttemptPublic(AttemptListed):
     gpu_snapshot: dict[str, Any]
     override_reason: str
     stages: list[StagePublic]
+    # On a Slurm cluster: the job's id and what the scheduler last said (state, reason, position,
+    # nodes, and how the job ended in Slurm's words); null and {} elsewhere.
+    job_id: str | None
+    scheduler: dict[str, Any]
 
     @classmethod
     def of(cls, attempt: Attempt, *, tracking: str = "", log_mirror: str = "") -> AttemptPublic:
@@ -151,6 +155,8 @@ class AttemptPublic(AttemptListed):
             gpu_snapshot=attempt.gpu_snapshot,
             override_reason=attempt.override_reason,
             stages=[StagePublic(stage=s, at=at, seconds=sec) for s, at, sec in history.durations(attempt)],
+            job_id=attempt.job_id,
+            scheduler=attempt.scheduler,
         )
 
 
