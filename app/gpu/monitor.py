@@ -1,5 +1,8 @@
 """Every host's GPUs, live: one streaming probe per host, restarted with backoff when it dies or
-hangs, its readings kept in memory for the views and sampled into the database for history."""
+hangs, its readings kept in memory for the views and sampled into the database for history.
+
+A Slurm cluster's login node has no GPUs worth watching: its partitions' GPUs (free and total,
+from sinfo) are read instead, every CLUSTER_EVERY seconds."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from app.gpu.probe import (
     parse_nvml_line,
     parse_smi_block,
 )
+from app.slurm.gpus import PartitionGpus, read_partitions
 from app.ssh import HostConnection, SSHManager
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,7 @@ HISTORY = timedelta(minutes=30)  # kept in memory for sparklines
 RECENT = timedelta(hours=1)  # every stored sample is kept this long, then one per minute
 RETENTION = timedelta(days=7)
 LOCAL_NAME = "this machine"
+CLUSTER_EVERY = 5.0
 
 
 @dataclass
@@ -52,6 +57,7 @@ class HostGpus:
     snapshot: Snapshot | None = None
     since: datetime = field(default_factory=utcnow)
     history: dict[int, deque[tuple[float, int, int]]] = field(default_factory=dict)
+    partitions: list[PartitionGpus] = field(default_factory=list)  # a Slurm cluster's, from sinfo
 
     def pgids(self) -> set[int]:
         """The process groups of the GPU processes last seen."""
@@ -140,6 +146,9 @@ class GpuMonitor:
 
     async def _watch(self, host: HostConnection) -> None:
         status = self.hosts[host.name]
+        if host.spec.slurm is not None:
+            await self._watch_cluster(host, status)
+            return
         delay = 1.0
         use_nvml = True
         while True:
@@ -162,6 +171,20 @@ class GpuMonitor:
                 delay = 1.0
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _watch_cluster(self, host: HostConnection, status: HostGpus) -> None:
+        while True:
+            try:
+                await host.wait_online(3600)
+                partitions = await read_partitions(host)
+            except (HostError, OSError, TimeoutError) as exc:
+                reason = str(exc).removeprefix(f"{host.name}: ") or type(exc).__name__
+                self._set(status, "degraded", f"partitions unknown: {reason}")
+            else:
+                status.partitions, status.source = partitions, "sinfo"
+                self._set(status, "ok" if partitions else "no-gpus", "" if partitions else "sinfo lists no partition")
+                self._publish()
+            await asyncio.sleep(CLUSTER_EVERY)
 
     async def _stream(self, host: HostConnection, status: HostGpus, *, nvml: bool) -> None:
         """Reads the probe until it ends; raises when it stops answering."""
