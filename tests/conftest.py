@@ -18,10 +18,12 @@ from app import db
 from app.config import Settings
 from app.demo.cluster import SimCluster
 from app.demo.presets import seed_demo_presets
+from app.demo.slurm import SlurmSite, missing_programs
 from app.gpu.nvidia_smi import read_gpu_memory
 from app.launch.record import Pace
 from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
 from app.web.app import create_app
+from tests import slurm
 from tests.oracle.environment import OracleEnvironment, OracleUnavailable, oracle_environment
 from tests.support import STRICT, OpenSSHServer, require
 
@@ -81,6 +83,27 @@ async def connect(tmp_path: Path) -> AsyncIterator[Callable[..., HostConnection]
 
     yield open_connection
     await asyncio.gather(*(host.close() for host in opened))
+
+
+@pytest.fixture(scope="session")
+async def slurm_site(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SlurmSite]:
+    """A real Slurm cluster (tests/slurm.py says which) and its login node, for the session."""
+    missing = missing_programs()
+    require(not missing, f"Slurm is not installed here (no {', '.join(missing)}): apt-get install slurm-wlm munge")
+    site = SlurmSite(
+        tmp_path_factory.mktemp("slurm"), "slurm", slurm.NODES, slurm.PARTITIONS, time_scale=SIM_TIME_SCALE
+    )
+    await site.start()
+    yield site
+    await site.stop()
+
+
+@pytest.fixture
+async def slurm_login(slurm_site: SlurmSite, connect: Callable[..., HostConnection]) -> HostConnection:
+    """An SSH connection to the Slurm cluster's login node, with the jobs' output folder made."""
+    login = connect(slurm_site.login_spec())
+    await login.run(["mkdir", "-p", slurm_site.output_dir])
+    return login
 
 
 def postgres_available() -> bool:

@@ -75,7 +75,7 @@ class SimCluster:
             host = self.hosts[spec.name]
             host.prepare(authorized_key=client_key)
             install_models(host.home)
-            _ensure_gpu_state(host, spec)
+            ensure_gpu_state(host, spec)
         hosts = [self.hosts[spec.name] for spec in chosen]
         results = await asyncio.gather(
             *(host.start(port=(ports or {}).get(host.name, 0)) for host in hosts), return_exceptions=True
@@ -153,7 +153,7 @@ def _replace(path: Path, text: str) -> None:
     partial.replace(path)
 
 
-def _ensure_gpu_state(host: SimHost, spec: SimHostSpec) -> None:
+def ensure_gpu_state(host: SimHost, spec: SimHostSpec) -> None:
     """Keeps a host's state across restarts (bookings of still-running servers survive)."""
     wanted = gpu_entries(spec)
     if host.gpu_state_path.exists():
