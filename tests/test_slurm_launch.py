@@ -255,3 +255,24 @@ async def test_dashboard_restart_reconciles_by_job_id_and_sees_an_outside_scance
         assert ended["error"] == "Slurm ended the job: CANCELLED (the job was cancelled)"
         html = await page(browser, attempt_id)
         assert "Slurm ended the job: CANCELLED" in html and 'class="status status-stopped"' in html
+
+
+async def test_hosts_show_each_partitions_free_and_total_gpus(
+    slurm_site: SlurmSite, login: HostConnection, tmp_path: Path
+) -> None:
+    blocker = await sbatch(login, "#!/bin/sh\nsleep 600\n", "--partition=b200", "--gres=gpu:3", "--output=/dev/null")
+    await until(lambda: _running(login, blocker), "the job holding 3 GPUs to run")
+    async with dashboard(slurm_site, tmp_path) as (api, browser):
+
+        async def partitions() -> dict[str, dict[str, Any]] | None:
+            hosts = {host["name"]: host for host in (await api.get("/api/hosts")).json()}
+            shown = {p["name"]: p for p in hosts["slurm"]["partitions"]}
+            return shown if shown.get("b200", {}).get("gpus_free") == 5 else None
+
+        shown = await until(partitions, "the b200 partition to show 5 of its 8 GPUs free")
+        assert shown["b200"] == {"name": "b200", "gpu_types": ["b200"], "nodes": 1, "gpus_total": 8, "gpus_free": 5}
+        assert shown["rtxpro"]["gpus_total"] == 8 and shown["rtxpro"]["nodes"] == 2
+        hosts = {host["name"]: host for host in (await api.get("/api/hosts")).json()}
+        assert hosts["slurm"]["kind"] == "slurm" and hosts["slurm"]["gpus"] == []
+        html = (await browser.get("/hosts")).text
+        assert 'data-partition="b200"' in html and "5 of 8 free" in html
