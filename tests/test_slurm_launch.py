@@ -22,7 +22,7 @@ from app.ssh.hosts import SlurmSettings
 from app.web.app import create_app
 from tests.conftest import AUTH, TOKEN
 from tests.slurm import sbatch
-from tests.support import free_port, until
+from tests.support import free_port, require, until
 from tests.test_pages import log_in
 
 FINAL = {"ready", "failed", "stopped", "lost"}
@@ -191,6 +191,8 @@ async def test_sbatch_refusal_is_the_attempts_error(
 async def test_two_node_launch_starts_one_server_per_node_and_reaches_ready(
     slurm_site: SlurmSite, login: HostConnection, tmp_path: Path
 ) -> None:
+    usage = await login.run(["python3", "-m", "sglang.launch_server", "--help"], check=False)
+    require("--nnodes" in usage.stdout.decode(), "the simulated SGLang has no multi-node flags (--nnodes) yet")
     async with dashboard(slurm_site, tmp_path) as (api, _):
         response = await api.post(
             "/api/presets",
