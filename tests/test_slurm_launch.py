@@ -278,3 +278,23 @@ async def test_hosts_show_each_partitions_free_and_total_gpus(
         assert hosts["slurm"]["kind"] == "slurm" and hosts["slurm"]["gpus"] == []
         html = (await browser.get("/hosts")).text
         assert 'data-partition="b200"' in html and "5 of 8 free" in html
+
+
+async def test_node_failure_loses_the_attempt_in_slurms_words(
+    slurm_site: SlurmSite, login: HostConnection, tmp_path: Path
+) -> None:
+    async with dashboard(slurm_site, tmp_path) as (api, browser):
+        attempt_id = await launch(api, host="slurm-rtx")
+        ready = await reaches(api, attempt_id, FINAL)
+        assert ready["status"] == "ready", ready["error"]
+        [node] = ready["scheduler"]["nodes"]
+        await asyncio.to_thread(slurm_site.slurm.kill_node, node)
+        try:
+            lost = await reaches(api, attempt_id, ENDED, timeout=90)  # once Slurm's node timeout passes
+        finally:
+            slurm_site.slurm.hosts[node].kill_detached()  # the dead node's processes, as a reboot would
+            await asyncio.to_thread(slurm_site.slurm.start_node, node)
+            await asyncio.to_thread(slurm_site.slurm.wait_idle)
+        assert lost["status"] == "lost"
+        assert lost["error"] == "Slurm ended the job: NODE_FAIL (a node of the job failed)"
+        assert "a node of the job failed" in await page(browser, attempt_id)

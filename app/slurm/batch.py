@@ -95,6 +95,10 @@ def sbatch_options(*, directory: str, settings: SlurmSettings, nodes: int, gpus_
         f"--gres=gpu:{gpus_per_node}",
         f"--output={remote.LOG_NAME}",
         "--open-mode=append",
+        # An attempt is one run of the server: a job requeued after a node failure or a preemption
+        # would start it again under the same attempt. Without requeueing, those end the attempt
+        # as what they were (a cluster entry may still ask for --requeue in its sbatch_options).
+        "--no-requeue",
     ]
     if settings.partition:
         options.append(f"--partition={settings.partition}")

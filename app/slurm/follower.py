@@ -93,6 +93,9 @@ class SlurmFollower(Follower):
                     return
                 scheduler = await self._record_scheduler(scheduler, job)
                 if job.state == "PENDING":
+                    if status not in UNSTARTED_STATUSES:  # requeued: its server starts again when it runs
+                        await self.record.stage("requeued", AttemptStatus.PENDING)
+                        status = AttemptStatus.PENDING
                     await asyncio.sleep(min(QUEUE_POLL, self.dashboard.pace.loading))
                     continue
                 self.first_node = job.nodes[0] if job.nodes else ""
