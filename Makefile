@@ -40,11 +40,13 @@ static/vendor/.installed: package.json package-lock.json
 	done
 	touch $@
 
-# The tests talk to a real OpenSSH sshd and drive Debian's chromium.
+# The tests talk to a real OpenSSH sshd, drive Debian's chromium and run jobs on Debian's Slurm.
 system-packages:
 	@missing=""; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	[ -x /usr/sbin/slurmctld ] || missing="$$missing slurm-wlm"; \
+	[ -x /usr/sbin/munged ] || missing="$$missing munge"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

@@ -69,6 +69,9 @@ def _run(argv: list[str] | None) -> int:
         "--host", action="append", metavar="NAME", help="with --hosts-only: run this host only (repeatable)"
     )
     demo_parser.add_argument("--port", type=int, help="with one --host: its SSH port (default the one it had)")
+    demo_parser.add_argument(
+        "--slurm", action="store_true", help="also run a local Slurm cluster of two simulated GPU nodes (needs Slurm)"
+    )
     launch_parser = commands.add_parser(
         "launch",
         help="launch a preset on a host through the running dashboard",
@@ -176,6 +179,8 @@ def _run(argv: list[str] | None) -> int:
         parser.error("demo: --host and --port go with --hosts-only")
     if args.command == "demo" and args.port is not None and len(args.host or ()) != 1:
         parser.error("demo: --port needs exactly one --host")
+    if args.command == "demo" and args.hosts_only and args.slurm:
+        parser.error("demo: --slurm goes without --hosts-only")
 
     if args.command == "diagnose":
         return diagnose_file(args.logfile, as_json=args.json, rules_path=args.rules)
@@ -216,7 +221,7 @@ def _run(argv: list[str] | None) -> int:
         if args.command == "demo" and args.hosts_only:
             return asyncio.run(demo_hosts(settings, args.dir, args.host, args.port))
         if args.command == "demo":
-            return asyncio.run(demo(settings))
+            return asyncio.run(demo(settings.model_copy(update={"demo_slurm": settings.demo_slurm or args.slurm})))
         if args.command == "launch":
             api = client.ApiClient(settings, args.url)
             gpus = client.parse_gpus(args.gpus)
@@ -521,11 +526,28 @@ async def demo(settings: Settings) -> int:
     except ValueError as exc:
         print(f"launchdeck: LAUNCHDECK_DEMO_HOSTS: {exc}", file=sys.stderr)
         return 2
+    slurm = None
+    if settings.demo_slurm:
+        from app.demo.slurm import SlurmError, demo_site, unavailable
+
+        if problem := unavailable():
+            print(f"launchdeck: {problem}.", file=sys.stderr)
+            return 2
+        slurm = demo_site(settings.data_dir.resolve() / "demo" / "slurm", settings.demo_time_scale)
     _check_port(settings)
     cluster = SimCluster(settings.data_dir.resolve() / "demo", host_specs, time_scale=settings.demo_time_scale)
     specs = await cluster.start()
     try:
         hosts_file = cluster.write_hosts_file(specs)
+        if slurm:
+            try:
+                login = await slurm.start()
+            except SlurmError as exc:
+                print(f"launchdeck: the local Slurm cluster did not start: {exc}", file=sys.stderr)
+                return 1
+            hosts_file = slurm.write_hosts_file(hosts_file)
+            nodes = ", ".join(f"{node.name} ({node.gpu_count} x {node.gpu_model})" for node in slurm.slurm.nodes)
+            print(f"Slurm cluster {login.name}: {nodes}; login node ssh on 127.0.0.1:{login.port}")
         settings = settings.model_copy(update={"hosts_file": hosts_file})
         app = create_app(settings)
         await _seed_demo_presets(settings)
@@ -547,6 +569,8 @@ async def demo(settings: Settings) -> int:
         await server.serve()
     finally:
         await cluster.stop()
+        if slurm:
+            await slurm.stop()
     return 0
 
 

@@ -145,6 +145,11 @@ class Settings(BaseSettings):
         "b200-01:b200:8,rtxpro-01:rtx-pro-6000:4",
         description="Simulated hosts for `launchdeck demo`, as NAME:MODEL:COUNT,... (models: b200, rtx-pro-6000).",
     )
+    demo_slurm: bool = Field(
+        False,
+        description="`launchdeck demo` also runs a local Slurm cluster of two simulated nodes (4 RTX PRO 6000s "
+        "each) behind a login node, as `launchdeck demo --slurm` does; needs Debian's slurm-wlm and munge, and root.",
+    )
 
     @field_validator(
         "database_url",

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import tomllib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from app.demo.inventory import gpu_entries
 from app.demo.slurm import SlurmSite
-from app.ssh import HostConnection
+from app.ssh import HostConnection, HostSpec
 from tests.slurm import NODES, accounted, queued, read, sbatch, state
 from tests.support import until
 
@@ -164,6 +165,26 @@ async def test_a_node_whose_slurmd_dies_stops_responding_and_comes_back(
     finally:
         await asyncio.to_thread(slurm_site.slurm.start_node, "rtx-02")
     await until(lambda: _node_state(slurm_login, "rtx-02", "IDLE", exactly=True), "rtx-02 to be idle again")
+
+
+async def test_the_hosts_file_entry_reaches_the_cluster_through_its_login_node(
+    slurm_site: SlurmSite, connect: Callable[..., HostConnection]
+) -> None:
+    (entry,) = tomllib.loads(slurm_site.hosts_entry("rtxpro"))["host"]
+
+    assert {key: entry[key] for key in ("name", "kind", "partition", "gpus_per_node")} == {
+        "name": "slurm",
+        "kind": "slurm",
+        "partition": "rtxpro",
+        "gpus_per_node": 4,
+    }
+    ssh_fields = ("name", "address", "port", "user", "known_hosts")
+    login = connect(HostSpec(**{key: entry[key] for key in ssh_fields}, identity_files=tuple(entry["identity_files"])))
+    partitions = (await login.run(["sinfo", "--noheader", "--format=%R %D %G"])).stdout.decode().splitlines()
+    assert partitions == ["b200 1 gpu:b200:8", "rtxpro 2 gpu:rtxpro6000:4"]
+    await login.run(["mkdir", "-p", entry["output_dir"]])
+    job_id = await sbatch(login, REPORT_GPUS, "--partition=rtxpro", f"--output={entry['output_dir']}/%j.out")
+    assert (await ended(login, job_id))["state"] == "COMPLETED"
 
 
 @pytest.mark.timeout(180)

@@ -69,9 +69,20 @@ class SlurmError(Exception):
 
 
 def missing_programs() -> list[str]:
-    """The Slurm and munge programs this machine lacks (packages slurm-wlm and munge)."""
-    path = os.pathsep.join(SBIN)
-    return [name for name in (*DAEMONS, *CLIENT_COMMANDS) if shutil.which(name, path=path) is None]
+    """The Slurm and munge programs not on the PATH (packages slurm-wlm and munge)."""
+    return [name for name in (*DAEMONS, *CLIENT_COMMANDS) if shutil.which(name) is None]
+
+
+def unavailable() -> str | None:
+    """Why no local cluster can run here, in a sentence; None when one can."""
+    if missing := missing_programs():
+        return (
+            "a local Slurm cluster needs Debian's slurm-wlm and munge packages, and the PATH lacks"
+            f" {', '.join(missing)} (apt-get install slurm-wlm munge)"
+        )
+    if os.geteuid() != 0:
+        return "a local Slurm cluster runs its daemons as root (slurmd starts jobs as their owners); run as root"
+    return None
 
 
 def gres_type(spec: SimHostSpec) -> str:
@@ -310,9 +321,12 @@ class LocalSlurm:
         self._until(lambda: self.run("scontrol", "ping", check=False).stdout.count("is UP") > 0, "slurmctld")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
+        program = shutil.which(argv[0])
+        if program is None:
+            raise SlurmError(f"{argv[0]} is not on the PATH (apt-get install slurm-wlm munge)")
         with open(self.root / "log" / f"{name}.out", "ab") as output:
             self._processes[name] = subprocess.Popen(
-                argv,
+                [program, *argv[1:]],
                 env={"PATH": os.pathsep.join(SBIN), "LANG": "C.UTF-8", **self.environment()},
                 stdin=subprocess.DEVNULL,
                 stdout=output,
@@ -456,3 +470,19 @@ class SlurmSite:
         settings = {"kind": "slurm", "partition": partition, "gpus_per_node": gpus, "output_dir": self.output_dir}
         lines = [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
         return render_hosts([self.login_spec()]) + "".join(f"{line}\n" for line in lines)
+
+    def write_hosts_file(self, ssh_hosts_file: Path) -> Path:
+        """A hosts file of the SSH hosts in `ssh_hosts_file` and this cluster, beside the cluster."""
+        path = self.root / "hosts.toml"
+        path.write_text(f"{ssh_hosts_file.read_text()}\n{self.hosts_entry()}")
+        return path
+
+
+DEMO_NODES = (SimHostSpec("rtxnode-01", "rtx-pro-6000", 4), SimHostSpec("rtxnode-02", "rtx-pro-6000", 4))
+
+
+def demo_site(root: Path, time_scale: float) -> SlurmSite:
+    """The demo's cluster "slurm-rtxpro": two nodes of 4 RTX PRO 6000s in partition "rtxpro"."""
+    return SlurmSite(
+        root, "slurm-rtxpro", DEMO_NODES, {"rtxpro": [spec.name for spec in DEMO_NODES]}, time_scale=time_scale
+    )

@@ -1,0 +1,39 @@
+"""`launchdeck demo --slurm` where Slurm cannot run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def demo(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "demo", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+def test_the_slurm_demo_without_slurm_says_so_and_starts_nothing(tmp_path: Path) -> None:
+    for args, env in ((["--slurm"], {}), ([], {"LAUNCHDECK_DEMO_SLURM": "1"})):
+        result = demo(*args, env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "PATH": str(tmp_path / "no-programs"), **env})
+
+        assert result.returncode == 2
+        assert result.stderr.startswith("launchdeck: a local Slurm cluster needs Debian's slurm-wlm and munge packages")
+        assert result.stderr.rstrip().endswith("(apt-get install slurm-wlm munge).")
+        assert result.stderr.count("\n") == 1
+        assert not (tmp_path / "demo").exists()
+
+
+def test_slurm_goes_with_the_whole_demo_only(tmp_path: Path) -> None:
+    result = demo("--hosts-only", "--slurm", env={"LAUNCHDECK_DATA_DIR": str(tmp_path)})
+
+    assert result.returncode == 2
+    assert "demo: --slurm goes without --hosts-only" in result.stderr
