@@ -1,9 +1,9 @@
 """How an attempt on Slurm ended: the server's own exit, or the scheduler's decision.
 
 A job the scheduler ended (cancelled, its time limit reached, preempted, a deadline passed) is
-`stopped`, not `failed`: the server did nothing wrong, so its log is not a failure to diagnose,
-its configuration is not marked as failing before (the next launch is not asked to confirm),
-and no failure signature is filed. A job whose node failed (or never booted) is `lost`: like a
+`stopped`, not `failed`: the server did nothing wrong, so its configuration is not counted as
+one that failed before (the next launch of it is not asked to confirm), and lists and
+notifications do not report a failure. A job whose node failed (or never booted) is `lost`: like a
 host that went away, nothing says how the server would have ended. Either way the attempt's
 error says it in Slurm's words, e.g. "Slurm ended the job: TIMEOUT (its time limit was reached)".
 Only the server's own non-zero exit, and a batch job that failed before the server ran, are `failed`.
