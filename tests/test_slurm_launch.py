@@ -298,3 +298,19 @@ async def test_node_failure_loses_the_attempt_in_slurms_words(
         assert lost["status"] == "lost"
         assert lost["error"] == "Slurm ended the job: NODE_FAIL (a node of the job failed)"
         assert "a node of the job failed" in await page(browser, attempt_id)
+
+
+async def test_a_running_attempts_gpus_are_read_inside_its_job(
+    slurm_site: SlurmSite, login: HostConnection, tmp_path: Path
+) -> None:
+    async with dashboard(slurm_site, tmp_path) as (api, browser):
+        attempt_id = await launch(api)
+        ready = await reaches(api, attempt_id, FINAL)
+        assert ready["status"] == "ready", ready["error"]
+
+        async def shown() -> str | None:
+            html = (await browser.get("/hosts")).text
+            return html if f'<a href="/attempts/{attempt_id}">attempt {attempt_id}</a>' in html else None
+
+        html = await until(shown, "the hosts page to show the attempt's GPUs read inside its job")
+        assert f'data-job="{ready["job_id"]}"' in html and "<td>b200-01</td>" in html and "NVIDIA B200" in html

@@ -2,7 +2,8 @@
 hangs, its readings kept in memory for the views and sampled into the database for history.
 
 A Slurm cluster's login node has no GPUs worth watching: its partitions' GPUs (free and total,
-from sinfo) are read instead, every CLUSTER_EVERY seconds."""
+from sinfo) are read instead, with those of launchdeck's running jobs (NVML inside each job),
+every CLUSTER_EVERY seconds."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ from app.gpu.probe import (
     parse_nvml_line,
     parse_smi_block,
 )
-from app.slurm.gpus import PartitionGpus, read_partitions
+from app.slurm.batch import attempt_of
+from app.slurm.gpus import JobGpus, PartitionGpus, read_job_gpus, read_partitions
+from app.slurm.jobs import read_queue
 from app.ssh import HostConnection, SSHManager
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,7 @@ class HostGpus:
     since: datetime = field(default_factory=utcnow)
     history: dict[int, deque[tuple[float, int, int]]] = field(default_factory=dict)
     partitions: list[PartitionGpus] = field(default_factory=list)  # a Slurm cluster's, from sinfo
+    jobs: list[JobGpus] = field(default_factory=list)  # a Slurm cluster's running attempts' GPUs
 
     def pgids(self) -> set[int]:
         """The process groups of the GPU processes last seen."""
@@ -177,11 +181,14 @@ class GpuMonitor:
             try:
                 await host.wait_online(3600)
                 partitions = await read_partitions(host)
+                running = [job for job in (await read_queue(host)).jobs.values() if job.running]
+                ours = [job for job in running if attempt_of(job.name) is not None]
+                jobs = list(await asyncio.gather(*(read_job_gpus(host, job) for job in ours)))
             except (HostError, OSError, TimeoutError) as exc:
                 reason = str(exc).removeprefix(f"{host.name}: ") or type(exc).__name__
                 self._set(status, "degraded", f"partitions unknown: {reason}")
             else:
-                status.partitions, status.source = partitions, "sinfo"
+                status.partitions, status.jobs, status.source = partitions, jobs, "sinfo"
                 self._set(status, "ok" if partitions else "no-gpus", "" if partitions else "sinfo lists no partition")
                 self._publish()
             await asyncio.sleep(CLUSTER_EVERY)

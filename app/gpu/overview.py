@@ -10,7 +10,7 @@ from app.errors import HostError
 from app.gpu.monitor import HostGpus
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
 from app.gpu.probe import GpuProcess
-from app.slurm.gpus import PartitionGpus
+from app.slurm.gpus import JobGpus, PartitionGpus
 from app.ssh import HostConnection, HostState, HostStatus
 
 # The hosts list must answer quickly even when a host hangs.
@@ -102,6 +102,7 @@ class HostView:
     gpus: list[GpuView]
     processes: list[ProcessView]
     partitions: list[PartitionGpus] = field(default_factory=list)  # a Slurm cluster's
+    jobs: list[JobGpus] = field(default_factory=list)  # a Slurm cluster's running attempts'
 
 
 # Tells whose a GPU process is (see app.launch.owners, which knows the attempts).
@@ -116,7 +117,9 @@ def sparkline(points: Iterable[tuple[float, int, int]], now: float, span: float 
 
 def host_view(host: HostConnection, gpus: HostGpus, classify: Classify) -> HostView:
     view = view_of(host.name, host.spec.labels, host.status, gpus, classify)
-    return replace(view, partitions=list(gpus.partitions)) if host.spec.slurm is not None else view
+    if host.spec.slurm is None:
+        return view
+    return replace(view, partitions=list(gpus.partitions), jobs=list(gpus.jobs))
 
 
 def local_view(gpus: HostGpus, classify: Classify) -> HostView:

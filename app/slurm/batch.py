@@ -28,9 +28,18 @@ DIST_INIT_OFFSET = 1000
 _PER_NODE = 'exec "$@" --node-rank "$SLURM_NODEID"'
 
 
+JOB_PREFIX = "launchdeck-"
+
+
 def job_name(directory: str) -> str:
-    """The job's name in the queue: the attempt directory's own name (unique per attempt)."""
-    return f"launchdeck-{directory.rstrip('/').rpartition('/')[2]}"
+    """The job's name in the queue: the attempt directory's own name (<attempt id>-<random>)."""
+    return f"{JOB_PREFIX}{directory.rstrip('/').rpartition('/')[2]}"
+
+
+def attempt_of(job_name: str) -> int | None:
+    """The attempt a job of launchdeck's runs, from its name; None for another job."""
+    number = job_name.removeprefix(JOB_PREFIX).partition("-")[0]
+    return int(number) if job_name.startswith(JOB_PREFIX) and number.isdigit() else None
 
 
 def nodes_of(argv: Sequence[str]) -> int:

@@ -57,6 +57,7 @@ class JobState:
     priority: int = 0
     position: int | None = None  # among the partition's pending jobs, 1 = next; set for PENDING
     words: str = ""  # how Slurm itself put it (sacct's "CANCELLED by 0"), when it said more than the state
+    name: str = ""
 
     @property
     def final(self) -> bool:
@@ -154,6 +155,7 @@ def _job_from_json(job: dict[str, Any]) -> JobState:
         exit_code=exit_code,
         signal=signal,
         priority=_number(job.get("priority")) or 0,
+        name=str(job.get("name") or ""),
     )
 
 
