@@ -485,7 +485,7 @@ class AttemptService:
         async def owners(pgids: set[int]) -> dict[int, int]:
             async with self.sessions.read() as session:
                 found = await owners_by_host(session, {host: pgids})
-            return {pgid: attempt_id for pgid, (attempt_id, _) in found.get(host, {}).items()}
+            return {pgid: owner.attempt_id for pgid, owner in found.get(host, {}).items()}
 
         return owners
 
@@ -538,6 +538,7 @@ class AttemptService:
                     signatures=self.signatures,
                     # A part's own statuses are its attempt's business, not the person's.
                     on_status=self.on_status if part_of_id is None else lambda attempt_id, status: None,
+                    part_of=part_of_id,
                 )
                 if part_ids:
                     if launching:
