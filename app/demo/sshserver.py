@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # Releases of the simulated SGLang offered beside the newest (which `python3` runs).
 OLDER_SGLANG_RELEASES = ("0.5.10",)
 SGLANG_VERSION_ENV = "LAUNCHDECK_SIM_SGLANG_VERSION"
+CLUSTER_NETWORK_ENV = "LAUNCHDECK_SIM_CLUSTER_NETWORK"  # read by hostlib/sglang/srt/distributed.py
 
 
 def write_release_interpreter(path: Path, release: str) -> None:
@@ -98,7 +99,11 @@ class SimHost:
         return self.root / "lib"
 
     def environment(self) -> dict[str, str]:
+        """The commands' environment; with a network of the host's own, it names the network between
+        the hosts (this process's, where the SSH servers listen) for multi-node rendezvous."""
+        between_hosts = {CLUSTER_NETWORK_ENV: f"/proc/{os.getpid()}/ns/net"} if self.network is not None else {}
         return {
+            **between_hosts,
             "HOME": str(self.home),
             "USER": os.environ.get("USER", "root"),
             "LOGNAME": os.environ.get("USER", "root"),

@@ -70,6 +70,7 @@ class ProcessView:
     owner: str  # attempt | stale | untracked | other
     attempt_id: int | None = None
     attempt_status: str = ""
+    node_rank: int | None = None  # of a multi-node attempt's part
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import asyncssh
 
 from app.errors import DiskFull, HostError, HostUnavailable
+from app.logs.merge import LogMerger, MergePart
 from app.logs.store import LogFile, LogStore
 from app.ssh import HostConnection
 
@@ -338,36 +339,53 @@ async def _reason(process: asyncssh.SSHClientProcess[bytes]) -> str:
 
 
 class Mirrors:
-    """Owned by the app's lifespan: exactly one running mirror per attempt."""
+    """Owned by the app's lifespan: exactly one running mirror per attempt (for a multi-node
+    attempt, its merger)."""
 
     def __init__(self, store: LogStore, *, retry_max: float = RETRY_MAX, give_up_after: int = GIVE_UP_AFTER):
         self.store = store
         self.retry_max = retry_max  # for the mirrors started from now on; the tests shorten these
         self.give_up_after = give_up_after
-        self._running: dict[int, tuple[LogMirror, asyncio.Task[None]]] = {}
+        self._running: dict[int, tuple[LogMirror | LogMerger, asyncio.Task[None]]] = {}
 
     def start(self, attempt_id: int, source: MirrorSource) -> LogMirror:
         """The attempt's mirror, started unless it runs already."""
         if attempt_id in self._running:
-            return self._running[attempt_id][0]
+            running = self._running[attempt_id][0]
+            assert isinstance(running, LogMirror), f"attempt {attempt_id} has a merged log"
+            return running
         log_file = self.store.get(attempt_id)
         if log_file.meta.stopped:  # given up by an earlier run of the dashboard: tried again
             log_file.mirror_stopped(None)
         mirror = LogMirror(log_file, source, retry_max=self.retry_max, give_up_after=self.give_up_after)
-        task = asyncio.create_task(mirror.run(), name=f"log-mirror-{attempt_id}")
-        self._running[attempt_id] = (mirror, task)
-        task.add_done_callback(lambda _: self._ended(attempt_id))
+        self._run(attempt_id, mirror)
         return mirror
 
-    def get(self, attempt_id: int) -> LogMirror | None:
+    def merge(self, attempt_id: int, parts: list[MergePart]) -> LogMerger:
+        """The multi-node attempt's merged log's merger (app.logs.merge), started unless it runs."""
+        if attempt_id in self._running:
+            running = self._running[attempt_id][0]
+            assert isinstance(running, LogMerger), f"attempt {attempt_id} has a mirror of its own"
+            return running
+        merger = LogMerger(self.store.get(attempt_id), [(part, self.store.get(part.attempt_id)) for part in parts])
+        self._run(attempt_id, merger, also=[part.attempt_id for part in parts])
+        return merger
+
+    def get(self, attempt_id: int) -> LogMirror | LogMerger | None:
         running = self._running.get(attempt_id)
         return running[0] if running else None
 
-    def _ended(self, attempt_id: int) -> None:
+    def _run(self, attempt_id: int, writer: LogMirror | LogMerger, also: list[int] | None = None) -> None:
+        task = asyncio.create_task(writer.run(), name=f"log-mirror-{attempt_id}")
+        self._running[attempt_id] = (writer, task)
+        task.add_done_callback(lambda _: self._ended(attempt_id, also or []))
+
+    def _ended(self, attempt_id: int, also: list[int]) -> None:
         _, task = self._running.pop(attempt_id)
         if not task.cancelled() and task.exception() is not None:
             log.error("attempt %d: log mirror failed", attempt_id, exc_info=task.exception())
-        self.store.forget(attempt_id)
+        for done in (attempt_id, *also):
+            self.store.forget(done)
 
     async def close(self) -> None:
         tasks = [task for _, task in self._running.values()]

@@ -64,8 +64,8 @@ class SlurmFollower(Follower):
         async with self.dashboard.sessions.read() as session:
             attempt = await load_attempt(session, self.attempt_id)
         connection = self.dashboard.ssh.get(attempt.host.name)
-        self.seen = {entry["stage"] for entry in attempt.stages}
-        self.argv = list(attempt.argv)
+        self.watch.load(attempt)
+        self.seen = self.watch.seen
         directory, port, status = attempt.remote_dir, attempt.port, attempt.status
         scheduler = dict(attempt.scheduler)
         job_id = attempt.job_id or await self._submitted(connection, directory)
@@ -119,9 +119,7 @@ class SlurmFollower(Follower):
                 status = await self._check_readiness(connection, port, status, _Group())
                 status = await self._until_next_probe(mirror, connection, port, status, _Group())
         finally:
-            if mirror is not None:
-                mirror.log.watchers.discard(self.live.watch)
-                self.record.mirrors.store.forget(self.attempt_id)
+            self.watch.detach()
 
     async def _submitted(self, connection: HostConnection, directory: str) -> str | None:
         """The job sbatch queued before the dashboard could record it, if it got that far."""

@@ -109,6 +109,17 @@ COMBINATIONS = [
     Combination("tp 8", ["--tp-size", "8"]),
     Combination("tp 4, MTP", ["--tp-size", "4", *MTP]),
     Combination("tp 8, MTP, scheduler strategy extra_buffer", ["--tp-size", "8", *MTP, SCHEDULER, "extra_buffer"]),
+    # Several nodes: tp is the total across nodes
+    Combination(
+        "two nodes, tp 8, node 1",
+        ["--tp-size", "8", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.0.1:29500"],
+    ),
+    Combination(
+        "two nodes, tp 8, old address flag, dist timeout 60",
+        ["--tp", "8", "--nnodes", "2", "--nccl-init-addr", "10.0.0.1:5000", "--dist-timeout", "60"],
+    ),
+    Combination("two nodes, tp 3 (not divisible)", ["--tp-size", "3", "--nnodes", "2", "--node-rank", "0"]),
+    Combination("nodes not a number", ["--nnodes", "two"]),
     # Scheduling
     Combination("max running requests 64", ["--max-running-requests", "64"]),
     Combination("MTP, max running requests 16", [*MTP, "--max-running-requests", "16"]),

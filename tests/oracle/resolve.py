@@ -255,12 +255,15 @@ def resolve_case(side: RealSGLang | SimulatedSGLang, case: dict[str, Any]) -> di
 
 
 def effective_values(server_args: Any, argv: list[str]) -> dict[str, Any]:
-    """0.5.10 resolves inside prepare_server_args; newer releases resolve in `resolve_once()`."""
+    """0.5.10 resolves inside prepare_server_args; newer releases resolve in `resolve_once()`.
+    Both then run `check_server_args()`, as the engine does before it logs the arguments."""
     args = server_args.prepare_server_args(argv)
     if hasattr(args, "resolve_once"):
         args.resolve_once()
+        args.check_server_args()
         values = args.resolved_dict()
     else:
+        args.check_server_args()
         values = {field.name: getattr(args, field.name) for field in dataclasses.fields(args)}
     return {name: json_value(value) for name, value in values.items()}
 

@@ -59,6 +59,9 @@ class CommonFields:
     random_seed: int | None = None
     watchdog_timeout: float = 300
     dist_timeout: int | None = None
+    dist_init_addr: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
     base_gpu_id: int = 0
     gpu_id_step: int = 1
     log_level: str = "info"
@@ -86,6 +89,9 @@ class ServerArgsRules:
     NO_GPU_FRACTION: ClassVar[float] = 0.88  # the static fraction when no GPU memory can be read
     model_path: str
     base_gpu_id: int
+    gpu_id_step: int
+    tp_size: int
+    nnodes: int
     context_length: int | None
 
     @classmethod
@@ -95,6 +101,13 @@ class ServerArgsRules:
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> Self:
         return cls(**{name: getattr(args, name) for name in cls.field_names() if hasattr(args, name)})
+
+    def check_server_args(self) -> None:
+        """The checks both releases run as the engine starts, after resolution and before the
+        arguments are logged: a refusal here is an AssertionError out of the main process."""
+        assert self.tp_size % self.nnodes == 0, "tp_size must be divisible by number of nodes"
+        assert self.base_gpu_id >= 0, "base_gpu_id must be non-negative"
+        assert self.gpu_id_step >= 1, "gpu_id_step must be positive"
 
     def get_model_config(self) -> ModelConfig:
         if not hasattr(self, "_model_config"):

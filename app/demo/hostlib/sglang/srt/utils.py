@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 
 TIME_SCALE_ENV = "LAUNCHDECK_SIM_TIME_SCALE"
 GiB = 1 << 30
@@ -62,10 +61,6 @@ def set_process_title(title: str) -> None:
         libc.prctl(15, title.encode()[:15], 0, 0, 0)  # PR_SET_NAME
     except (OSError, AttributeError):
         pass
-
-
-def get_exception_traceback() -> str:
-    return "".join(traceback.format_exception(*sys.exc_info()))
 
 
 def _children(pid: int) -> list[int]:

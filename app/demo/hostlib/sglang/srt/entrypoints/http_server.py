@@ -49,8 +49,11 @@ class Engine:
         self.warmed_up = False  # /health answers 503 until the warmup request has run
 
     def launch_schedulers(self) -> None:
-        args = vars(self.server_args)
-        for tp_rank in range(self.server_args.tp_size):
+        """One scheduler per TP rank of this node: node i of n runs ranks i*tp/n to (i+1)*tp/n - 1."""
+        args = {**vars(self.server_args), "dist_port": free_port()}
+        per_node = self.server_args.tp_size // self.server_args.nnodes
+        first = per_node * self.server_args.node_rank
+        for tp_rank in range(first, first + per_node):
             ours, theirs = socket.socketpair()
             title = f"sglang::scheduler{'_TP' + str(tp_rank) if self.server_args.tp_size > 1 else ''}"
             process = subprocess.Popen(
@@ -93,12 +96,16 @@ class Engine:
                 code = process.poll()
                 if code not in (None, 0, -signal.SIGTERM):
                     logger.error(
-                        f"Subprocess scheduler_{tp_rank} (pid={process.pid}) crashed with exit code {code}. "
+                        f"Subprocess scheduler_{self.first_rank() + tp_rank} (pid={process.pid}) crashed with "
+                        f"exit code {code}. "
                         "Triggering SIGQUIT for cleanup..."
                     )
                     os.kill(os.getpid(), signal.SIGQUIT)
                     return
             time.sleep(0.2)
+
+    def first_rank(self) -> int:
+        return self.server_args.tp_size // self.server_args.nnodes * self.server_args.node_rank
 
     def read_results(self) -> None:
         """Collects finished requests from rank 0, which plays the detokenizer's part."""
@@ -377,6 +384,21 @@ def bind_address(host: str) -> str:
     return host if host in LOOPBACK or host.startswith("127.") else "127.0.0.1"
 
 
+def bind_http(server_args: Any, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """The HTTP server on --host and --port; a port that cannot be bound is logged in uvicorn's words."""
+    ThreadingHTTPServer.address_family = socket.AF_INET6 if ":" in bind_address(server_args.host) else socket.AF_INET
+    try:
+        httpd = ThreadingHTTPServer((bind_address(server_args.host), server_args.port), handler)
+    except OSError as exc:
+        logger.error(
+            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"('{server_args.host}', {server_args.port}): {exc.strerror.lower() if exc.strerror else exc}"
+        )
+        raise
+    httpd.daemon_threads = True
+    return httpd
+
+
 def effective_args(record: Any) -> dict[str, Any]:
     """The effective arguments as the release reports them (its log line, /server_info)."""
     if hasattr(record, "resolved_dict"):
@@ -397,12 +419,16 @@ def launch_server(record: Any) -> None:
     signal.signal(signal.SIGTERM, sigterm_handler)
     if hasattr(record, "resolve_once"):
         record.resolve_once()
+    record.check_server_args()
     logger.info(f"server_args={server_args_dump(record)}")
     server_args = SimpleNamespace(**record.runtime_view())
     engine = Engine(server_args)
     engine.launch_schedulers()
     model_config = record.get_model_config()
     engine.wait_until_ready()
+    if server_args.node_rank >= 1:
+        serve_health_only(server_args, engine)
+        return
     threading.Thread(target=engine.watch_subprocesses, daemon=True).start()
     threading.Thread(target=engine.read_results, daemon=True).start()
 
@@ -410,22 +436,66 @@ def launch_server(record: Any) -> None:
     logger.info(f"INFO:     Started server process [{os.getpid()}]")
     logger.info("INFO:     Waiting for application startup.")
     logger.info("INFO:     Application startup complete.")
-    family = socket.AF_INET6 if ":" in bind_address(server_args.host) else socket.AF_INET
-    ThreadingHTTPServer.address_family = family
     try:
-        httpd = ThreadingHTTPServer((bind_address(server_args.host), server_args.port), handler)
-    except OSError as exc:
-        logger.error(
-            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
-            f"('{server_args.host}', {server_args.port}): {exc.strerror.lower() if exc.strerror else exc}"
-        )
+        httpd = bind_http(server_args, handler)
+    except OSError:
         kill_process_tree(os.getpid(), include_parent=False)
         sys.exit(3)  # uvicorn's exit status for a failed startup
-    httpd.daemon_threads = True
     signal.signal(signal.SIGQUIT, running_phase_sigquit_handler)
     logger.info(f"INFO:     Uvicorn running on http://{server_args.host}:{server_args.port} (Press CTRL+C to quit)")
     threading.Thread(target=warmup, args=(server_args, engine), daemon=True).start()
     httpd.serve_forever()
+
+
+def serve_health_only(server_args: Any, engine: Engine) -> None:
+    """A node other than node 0 runs no tokenizer and serves only SGLang's dummy health check
+    (/health, /health_generate and /ping answer 200 while the process lives; uvicorn logs
+    warnings only), then waits on its schedulers."""
+
+    class HealthOnly(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "uvicorn"
+        sys_version = ""
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            known = self.path.split("?", 1)[0] in ("/health", "/health_generate", "/ping")
+            body = b"" if known else b'{"detail":"Not Found"}'
+            self.send_response(200 if known else 404)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    address = f"[{server_args.host}]" if ":" in server_args.host else server_args.host
+    where = f"{address}:{server_args.port}"
+
+    def run_server() -> None:
+        try:
+            httpd = bind_http(server_args, HealthOnly)
+        except OSError:
+            logger.info(f"Dummy health check server stopped at {where}")
+            return
+        httpd.serve_forever()
+
+    threading.Thread(target=run_server, name="health-check-server", daemon=True).start()
+    logger.info(f"Dummy health check server started in background thread at {where}")
+    engine.watch_subprocesses()
+    hold_until_killed()
+
+
+def hold_until_killed() -> None:
+    """The schedulers' crash took the tree down through SIGQUIT; nothing is left to do but wait."""
+    while True:
+        time.sleep(3600)
+
+
+def free_port() -> int:
+    """A port free on this host's loopback now, as SGLang picks its NCCL port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def warmup(server_args: Any, engine: Engine) -> None:

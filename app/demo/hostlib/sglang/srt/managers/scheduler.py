@@ -21,6 +21,7 @@ import socket
 import sys
 import time
 from datetime import datetime
+from traceback import format_exception
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,7 +31,6 @@ from sglang.srt.model_executor.model_runner import ModelRunner
 from sglang.srt.utils import (
     configure_logger,
     elapsed_since,
-    get_exception_traceback,
     pause,
     rank_prefix,
     set_process_title,
@@ -70,8 +70,9 @@ class Scheduler:
         self.tp_rank = tp_rank
         self.control = control
         self.model_config = ModelConfig(server_args.model_path, server_args.context_length)
-        self.device = Device(server_args.base_gpu_id + tp_rank * server_args.gpu_id_step)
-        self.model_runner = ModelRunner(server_args, self.model_config, tp_rank, self.device)
+        tp_size_per_node = server_args.tp_size // server_args.nnodes
+        self.device = Device(server_args.base_gpu_id + (tp_rank % tp_size_per_node) * server_args.gpu_id_step)
+        self.model_runner = ModelRunner(server_args, self.model_config, tp_rank, self.device, report_failure)
         runner = self.model_runner
         self.max_total_num_tokens = runner.max_total_num_tokens
         self.max_running_requests = runner.max_running_requests
@@ -254,19 +255,24 @@ def write_nccl_watchdog_abort(rank: int, timeout_s: int) -> None:
     sys.stderr.flush()
 
 
+def report_failure(error: BaseException) -> None:
+    """What a scheduler does with an exception: logs its traceback and SIGQUITs the main process,
+    which takes the node's processes down."""
+    traceback = "".join(format_exception(error))
+    logger.error(f"Scheduler hit an exception: {traceback}")
+    os.kill(os.getppid(), signal.SIGQUIT)
+
+
 def run_scheduler_process(server_args: Any, tp_rank: int, control: socket.socket) -> None:
     prefix = rank_prefix(server_args.tp_size, tp_rank)
     configure_logger(server_args.log_level, prefix)
     set_process_title(f"sglang::scheduler{prefix.replace(' ', '_')}")
-    parent_pid = os.getppid()
     try:
         scheduler = Scheduler(server_args, tp_rank, control)
         scheduler.send_ready()
         scheduler.event_loop()
-    except Exception:
-        traceback = get_exception_traceback()
-        logger.error(f"Scheduler hit an exception: {traceback}")
-        os.kill(parent_pid, signal.SIGQUIT)
+    except Exception as error:
+        report_failure(error)
 
 
 def main() -> None:

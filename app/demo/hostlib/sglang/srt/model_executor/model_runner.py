@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sglang.srt.configs.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
 from sglang.srt.device import Device
+from sglang.srt.distributed import init_process_group, parse_address
 from sglang.srt.utils import GiB, OutOfMemoryError, ProgressBar, elapsed_since, pause
 from sglang.version import release
 
@@ -51,12 +53,20 @@ def log_info_on_rank0(tp_rank: int, message: str) -> None:
 
 
 class ModelRunner:
-    def __init__(self, server_args: Any, model_config: ModelConfig, tp_rank: int, device: Device):
+    def __init__(
+        self,
+        server_args: Any,
+        model_config: ModelConfig,
+        tp_rank: int,
+        device: Device,
+        on_link_lost: Callable[[BaseException], None],
+    ):
         self.server_args = server_args
         self.model_config = model_config
         self.tp_rank = tp_rank
         self.tp_size = server_args.tp_size
         self.device = device
+        self.on_link_lost = on_link_lost
         self.spec = server_args.speculative_algorithm is not None
         self.initialize()
 
@@ -71,9 +81,25 @@ class ModelRunner:
         logger.info("Init torch distributed begin.")
         before = self.device.free_gb()
         self.device.init_context()
+        self.join_other_nodes()
         pause(2.0 if self.tp_size > 1 else 0.5)
         self.pre_model_load_memory = self.device.free_gb()
         logger.info(f"Init torch distributed ends. mem usage={before - self.pre_model_load_memory:.2f} GB")
+
+    def join_other_nodes(self) -> None:
+        """Ranks on several nodes meet at the dist-init address and stay linked (see
+        sglang.srt.distributed); the ranks of one node need no network to meet."""
+        timeout = self.server_args.dist_timeout
+        if timeout is not None:
+            assert timeout > 0, "timeout must be positive"
+        if self.server_args.nnodes == 1:
+            return
+        if self.server_args.dist_init_addr:
+            address, between_hosts = parse_address(self.server_args.dist_init_addr), True
+        else:  # each node's own address: the nodes never meet
+            address, between_hosts = (self.server_args.host or "127.0.0.1", self.server_args.dist_port), False
+        group = init_process_group(address, self.tp_rank, self.tp_size, timeout, between_hosts)
+        group.watch(self.on_link_lost)
 
     def load_model(self) -> None:
         tic = time.perf_counter()
