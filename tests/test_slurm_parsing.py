@@ -187,6 +187,7 @@ def test_multi_node_script_starts_one_server_per_node_with_slurms_rank_and_first
     argv = ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", "30000", "--nnodes", "2"]
     script = batch.render_batch_script(attempt_id=1, directory="d", argv=argv, env={}, port=30000)
     assert 'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
-    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --label" in script
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c" in script
+    assert "--node-rank \"$SLURM_NODEID\"" in script and "[node$SLURM_NODEID $SLURMD_NODENAME] " in script
     assert '--nnodes 2 --dist-init-addr "$first:31000" < /dev/null' in script
     assert batch.nodes_of(["--nnodes=4"]) == 4 and batch.nodes_of(["--tp", "8"]) == 1

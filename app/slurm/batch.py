@@ -5,7 +5,8 @@ the scheduler's options travel as sbatch's own arguments (each one argument, nev
 Slurm writes the job's output, which is the server's log, into the attempt's directory. A
 multi-node preset (`--nnodes N`) asks for N nodes and starts one server per node with `srun`:
 the node rank is Slurm's node id within the job, and the first node of the allocation is the
-distributed init address.
+distributed init address. Each node's lines start with the tag a multi-node attempt's merged log
+has on any hosts ("[node1 gpu-02] ", app.logs.merge), so the diagnosis and the pages read both alike.
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ JOB_ID_NAME = "job_id"  # sbatch's answer, kept beside the script should the das
 # The distributed init port of a multi-node server: this far above (or, near the top, below) its HTTP port.
 DIST_INIT_OFFSET = 1000
 
-# Starts one server per node: each gets its node rank from Slurm. $@: the server's argv.
-_PER_NODE = 'exec "$@" --node-rank "$SLURM_NODEID"'
+# Starts one server per node: each gets its node rank from Slurm, and its lines the node's tag;
+# the task exits with the server's status (kept in a file: sh has no pipefail). $@: the server's argv.
+_PER_NODE = (
+    'tag="[node$SLURM_NODEID $SLURMD_NODENAME] " status="node$SLURM_NODEID.exit"; '
+    '{ "$@" --node-rank "$SLURM_NODEID"; echo $? > "$status"; } 2>&1 | '
+    "awk -v tag=\"$tag\" '{ print tag $0; fflush() }'; "
+    'exit "$(cat "$status")"'
+)
 
 
 JOB_PREFIX = "launchdeck-"
@@ -68,14 +75,7 @@ def render_batch_script(
     else:
         given = {arg.partition("=")[0] for arg in argv}
         extra = "" if "--dist-init-addr" in given else f' --dist-init-addr "$first:{dist_init_port(port)}"'
-        srun = [
-            "srun",
-            f"--nodes={nodes}",
-            f"--ntasks={nodes}",
-            "--ntasks-per-node=1",
-            "--label",
-            "--kill-on-bad-exit=1",
-        ]
+        srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
         command = f"{shlex.join([*srun, 'sh', '-c', _PER_NODE, 'sh', *argv])}{extra}"
     lines = [
         "#!/bin/sh",
