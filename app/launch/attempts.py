@@ -44,6 +44,7 @@ from app.slurm import batch as slurm_batch
 from app.slurm import lifecycle as slurm_lifecycle
 from app.slurm.follower import SlurmFollower
 from app.ssh import HostConnection, SSHManager
+from app.ssh.hosts import SlurmSettings
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +192,7 @@ class AttemptService:
             preset_row = await get_preset(session, preset)
             chosen = latest(preset_row) if revision is None else revision_of(preset_row, revision)
         nnodes = nodes.nnodes_of(chosen.args)
-        # A Slurm cluster: one batch job, on as many of its nodes as the preset asks, GPUs Slurm chooses.
-        cluster = self.ssh.get(host).spec.slurm if host is not None and hosts is None and not label else None
+        cluster = self._cluster(host, hosts, label)
         if cluster is None and (nnodes > 1 or hosts is not None or label):
             names = self._node_hosts(nnodes, host=host, hosts=hosts, label=label)
             launch = NodesLaunch(chosen, names, gpus, port or chosen.port, dist_port or nodes.DEFAULT_DIST_PORT)
@@ -278,7 +278,8 @@ class AttemptService:
         async with self.sessions.read() as session:
             revision = latest(await get_preset(session, preset))
         nnodes = nodes.nnodes_of(revision.args)
-        if nnodes > 1 or hosts is not None or label:
+        cluster = self._cluster(host, hosts, label)
+        if cluster is None and (nnodes > 1 or hosts is not None or label):
             names = self._node_hosts(nnodes, host=host, hosts=hosts, label=label)
             for name in names:
                 if permission is not None:
@@ -290,7 +291,15 @@ class AttemptService:
         connection = self.ssh.get(host)
         if permission is not None:
             permission.check(connection.name, connection.spec.labels)
+        if cluster is not None:  # nothing to check on the login node: Slurm places the job
+            slurm_lifecycle.gpus_per_node(cluster, gpus)
+            return Preflight()
         return await _check_revision(connection, revision, gpus=gpus, port=port, owners=self._owners_on(host))
+
+    def _cluster(self, host: str | None, hosts: list[str] | None, label: str | None) -> SlurmSettings | None:
+        """The Slurm cluster a launch on `host` goes to: one batch job on as many of its nodes as
+        the preset asks, GPUs Slurm chooses. None for a launch on hosts."""
+        return self.ssh.get(host).spec.slurm if host is not None and hosts is None and not label else None
 
     def _node_hosts(self, nnodes: int, *, host: str | None, hosts: list[str] | None, label: str | None) -> list[str]:
         """The hosts of a launch on `nnodes` nodes, node 0 first."""
