@@ -524,6 +524,14 @@ def _freeze_startup_objects() -> None:
 
 async def demo(settings: Settings) -> int:
     """Starts the simulated cluster, points the dashboard at it, and stops both on SIGTERM or Ctrl-C."""
+    slurm = None
+    if settings.demo_slurm:  # checked before the dashboard's imports, which take seconds
+        from app.demo.slurm import SlurmError, demo_site, unavailable
+
+        if problem := unavailable():
+            print(f"launchdeck: {problem}.", file=sys.stderr)
+            return 2
+        slurm = demo_site(settings.data_dir.resolve() / "demo" / "slurm", settings.demo_time_scale)
     import uvicorn
 
     from app.demo.cluster import SimCluster
@@ -535,14 +543,6 @@ async def demo(settings: Settings) -> int:
     except ValueError as exc:
         print(f"launchdeck: LAUNCHDECK_DEMO_HOSTS: {exc}", file=sys.stderr)
         return 2
-    slurm = None
-    if settings.demo_slurm:
-        from app.demo.slurm import SlurmError, demo_site, unavailable
-
-        if problem := unavailable():
-            print(f"launchdeck: {problem}.", file=sys.stderr)
-            return 2
-        slurm = demo_site(settings.data_dir.resolve() / "demo" / "slurm", settings.demo_time_scale)
     _check_port(settings)
     cluster = SimCluster(settings.data_dir.resolve() / "demo", host_specs, time_scale=settings.demo_time_scale)
     specs = await cluster.start()

@@ -18,7 +18,7 @@ from app import db
 from app.config import Settings
 from app.demo.cluster import SimCluster
 from app.demo.presets import seed_demo_presets
-from app.demo.slurm import SlurmSite, missing_programs
+from app.demo.slurm import SlurmSite, unavailable
 from app.gpu.nvidia_smi import read_gpu_memory
 from app.launch.record import Pace
 from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
@@ -88,8 +88,8 @@ async def connect(tmp_path: Path) -> AsyncIterator[Callable[..., HostConnection]
 @pytest.fixture(scope="session")
 async def slurm_site(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SlurmSite]:
     """A real Slurm cluster (tests/slurm.py says which) and its login node, for the session."""
-    missing = missing_programs()
-    require(not missing, f"Slurm is not installed here (no {', '.join(missing)}): apt-get install slurm-wlm munge")
+    problem = unavailable()
+    require(problem is None, f"no Slurm tests: {problem}")
     site = SlurmSite(
         tmp_path_factory.mktemp("slurm"), "slurm", slurm.NODES, slurm.PARTITIONS, time_scale=SIM_TIME_SCALE
     )

@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 
+from app.demo.hostlib import simgpu
 from app.demo.inventory import gpu_entries
 from app.demo.slurm import SlurmSite
 from app.ssh import HostConnection, HostSpec
 from tests.slurm import NODES, accounted, queued, read, sbatch, state
-from tests.support import until
+from tests.support import free_port, until
 
-pytestmark = pytest.mark.usefixtures("time_limited_job")
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+READY = "The server is fired up and ready to roll!"
 
 REPORT_GPUS = """#!/bin/sh
 echo "host=$LAUNCHDECK_SIM_HOST devices=$CUDA_VISIBLE_DEVICES"
@@ -27,6 +29,22 @@ REPORT_TASKS = """#!/bin/sh
 srun sh -c 'echo "task $SLURM_PROCID on $SLURMD_NODENAME" "host=$LAUNCHDECK_SIM_HOST devices=$CUDA_VISIBLE_DEVICES"' \\
   | sort
 scontrol show hostnames "$SLURM_JOB_NODELIST"
+"""
+
+# A simulated SGLang server on the job's GPUs, on the port given as the script's argument.
+SERVE = """#!/bin/sh
+echo "devices=$CUDA_VISIBLE_DEVICES"
+exec python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --tp 2 --host 127.0.0.1 --port "$1"
+"""
+
+# On every node at once, a Python server on the port given as the script's argument.
+LISTEN = """#!/bin/sh
+srun python3 -c '
+import os, socket, sys, time
+with socket.create_server(("127.0.0.1", int(sys.argv[1]))):
+    print(os.environ["SLURMD_NODENAME"], "listens on 127.0.0.1:" + sys.argv[1], flush=True)
+    time.sleep(1)
+' "$1" | sort
 """
 
 # Runs until the test creates its release file, then says which GPUs it had.
@@ -46,8 +64,22 @@ async def release(login: HostConnection, site: SlurmSite, job_id: str) -> None:
 
 
 async def ended(login: HostConnection, job_id: str) -> dict[str, str]:
-    result: dict[str, str] = await until(lambda: accounted(login, job_id), f"job {job_id} to end", timeout=30)
+    result: dict[str, str] = await until(lambda: accounted(login, job_id), f"job {job_id} to end", timeout=60)
     return result
+
+
+@pytest.fixture(autouse=True)
+async def no_job_left(slurm_login: HostConnection, time_limited_job: str) -> AsyncIterator[None]:
+    """After each test, its jobs are cancelled and gone from the nodes, whatever the test did."""
+    yield
+    jobs = json.loads((await slurm_login.run(["squeue", "--json"])).stdout)["jobs"]
+    others = [
+        str(job["job_id"]) for job in jobs if job["job_state"] in ACTIVE and str(job["job_id"]) != time_limited_job
+    ]
+    if others:
+        await slurm_login.run(["scancel", *others])
+    for job in others:
+        await until(lambda job=job: _ended_state(slurm_login, job), f"job {job} to end")
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +133,20 @@ async def test_a_two_node_job_runs_one_task_on_each_node(slurm_site: SlurmSite, 
     ]
 
 
+async def test_each_nodes_servers_have_a_loopback_of_their_own(
+    slurm_site: SlurmSite, slurm_login: HostConnection
+) -> None:
+    port = str(free_port())
+    options = ["--partition=rtxpro", "--nodes=2", "--ntasks-per-node=1", output(slurm_site)]
+    job_id = await sbatch(slurm_login, LISTEN, *options, "/dev/stdin", port)
+
+    assert (await ended(slurm_login, job_id))["state"] == "COMPLETED"
+    assert (await read(slurm_login, f"{slurm_site.output_dir}/{job_id}.out")).splitlines() == [
+        f"rtx-01 listens on 127.0.0.1:{port}",
+        f"rtx-02 listens on 127.0.0.1:{port}",
+    ]
+
+
 async def test_a_job_wanting_gpus_in_use_waits_for_resources_then_runs(
     slurm_site: SlurmSite, slurm_login: HostConnection
 ) -> None:
@@ -118,6 +164,28 @@ async def test_a_job_wanting_gpus_in_use_waits_for_resources_then_runs(
     second_gpus = (await read(slurm_login, f"{slurm_site.output_dir}/{second}.out")).splitlines()[0]
     assert len(first_gpus.removeprefix("started devices=").split(",")) == 6
     assert len(second_gpus.removeprefix("started devices=").split(",")) == 4
+
+
+async def test_a_simulated_sglang_job_books_its_gpus_and_frees_them_when_cancelled(
+    slurm_site: SlurmSite, slurm_login: HostConnection
+) -> None:
+    port = free_port()
+    job_id = await sbatch(
+        slurm_login, SERVE, "--partition=rtxpro", "--gres=gpu:2", output(slurm_site), "/dev/stdin", str(port)
+    )
+    log = f"{slurm_site.output_dir}/{job_id}.out"
+    await until(lambda: _contains(slurm_login, log, READY), "the server in the job to be ready", timeout=60)
+    visible = (await read(slurm_login, log)).splitlines()[0].removeprefix("devices=").split(",")
+
+    memory = await _memory_used(slurm_login, job_id)
+
+    assert {index for index, used in memory.items() if used} == {int(index) for index in visible}
+    node = slurm_site.slurm.hosts[(await queued(slurm_login, job_id) or {})["nodes"]]
+    await slurm_login.run(["scancel", job_id])
+    assert (await ended(slurm_login, job_id))["state"] == "CANCELLED"
+    await until(
+        lambda: not simgpu.read(str(node.gpu_state_path))["processes"], "the cancelled server's GPU memory to be freed"
+    )
 
 
 async def test_squeue_and_sinfo_speak_json(slurm_site: SlurmSite, slurm_login: HostConnection) -> None:
@@ -161,10 +229,10 @@ async def test_a_node_whose_slurmd_dies_stops_responding_and_comes_back(
 ) -> None:
     await asyncio.to_thread(slurm_site.slurm.kill_node, "rtx-02")
     try:
-        await until(lambda: _node_state(slurm_login, "rtx-02", "NOT_RESPONDING"), "rtx-02 to stop responding")
+        await until(lambda: _node_state(slurm_login, "rtx-02", "NOT_RESPONDING"), "rtx-02 to stop responding", 60)
     finally:
         await asyncio.to_thread(slurm_site.slurm.start_node, "rtx-02")
-    await until(lambda: _node_state(slurm_login, "rtx-02", "IDLE", exactly=True), "rtx-02 to be idle again")
+    await until(lambda: _node_state(slurm_login, "rtx-02", "IDLE", exactly=True), "rtx-02 to be idle again", 60)
 
 
 async def test_the_hosts_file_entry_reaches_the_cluster_through_its_login_node(
@@ -209,3 +277,18 @@ async def _node_state(login: HostConnection, name: str, wanted: str, *, exactly:
     node = next(node for node in nodes if node["name"] == name)
     states = [node["state"].upper(), *node["state_flags"]]
     return states == [wanted] if exactly else wanted in states
+
+
+async def _contains(login: HostConnection, path: str, text: str) -> bool:
+    return text in (await login.run(["cat", "--", path], check=False)).stdout.decode()
+
+
+async def _memory_used(login: HostConnection, job_id: str) -> dict[int, int]:
+    """The job's node's GPU memory in use, as nvidia-smi run inside the job shows it."""
+    query = ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+    result = await login.run(["srun", f"--jobid={job_id}", "--overlap", *query])
+    return {int(index): int(used) for index, used in (line.split(", ") for line in result.stdout.decode().splitlines())}
+
+
+async def _ended_state(login: HostConnection, job_id: str) -> bool:
+    return await state(login, job_id) not in ACTIVE

@@ -15,12 +15,19 @@ Configuration choices, each for a reason this machine gives:
   CUDA_VISIBLE_DEVICES indexing its node's GPUs;
 - batch_sched_delay=0,sched_min_interval=0: a job starts as soon as it can, not on the next pass;
 - no slurmdbd: finished jobs are written by jobcomp/filetxt, which `sacct -c` reads;
-- KillWait=1, short node timeouts: a cancelled or timed-out job ends within seconds.
+- KillWait=1: a cancelled or timed-out job ends within a second or two;
+- SlurmdTimeout=30: a node whose slurmd died is marked not responding within about 10 s and down
+  after 30 s (the default, 300 s, is too long for a test; less risks nodes marked down on a
+  machine busy running tests);
+- JobRequeue=0: a job on a node that fails ends as NODE_FAIL instead of starting over elsewhere,
+  so what the dashboard shows does not depend on a site's requeue policy (`sbatch --requeue`
+  asks for it).
 
-A job on node K is a process on simulated host K: a TaskProlog exports that host's PATH,
-PYTHONPATH and GPU state file (as its SSH sessions get them, from SimHost.environment), so the
-simulated nvidia-smi, pynvml and sglang in a job see the node's own GPUs. HOME and the rest come
-from the submitting login node, as on a cluster whose home directories are shared.
+A job on node K is a process on simulated host K: a TaskProlog exports that host's environment
+(PATH, PYTHONPATH, GPU state file..., as its SSH sessions get it from SimHost.environment), so the
+simulated nvidia-smi, pynvml and sglang in a job see the node's own GPUs, and the Python programs
+on that PATH run in the node's own network namespace (see `_enter_network`). HOME, USER and the
+language come from the submitting login node, as on a cluster whose home directories are shared.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import asyncio
 import contextlib
 import getpass
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -43,22 +51,18 @@ from pathlib import Path
 from app.demo.cluster import ensure_gpu_state
 from app.demo.inventory import SimHostSpec
 from app.demo.model_catalogue import install_models
+from app.demo.netns import NetworkNamespace
 from app.demo.sshserver import SimHost
 from app.ssh.hostkeys import generate_key_file
 from app.ssh.hosts import HostSpec, render_hosts
 
+log = logging.getLogger(__name__)
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENT_COMMANDS = ("sbatch", "squeue", "scancel", "sinfo", "sacct", "scontrol", "srun")
 SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
-# Only these of a simulated host's environment are the node's own; the rest is the login node's.
-NODE_VARIABLES = (
-    "PATH",
-    "PYTHONPATH",
-    "PYTHONDONTWRITEBYTECODE",
-    "LAUNCHDECK_SIM_GPU_STATE",
-    "LAUNCHDECK_SIM_HOST",
-    "LAUNCHDECK_SIM_TIME_SCALE",
-)
+# What a job keeps of the login node's environment rather than take its node's: a shared home.
+LOGIN_VARIABLES = ("HOME", "USER", "LOGNAME", "SHELL", "LANG")
 NVIDIA_MAJOR = 195
 UNIX_SOCKET_MAX = 107
 START_TIMEOUT = 30.0
@@ -158,6 +162,9 @@ class LocalSlurm:
         _kill_marked(f"SLURM_CONF={self.conf_path}".encode())
         for host in self.hosts.values():
             host.kill_detached()
+            if host.network is not None:
+                host.network.close()
+                host.network = None
         for process in self._processes.values():
             process.kill()
             process.wait()
@@ -195,12 +202,11 @@ class LocalSlurm:
         raise SlurmError(f"Slurm nodes not idle after {timeout:g} s: {states or 'no answer'}{self._log_tails()}")
 
     def _prepare_nodes(self) -> None:
-        """Each node's simulated host (its python3, GPU state and models), its GPU device files,
-        and what the TaskProlog exports in a job on it."""
+        """Each node's simulated host (its python3 and GPU state; the models are in the shared home),
+        its GPU device files, and what the TaskProlog exports in a job on it."""
         for spec in self.nodes:
             host = self.hosts[spec.name]
             host.prepare(authorized_key="")
-            install_models(host.home)
             ensure_gpu_state(host, spec)
             devices = self._device_dir(spec.name)
             devices.mkdir(parents=True, exist_ok=True)
@@ -209,15 +215,41 @@ class LocalSlurm:
                 if not device.is_char_device():
                     device.unlink(missing_ok=True)
                     os.mknod(device, 0o600 | 0o020000, os.makedev(NVIDIA_MAJOR, index))
-            environment = host.environment()
-            exports = "".join(f"export {name}={environment[name]}\n" for name in NODE_VARIABLES)
-            if any("\n" in environment[name] for name in NODE_VARIABLES):
+            self._enter_network(host)
+            exports = {name: value for name, value in host.environment().items() if name not in LOGIN_VARIABLES}
+            if any("\n" in value for value in exports.values()):
                 raise SlurmError(f"node {spec.name}: a line break in its environment")
-            (host.root / "task-environment").write_text(exports)
+            (host.root / "task-environment").write_text("".join(f"export {k}={v}\n" for k, v in exports.items()))
         prolog = self.root / "etc" / "task-prolog"
         nodes = shlex.quote(str(self.root / "nodes"))
         prolog.write_text(f'#!/bin/sh\nexec cat {nodes}/"$SLURMD_NODENAME"/task-environment\n')
         prolog.chmod(0o755)
+
+    def _enter_network(self, host: SimHost) -> None:
+        """Gives the node a loopback of its own, as each simulated SSH host has: the programs on its
+        PATH (python3 and so the simulated sglang, nvidia-smi and any probe) run inside it, so two
+        nodes' servers can listen on the same port. Slurm's daemons and the job's shell stay on
+        this machine's loopback, where the controller is; where no namespace can be made, the
+        nodes share that loopback."""
+        try:
+            host.network = host.network or NetworkNamespace.held_by(
+                host.root / "network.pid", {"PATH": os.pathsep.join(SBIN), **self.environment()}
+            )
+        except OSError as exc:
+            log.warning("Slurm node %s shares this machine's loopback: %s", host.name, exc)
+            return
+        keeper = int((host.root / "network.pid").read_text())
+        outside = host.root / "bin-outside"
+        outside.mkdir(exist_ok=True)
+        for program in os.scandir(host.bin_dir):
+            if program.name.endswith(".inside"):
+                continue
+            os.replace(program.path, outside / program.name)
+            wrapper = host.bin_dir / f"{program.name}.inside"
+            target = shlex.quote(str(outside / program.name))
+            wrapper.write_text(f'#!/bin/sh\nexec nsenter --net=/proc/{keeper}/ns/net -- {target} "$@"\n')
+            wrapper.chmod(0o755)
+            os.replace(wrapper, program.path)
 
     def _device_dir(self, node: str) -> Path:
         return self.root / "dev" / node
@@ -271,7 +303,9 @@ class LocalSlurm:
             "SlurmdParameters=config_overrides",
             "ReturnToService=2",
             "KillWait=1",
-            "SlurmdTimeout=10",
+            "SlurmdTimeout=30",
+            "JobRequeue=0",
+            "MailProg=/bin/true",
             "InactiveLimit=0",
             "MinJobAge=300",
             "SlurmctldDebug=info",
