@@ -333,3 +333,55 @@ async def test_a_restart_mid_launch_follows_every_part_and_repeats_no_line(
                 assert (await wait_for(api, attempt_id, {"stopped", "failed", "lost"}))["status"] == "stopped"
             finally:
                 await kill_every_part(api, second)
+
+
+async def test_the_launch_form_picks_a_host_per_node_and_the_attempt_page_shows_each_node(
+    two_nodes: AsyncClient, running_app: FastAPI
+) -> None:
+    api = two_nodes
+    csrf = await log_in(api)
+    form = (await api.get("/launch", params={"preset": TWO_NODES["name"]})).text
+    assert 'name="hosts" data-node="0"' in form and 'name="hosts" data-node="1"' in form
+    assert 'name="host"' not in form and 'name="dist_port"' in form
+    choice = {
+        "csrf_token": csrf, "preset": TWO_NODES["name"], "hosts": HOSTS, "gpus": ["0", "1", "2", "3"],
+        "port": str(free_port()), "dist_port": str(free_port()),
+    }  # fmt: skip
+    checked = (await api.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})).text
+    assert "node 1 (rtxpro-02): enough free memory" in checked and "✗" not in checked
+
+    launched = await api.post("/launch", data=choice)
+    assert launched.status_code == 303, launched.text
+    attempt_url = launched.headers["location"]
+    attempt_id = int(attempt_url.rsplit("/", 1)[1])
+    assert (await wait_for(api, attempt_id, FINAL, timeout=60))["status"] == "ready"
+    page = (await api.get(attempt_url)).text
+    parts = (await api.get(f"/api/attempts/{attempt_id}")).json()["parts"]
+    for part in parts:
+        assert f'href="/attempts/{part["id"]}/log?at=bottom" class="node-log">node {part["node_rank"]}' in page
+    assert 'id="nodes"' in page and "Log of all 2 nodes, merged" in page
+    assert "[node1 rtxpro-02] " in page  # the merged live log's tail
+    part_page = (await api.get(f"/attempts/{parts[1]['id']}")).text
+    assert f'Node 1 of <a href="/attempts/{attempt_id}">attempt {attempt_id}</a>' in part_page
+
+    stop = await api.post(f"{attempt_url}/stop", data={"csrf_token": csrf})
+    assert stop.status_code == 303
+    assert (await wait_for(api, attempt_id, {"stopped", "failed", "lost"}))["status"] == "stopped"
+
+
+async def test_a_label_picks_the_nodes_and_a_wrong_number_of_hosts_is_refused(two_nodes: AsyncClient) -> None:
+    api = two_nodes
+    body = {"preset": TWO_NODES["name"], "gpus": [0, 1, 2, 3], "port": free_port(), "dist_port": free_port()}
+    checked = (await api.post("/api/preflight", json={**body, "label": "rtx-pro-6000"})).json()
+    assert [(c["detail"]["node"], c["detail"]["host"]) for c in checked["checks"] if c["name"] == "gpus"] == [
+        (0, "rtxpro-01"),
+        (1, "rtxpro-02"),
+    ]
+    one = await api.post("/api/attempts", json={**body, "hosts": ["rtxpro-01"]})
+    assert one.status_code == 422
+    assert one.json()["detail"] == "hosts: the preset asks for 2 nodes (--nnodes 2); give 2 hosts or a label"
+    single = await api.post("/api/attempts", json={**body, "preset": "llama31-8b", "hosts": HOSTS})
+    assert single.status_code == 422 and "runs on one node" in single.json()["detail"]
+    too_few = await api.post("/api/attempts", json={**body, "label": "b200"})
+    assert too_few.status_code == 422 and "1 host(s) have it" in too_few.json()["detail"]
+    assert (await api.get("/api/attempts")).json() == []
