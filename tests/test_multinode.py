@@ -23,6 +23,7 @@ from app.web.app import create_app
 from tests.conftest import AUTH, make_settings, wait_until_free
 from tests.support import free_port, until
 from tests.test_launch import FINAL, launch, wait_for
+from tests.test_pages import log_in
 
 PACE = Pace(loading=0.1, serving=0.3, health_timeout=10)
 
@@ -88,7 +89,8 @@ def test_a_node_tag_changes_nothing_in_the_diagnosis(path: Path) -> None:
     """The merged log's node tag is a wrapper prefix like a launcher's: a log whose every line
     carries one is diagnosed as the log itself, its root error on the same line."""
     text = path.read_text(errors="replace")
-    tagged = "".join(node_tag(1, "rtxpro-02") + line for line in text.splitlines(keepends=True))
+    body, newline, _ = text.rpartition("\n") if text.endswith("\n") else (text, "", "")
+    tagged = "\n".join(node_tag(1, "rtxpro-02") + line for line in body.split("\n")) + newline
     plain, wrapped = diagnose(text), diagnose(tagged)
     assert (wrapped.failure_class, wrapped.fingerprint, wrapped.stage, wrapped.root_line) == (
         plain.failure_class,
@@ -110,9 +112,9 @@ def test_each_node_runs_the_presets_command_with_its_rank_and_node_0s_address() 
 
 # On the simulated cluster: two RTX PRO hosts (4 x 96 GB each). The 235B model's weights (470 GB)
 # split over 2 nodes x 4 GPUs fit; over 2 nodes x 2 GPUs they do not.
-QWEN3_235B = "Qwen/Qwen3-235B-A22B"
+QWEN3_235B = "Qwen/Qwen3-235B-A22B-Instruct-2507"
 TWO_NODES = {
-    "name": "qwen3-235b-two-nodes",
+    "name": "qwen3-235b-on-two",
     "model_path": QWEN3_235B,
     "args": ["--tp-size", "8", "--nnodes", "2", "--mem-fraction-static", "0.85"],
 }
@@ -136,15 +138,24 @@ async def two_nodes(api: AsyncClient, running_app: FastAPI) -> AsyncIterator[Asy
 
 
 async def kill_every_part(api: AsyncClient, app: FastAPI) -> None:
-    for listed in (await api.get("/api/attempts", params={"limit": 500})).json():
-        for part in (await api.get(f"/api/attempts/{listed['id']}")).json()["parts"]:
-            if part["pgid"]:
-                host = app.state.runtime.ssh.get(part["host"])
-                await host.run(["env", "kill", "-KILL", "--", f"-{part['pgid']}"], check=False)
+    """Kills every part's process group until every part has ended (one still starting is killed
+    once it has a process group)."""
+
+    async def all_ended() -> bool:
+        ended = True
+        for listed in (await api.get("/api/attempts", params={"limit": 500})).json():
+            for part in (await api.get(f"/api/attempts/{listed['id']}")).json()["parts"]:
+                if part["pgid"]:
+                    host = app.state.runtime.ssh.get(part["host"])
+                    await host.run(["env", "kill", "-KILL", "--", f"-{part['pgid']}"], check=False)
+                ended = ended and part["status"] in ("failed", "stopped", "lost")
+        return ended
+
+    await until(all_ended, "every part of every attempt to end")
 
 
 async def merged_log(api: AsyncClient, attempt_id: int) -> list[str]:
-    return (await api.get(f"/api/attempts/{attempt_id}/log")).content.decode().splitlines()
+    return (await api.get(f"/api/attempts/{attempt_id}/log")).content.decode().split("\n")[:-1]
 
 
 async def test_a_two_node_launch_serves_with_both_parts_alive_and_one_merged_log(
@@ -155,11 +166,15 @@ async def test_a_two_node_launch_serves_with_both_parts_alive_and_one_merged_log
     attempt = await wait_for(api, attempt_id, FINAL, timeout=60)
     assert attempt["status"] == "ready", attempt
     assert attempt["host"] == "rtxpro-01" and attempt["argv"][-6:-2] == ["--nnodes", "2", "--node-rank", "0"]
-    parts = attempt["parts"]
-    assert [(p["node_rank"], p["host"], p["status"]) for p in parts] == [
-        (0, "rtxpro-01", "ready"),
-        (1, "rtxpro-02", "ready"),
-    ]
+    node0 = attempt["parts"][0]
+    assert (node0["node_rank"], node0["host"], node0["status"]) == (0, "rtxpro-01", "ready")
+
+    async def node_1_ready() -> list[dict[str, Any]] | None:  # on its next look at node 0
+        parts: list[dict[str, Any]] = (await api.get(f"/api/attempts/{attempt_id}")).json()["parts"]
+        return parts if parts[1]["status"] == "ready" else None
+
+    parts = await until(node_1_ready, "node 1's part to follow node 0 to ready")
+    assert [(p["node_rank"], p["host"]) for p in parts] == [(0, "rtxpro-01"), (1, "rtxpro-02")]
     assert all(p["pid"] for p in parts)
     # The attempt is what lists show; its parts are not attempts of their own there.
     listed = [a["id"] for a in (await api.get("/api/attempts")).json()]
@@ -169,14 +184,18 @@ async def test_a_two_node_launch_serves_with_both_parts_alive_and_one_merged_log
     assert all(line.startswith(("[node0 rtxpro-01] ", "[node1 rtxpro-02] ")) for line in lines)
     assert {line.split("]")[0] for line in lines} == {"[node0 rtxpro-01", "[node1 rtxpro-02"}
     # Each node's log is its part's own, at the part's id.
-    node1 = (await api.get(f"/api/attempts/{parts[1]['id']}/log")).content.decode().splitlines()
+    node1 = (await api.get(f"/api/attempts/{parts[1]['id']}/log")).content.decode().split("\n")[:-1]
     assert node1 and all(f"[node1 rtxpro-02] {line}" in lines for line in node1)
     # grep on the merged log finds both nodes' lines.
     found = (await api.get(f"/api/attempts/{attempt_id}/grep", params={"q": "Load weight begin"})).json()
     assert {m["text"].split("]")[0] for m in found["matches"]} == {"[node0 rtxpro-01", "[node1 rtxpro-02"}
     # The hosts page shows node 1's processes as the attempt's.
-    page = (await api.get("/hosts/rtxpro-02")).text
-    assert f"attempt {attempt_id}</a> node 1" in page
+    await log_in(api)
+
+    async def shown_on_node_1() -> bool:
+        return f"attempt {attempt_id}</a> node 1 (ready)" in (await api.get("/hosts/rtxpro-02")).text
+
+    await until(shown_on_node_1, "node 1's GPU processes shown as the attempt's on the hosts page")
 
     assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
     stopped = await wait_for(api, attempt_id, {"stopped", "failed", "lost"})
@@ -205,7 +224,7 @@ async def test_node_1_out_of_memory_fails_the_attempt_naming_node_1_and_stops_no
     attempt = await wait_for(api, attempt_id, {"failed", "lost", "stopped"}, timeout=60)
     assert attempt["status"] == "failed", attempt
     assert attempt["error"].startswith("node1 rtxpro-02: "), attempt["error"]
-    assert attempt["diagnosis"]["failure_class"] == "oom"
+    assert attempt["diagnosis"]["class"] == "oom", attempt["diagnosis"]
     ended = await wait_for_parts(api, attempt_id)
     assert ended[1] == "failed" and ended[0] in ("stopped", "failed")
     await wait_until_free(running_app.state.runtime.ssh.get("rtxpro-01"), [0, 1, 2, 3])
@@ -259,6 +278,12 @@ async def test_preflight_refuses_weights_that_do_not_fit_per_node_and_a_taken_re
     try:
         body = {"preset": TWO_NODES["name"], "hosts": HOSTS, "gpus": [0, 1, 2, 3], "port": free_port(),
                 "dist_port": dist_port}  # fmt: skip
+
+        async def listening() -> bool:
+            checks = (await api.post("/api/preflight", json=body)).json()["checks"]
+            return any(c["name"] == "rendezvous port" and not c["ok"] for c in checks)
+
+        await until(listening, "the listener to take the port on node 0")
         refused = await api.post("/api/attempts", json=body)
         assert refused.status_code == 422, refused.text
         (check,) = [c for c in refused.json()["preflight"]["checks"] if c["name"] == "rendezvous port"]
@@ -301,10 +326,62 @@ async def test_a_restart_mid_launch_follows_every_part_and_repeats_no_line(
                 assert [p["status"] for p in attempt["parts"]] == ["ready", "ready"]
                 lines = await merged_log(api, attempt_id)
                 for part in attempt["parts"]:
-                    own = (await api.get(f"/api/attempts/{part['id']}/log")).content.decode().splitlines()
+                    own = (await api.get(f"/api/attempts/{part['id']}/log")).content.decode().split("\n")[:-1]
                     tag = f"[node{part['node_rank']} {part['host']}] "
                     assert [line.removeprefix(tag) for line in lines if line.startswith(tag)] == own
                 assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
                 assert (await wait_for(api, attempt_id, {"stopped", "failed", "lost"}))["status"] == "stopped"
             finally:
                 await kill_every_part(api, second)
+
+
+async def test_the_launch_form_picks_a_host_per_node_and_the_attempt_page_shows_each_node(
+    two_nodes: AsyncClient, running_app: FastAPI
+) -> None:
+    api = two_nodes
+    csrf = await log_in(api)
+    form = (await api.get("/launch", params={"preset": TWO_NODES["name"]})).text
+    assert 'name="hosts" data-node="0"' in form and 'name="hosts" data-node="1"' in form
+    assert 'name="host"' not in form and 'name="dist_port"' in form
+    choice = {
+        "csrf_token": csrf, "preset": TWO_NODES["name"], "hosts": HOSTS, "gpus": ["0", "1", "2", "3"],
+        "port": str(free_port()), "dist_port": str(free_port()),
+    }  # fmt: skip
+    checked = (await api.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})).text
+    assert "node 1 (rtxpro-02): enough free memory" in checked and "✗" not in checked
+
+    launched = await api.post("/launch", data=choice)
+    assert launched.status_code == 303, launched.text
+    attempt_url = launched.headers["location"]
+    attempt_id = int(attempt_url.rsplit("/", 1)[1])
+    assert (await wait_for(api, attempt_id, FINAL, timeout=60))["status"] == "ready"
+    page = (await api.get(attempt_url)).text
+    parts = (await api.get(f"/api/attempts/{attempt_id}")).json()["parts"]
+    for part in parts:
+        assert f'href="/attempts/{part["id"]}/log?at=bottom" class="node-log">node {part["node_rank"]}' in page
+    assert 'id="nodes"' in page and "Log of all 2 nodes, merged" in page
+    assert "[node1 rtxpro-02] " in page  # the merged live log's tail
+    part_page = (await api.get(f"/attempts/{parts[1]['id']}")).text
+    assert f'Node 1 of <a href="/attempts/{attempt_id}">attempt {attempt_id}</a>' in part_page
+
+    stop = await api.post(f"{attempt_url}/stop", data={"csrf_token": csrf})
+    assert stop.status_code == 303
+    assert (await wait_for(api, attempt_id, {"stopped", "failed", "lost"}))["status"] == "stopped"
+
+
+async def test_a_label_picks_the_nodes_and_a_wrong_number_of_hosts_is_refused(two_nodes: AsyncClient) -> None:
+    api = two_nodes
+    body = {"preset": TWO_NODES["name"], "gpus": [0, 1, 2, 3], "port": free_port(), "dist_port": free_port()}
+    checked = (await api.post("/api/preflight", json={**body, "label": "rtx-pro-6000"})).json()
+    assert [(c["detail"]["node"], c["detail"]["host"]) for c in checked["checks"] if c["name"] == "gpus"] == [
+        (0, "rtxpro-01"),
+        (1, "rtxpro-02"),
+    ]
+    one = await api.post("/api/attempts", json={**body, "hosts": ["rtxpro-01"]})
+    assert one.status_code == 422
+    assert one.json()["detail"] == "hosts: the preset asks for 2 nodes (--nnodes 2); give 2 hosts or a label"
+    single = await api.post("/api/attempts", json={**body, "preset": "llama31-8b", "hosts": HOSTS})
+    assert single.status_code == 422 and "runs on one node" in single.json()["detail"]
+    too_few = await api.post("/api/attempts", json={**body, "label": "b200"})
+    assert too_few.status_code == 422 and "1 host(s) have it" in too_few.json()["detail"]
+    assert (await api.get("/api/attempts")).json() == []

@@ -197,8 +197,8 @@ class AttemptService:
             names = self._node_hosts(nnodes, host=host, hosts=hosts, label=label)
             launch = NodesLaunch(chosen, names, gpus, port or chosen.port, dist_port or nodes.DEFAULT_DIST_PORT)
             return await self._launch_nodes(
-                launch, actor=actor, override_reason=override_reason, confirm_failed_before=confirm_failed_before,
-                permission=permission,
+                launch, preset=preset, actor=actor, override_reason=override_reason,
+                confirm_failed_before=confirm_failed_before, permission=permission,
             )  # fmt: skip
         if host is None:
             raise InvalidInput("host: say which host to launch on")
@@ -362,6 +362,7 @@ class AttemptService:
         self,
         launch: NodesLaunch,
         *,
+        preset: str,
         actor: str,
         override_reason: str,
         confirm_failed_before: bool,
@@ -433,7 +434,7 @@ class AttemptService:
                 part.script = remote.render_script(attempt_id=part.id, directory=part.remote_dir, argv=argv, env=env)
                 part.script_sha256 = hashlib.sha256(part.script.encode()).hexdigest()
             detail: dict[str, Any] = {
-                "preset": chosen.preset.name, "revision": chosen.number, "hosts": launch.hosts, "gpus": launch.gpus,
+                "preset": preset, "revision": chosen.number, "hosts": launch.hosts, "gpus": launch.gpus,
                 "dist_port": launch.dist_port,
             }  # fmt: skip
             if override_reason:
