@@ -220,15 +220,14 @@ async def test_two_node_launch_starts_one_server_per_node_with_slurms_rank_and_f
         assert (await attempt_of(api, attempt_id))["scheduler"]["nodes"] == ["rtx-01", "rtx-02"]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the local cluster's nodes share this machine's loopback: node 1's health server and node 0's "
-    "HTTP server race for one port, and node 0 loses about half the time (on a real cluster each node has its own)",
-)
 async def test_two_node_launch_reaches_ready(slurm_site: SlurmSite, login: HostConnection, tmp_path: Path) -> None:
     async with dashboard(slurm_site, tmp_path) as (api, _):
-        ready = await reaches(api, await launch_two_nodes(api), FINAL)
+        attempt_id = await launch_two_nodes(api)
+        ready = await reaches(api, attempt_id, FINAL)
         assert ready["status"] == "ready", ready["error"]
+        assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+        stopped = await reaches(api, attempt_id, ENDED)
+        assert stopped["status"] == "stopped", stopped["error"]
 
 
 async def test_time_limit_reached_is_a_scheduler_ending(
