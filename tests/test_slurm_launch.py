@@ -164,14 +164,15 @@ async def _running(login: HostConnection, job_id: str) -> bool:
 async def test_failing_launch_shows_its_root_error(
     slurm_site: SlurmSite, login: HostConnection, tmp_path: Path
 ) -> None:
-    async with dashboard(slurm_site, tmp_path) as (api, browser):
+    # The attempt's directory under an output_dir relative to the login node's (shared) home.
+    async with dashboard(slurm_site, tmp_path, output_dir="slurm-relative") as (api, browser):
         response = await api.post(
             "/api/presets", json={"name": "no-such-model", "model_path": "nobody/no-such-model", "args": []}
         )
         assert response.status_code in (200, 201), response.text
         attempt_id = await launch(api, "no-such-model")
         failed = await reaches(api, attempt_id, ENDED)
-        assert failed["status"] == "failed"
+        assert failed["status"] == "failed" and failed["remote_dir"].startswith("slurm-relative/")
         assert failed["error"].startswith("the server exited with ")
         root = failed["diagnosis"]["root_error"]
         assert root and root.startswith("huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error.")

@@ -170,12 +170,10 @@ def test_a_stop_the_dashboard_asked_for_is_stopped_whatever_slurm_calls_it() -> 
 def test_batch_script_quotes_every_value_and_sbatch_gets_the_clusters_settings() -> None:
     hostile = "x'; touch /tmp/pwned; echo '"
     argv = ["python3", "-m", "sglang.launch_server", "--served-model-name", hostile]
-    script = batch.render_batch_script(
-        attempt_id=3, directory="dir with space", argv=argv, env={"HF_TOKEN": hostile}, port=30000
-    )
+    script = batch.render_batch_script(attempt_id=3, argv=argv, env={"HF_TOKEN": hostile}, port=30000)
     assert f"export HF_TOKEN={shlex.quote(hostile)}" in script
     assert f"--served-model-name {shlex.quote(hostile)}" in script
-    assert "cd 'dir with space' || exit 1" in script
+    assert 'cd "$SLURM_SUBMIT_DIR" || exit 1' in script
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     settings = SlurmSettings(partition="h200", account="ml", time_limit="2:00:00", sbatch_options=("--qos=high",))
     options = batch.sbatch_options(directory="a/3-ab", settings=settings, nodes=2, gpus_per_node=8)
@@ -185,9 +183,9 @@ def test_batch_script_quotes_every_value_and_sbatch_gets_the_clusters_settings()
 
 def test_multi_node_script_starts_one_server_per_node_with_slurms_rank_and_first_node() -> None:
     argv = ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", "30000", "--nnodes", "2"]
-    script = batch.render_batch_script(attempt_id=1, directory="d", argv=argv, env={}, port=30000)
+    script = batch.render_batch_script(attempt_id=1, argv=argv, env={}, port=30000)
     assert 'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
     assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c" in script
-    assert "--node-rank \"$SLURM_NODEID\"" in script and "[node$SLURM_NODEID $SLURMD_NODENAME] " in script
+    assert '--node-rank "$SLURM_NODEID"' in script and "[node$SLURM_NODEID $SLURMD_NODENAME] " in script
     assert '--nnodes 2 --dist-init-addr "$first:31000" < /dev/null' in script
     assert batch.nodes_of(["--nnodes=4"]) == 4 and batch.nodes_of(["--tp", "8"]) == 1

@@ -63,12 +63,9 @@ def dist_init_port(port: int) -> int:
     return port + DIST_INIT_OFFSET if port + DIST_INIT_OFFSET <= 65535 else port - DIST_INIT_OFFSET
 
 
-def render_batch_script(
-    *, attempt_id: int, directory: str, argv: Sequence[str], env: Mapping[str, str], port: int
-) -> str:
+def render_batch_script(*, attempt_id: int, argv: Sequence[str], env: Mapping[str, str], port: int) -> str:
     """A /bin/sh batch script that runs the server (one per node) with its output in the job's
     output file, and writes the server's exit status when it ends."""
-    q = shlex.quote
     nodes = nodes_of(argv)
     if nodes == 1:
         command = shlex.join(argv)
@@ -80,11 +77,12 @@ def render_batch_script(
     lines = [
         "#!/bin/sh",
         f"# launchdeck attempt {attempt_id} (Slurm batch job)",
-        f"cd {q(directory)} || exit 1",
+        # sbatch ran in the attempt's directory (relative to the login node's home, or absolute).
+        'cd "$SLURM_SUBMIT_DIR" || exit 1',
         # A signal to the job (a stop, the time limit) reaches the server; the script outlives it
         # just long enough to record how the server ended.
         "trap true HUP INT TERM",
-        *(f"export {name}={q(value)}" for name, value in env.items()),
+        *(f"export {name}={shlex.quote(value)}" for name, value in env.items()),
         *(['first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'] if nodes > 1 else []),
         f"{command} < /dev/null",
         f"echo $? > {EXIT_NAME}.tmp && mv {EXIT_NAME}.tmp {EXIT_NAME}",
@@ -118,7 +116,7 @@ def sbatch_options(*, directory: str, settings: SlurmSettings, nodes: int, gpus_
     return [*options, *settings.sbatch_options]
 
 
-# $1: the attempt's directory, $2...: sbatch's arguments (the script last). Submits from the
+# $1: the attempt's directory, $2...: sbatch's arguments (the script's name in it last). Submits from the
 # directory (the job's working directory, where its output goes) and prints sbatch's answer,
 # which is also kept in a file beside the script.
 SUBMIT = (

@@ -39,7 +39,7 @@ def prepare(attempt: Attempt, settings: SlurmSettings) -> None:
     attempt.remote_dir = attempt_dir(settings, attempt.id)
     assert attempt.port is not None
     attempt.script = batch.render_batch_script(
-        attempt_id=attempt.id, directory=attempt.remote_dir, argv=attempt.argv, env=attempt.env, port=attempt.port
+        attempt_id=attempt.id, argv=attempt.argv, env=attempt.env, port=attempt.port
     )
     nodes = batch.nodes_of(attempt.argv)
     options = batch.sbatch_options(
@@ -62,7 +62,7 @@ async def submit(record: AttemptRecord, connection: HostConnection, attempt: Att
         await connection.run(["mkdir", directory])
         await connection.upload(attempt.script.encode(), script, mode=0o700)
         await record.status(AttemptStatus.STARTING)
-        submit = ["sh", "-c", batch.SUBMIT, "sh", directory, *attempt.scheduler["sbatch"], script]
+        submit = ["sh", "-c", batch.SUBMIT, "sh", directory, *attempt.scheduler["sbatch"], remote.SCRIPT_NAME]
         result = await connection.run(submit, check=False)
     except HostError as exc:
         await record.finish(AttemptStatus.FAILED, error=f"could not submit: {exc}")
