@@ -4,11 +4,14 @@ launches over two simulated RTX PRO hosts through the API, over real SSH."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
@@ -20,9 +23,9 @@ from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
 from app.ssh import HostSpec
 from app.web.app import create_app
-from tests.conftest import AUTH, make_settings, wait_until_free
+from tests.conftest import AUTH, TOKEN, make_settings, wait_until_free
 from tests.support import free_port, until
-from tests.test_launch import FINAL, launch, wait_for
+from tests.test_launch import FINAL, ROOT, launch, wait_for
 from tests.test_pages import log_in
 
 PACE = Pace(loading=0.1, serving=0.3, health_timeout=10)
@@ -385,3 +388,38 @@ async def test_a_label_picks_the_nodes_and_a_wrong_number_of_hosts_is_refused(tw
     too_few = await api.post("/api/attempts", json={**body, "label": "b200"})
     assert too_few.status_code == 422 and "1 host(s) have it" in too_few.json()["detail"]
     assert (await api.get("/api/attempts")).json() == []
+
+
+async def test_the_command_line_launches_on_the_hosts_it_is_given(two_nodes: AsyncClient, running_app: FastAPI) -> None:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(running_app, host="127.0.0.1", port=port, lifespan="off", log_level="error"))
+    serving = asyncio.create_task(server.serve())
+    url = f"http://127.0.0.1:{port}"
+
+    async def launchdeck(*args: str) -> tuple[int, str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.cli", *args, "--url", url, cwd=ROOT,
+            env={**os.environ, "LAUNCHDECK_TOKEN": TOKEN},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        output, _ = await process.communicate()
+        assert process.returncode is not None
+        return process.returncode, output.decode()
+
+    try:
+        await until(lambda: server.started or serving.done(), "the server to start")
+        code, output = await launchdeck("launch", TWO_NODES["name"])
+        assert code == 1 and "give a host, or --hosts a,b or --label" in output
+        code, output = await launchdeck(
+            "launch", TWO_NODES["name"], "--hosts", ",".join(HOSTS), "--gpus", "0,1,2,3",
+            "--port", str(free_port()), "--dist-port", str(free_port()),
+        )  # fmt: skip
+        assert code == 0 and output.splitlines()[-1].startswith("ready after "), output
+        attempt_id = int(output.split()[1].rstrip(":"))
+        attempt = (await two_nodes.get(f"/api/attempts/{attempt_id}")).json()
+        assert [part["host"] for part in attempt["parts"]] == HOSTS
+        assert (await two_nodes.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+        assert (await wait_for(two_nodes, attempt_id, {"stopped", "failed", "lost"}))["status"] == "stopped"
+    finally:
+        server.should_exit = True
+        await serving
