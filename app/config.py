@@ -142,7 +142,7 @@ class Settings(BaseSettings):
         description="Pace of the demo's simulated SGLang servers: 1 is about real time, 0.1 ten times faster.",
     )
     demo_hosts: str = Field(
-        "b200-01:b200:8,rtxpro-01:rtx-pro-6000:4",
+        "b200-01:b200:8,rtxpro-01:rtx-pro-6000:4,rtxpro-02:rtx-pro-6000:4",
         description="Simulated hosts for `launchdeck demo`, as NAME:MODEL:COUNT,... (models: b200, rtx-pro-6000).",
     )
     demo_slurm: bool = Field(

@@ -330,6 +330,32 @@ TEMPLATES = [
     t("frame #<int>: <text>", "(code) torch 2.7 c10::Error backtrace"),
     t("terminate called after throwing an instance of 'c10::DistBackendError'", "(code) torch 2.7 ProcessGroupNCCL"),
     t("  what():  <text>", "(code) torch 2.7 ProcessGroupNCCL"),
+    # Several nodes: the ranks meet at torch's TCPStore, then talk over gloo pairs
+    t(
+        "[W<mmdd> <hms-ns> socket.cpp:<int>] [c10d] The client socket has failed to connect to [<host>]:<port> "
+        "(errno: <int> - <text>).",
+        "[gensyn-ai/rl-swarm#197]; (code) torch 2.13 libtorch socket.cpp",
+    ),
+    t(
+        "torch.distributed.DistStoreError: Timed out after <int> seconds waiting for clients. <int>/<int> clients "
+        "joined.",
+        "[vllm-project/vllm#17056, OpenRLHF/OpenRLHF#1040, Ascend/sglang#708]; (code) torch 2.13 TCPStore.cpp",
+    ),
+    t(
+        "torch.distributed.DistNetworkError: The client socket has timed out after <int>ms while trying to connect "
+        "to (<host>, <port>).",
+        "(code) torch 2.13 libtorch socket.cpp",
+    ),
+    t(
+        "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the "
+        "remote server shutdown or crash?",
+        "(code) torch 2.13 libtorch TCPStore client",
+    ),
+    t("RuntimeError: [<path>] Connection closed by peer [<client-ip>]:<port>", "[sgl#3685, sgl#26375]"),
+    t(
+        "[<ts>] Dummy health check server started in background thread at <host>:<port>",
+        "(code) sglang 0.5.10 and 0.5.23 srt/utils/common.py launch_dummy_health_check_server",
+    ),
     # Not SGLang's: the shell that ran the server reports its SIGKILL (§1.2)
     t("Killed", "§1.2 [sgl#2468]"),
 ]

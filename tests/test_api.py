@@ -26,14 +26,14 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 async def test_health_needs_no_login(app_client: AsyncClient) -> None:
     response = await app_client.get("/api/health")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "hosts": 2}
+    assert response.json() == {"status": "ok", "hosts": 3}
 
 
 async def test_hosts_list_every_gpu_with_its_memory(app_client: AsyncClient) -> None:
     response = await app_client.get("/api/hosts", headers=AUTH)
     assert response.status_code == 200
     hosts = {host["name"]: host for host in response.json()}
-    assert set(hosts) == {"b200-01", "rtxpro-01"}
+    assert set(hosts) == {"b200-01", "rtxpro-01", "rtxpro-02"}
     assert all(host["state"] == "online" and host["gpu_error"] is None for host in hosts.values())
     b200 = hosts["b200-01"]["gpus"]
     assert [gpu["index"] for gpu in b200] == list(range(8))

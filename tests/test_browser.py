@@ -167,10 +167,10 @@ async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Demo]:
             async def hosts_ready() -> bool:
                 answer = await client.get("/api/hosts", headers={"Authorization": f"Bearer {TOKEN}"})
                 hosts = answer.json() if answer.status_code == 200 else []
-                return len(hosts) == 2 and all(h["state"] == "online" and h["gpus"] for h in hosts)
+                return len(hosts) == 3 and all(h["state"] == "online" and h["gpus"] for h in hosts)
 
             await wait_until(healthy, STARTUP_DEADLINE_S, "GET /api/health to answer", running)
-            await wait_until(hosts_ready, STARTUP_DEADLINE_S, "both simulated hosts to be online", running)
+            await wait_until(hosts_ready, STARTUP_DEADLINE_S, "the three simulated hosts to be online", running)
 
         conn = await start_lingering_session(running)
 
@@ -290,22 +290,23 @@ async def test_hosts_page_requires_login_and_shows_every_gpu_after_it(tab: Tab, 
     await log_in(page)
     assert page.url == f"{demo.base_url}/hosts", page.url
     hosts = page.locator("#host-list article.host")
-    await expect(hosts).to_have_count(2)
-    assert await hosts.evaluate_all("els => els.map(e => e.dataset.host)") == ["b200-01", "rtxpro-01"]
+    await expect(hosts).to_have_count(3)
+    assert await hosts.evaluate_all("els => els.map(e => e.dataset.host)") == ["b200-01", "rtxpro-01", "rtxpro-02"]
     # A host whose nvidia-smi was slow shows an error until the next poll; it must clear by itself.
     errors = page.locator("#host-list .host-error")
     deadline = time.monotonic() + REFRESH_TIMEOUT_MS / 1000
     while (shown := await errors.all_text_contents()) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
     assert shown == [], f"the hosts page shows errors: {shown}"
-    for name in ("b200-01", "rtxpro-01"):
+    for name in ("b200-01", "rtxpro-01", "rtxpro-02"):
         host = page.locator(f"article.host[data-host='{name}']")
         await expect(host.get_by_role("heading", name=name)).to_be_visible()
         await expect(host.locator(".state")).to_have_text("online")
 
     rows = page.locator("#host-list tr.gpu")
-    await expect(rows).to_have_count(12)
-    expected = [("b200-01", i, B200) for i in range(8)] + [("rtxpro-01", i, RTX_PRO) for i in range(4)]
+    await expect(rows).to_have_count(16)
+    expected = [("b200-01", i, B200) for i in range(8)]
+    expected += [(name, i, RTX_PRO) for name in ("rtxpro-01", "rtxpro-02") for i in range(4)]
     for host_name, index, gpu_name in expected:
         row = page.locator(f"article.host[data-host='{host_name}'] tr.gpu[data-gpu='{index}']")
         cells = row.locator("td")
@@ -1180,21 +1181,21 @@ async def test_compact_hosts_view_fits_64_hosts_of_8_gpus_on_one_screen_and_the_
     await log_in(page)
     await page.goto("/hosts?view=compact")
     rows = page.locator("#compact-hosts li.chost")
-    await expect(rows).to_have_count(2)
+    await expect(rows).to_have_count(3)
     await expect(rows.first.get_by_role("meter").first).to_have_attribute("aria-label", re.compile(r"^GPU 0: .* free"))
     await page.get_by_label("Label").select_option("rtx-pro-6000")
     await page.get_by_label("GPUs").fill("2")
     await page.get_by_label("with free GiB").fill("80")
     await page.get_by_role("button", name="Filter").click()
     await expect(page).to_have_url(f"{demo.base_url}/hosts?view=compact&label=rtx-pro-6000&gpus=2&free_gib=80")
-    await expect(rows).to_have_count(1)
+    await expect(rows).to_have_count(2)
     await expect(rows.first).to_have_attribute("data-host", "rtxpro-01")
     await expect(page.locator("#match-count")).to_have_text(
-        "1 of 2 hosts labelled rtx-pro-6000 with 2 GPUs of ≥ 80 GiB free."
+        "2 of 3 hosts labelled rtx-pro-6000 with 2 GPUs of ≥ 80 GiB free."
     )
     await page.get_by_role("link", name="Cards").click()  # the other view keeps the filter
-    await expect(page.locator("article.host")).to_have_count(1)
-    await expect(page.locator("#match-count")).to_contain_text("1 of 2 hosts")
+    await expect(page.locator("article.host")).to_have_count(2)
+    await expect(page.locator("#match-count")).to_contain_text("2 of 3 hosts")
 
     assert tab.console_errors == []
 

@@ -99,10 +99,10 @@ async def test_samples_are_stored_while_the_probe_runs(running_app: FastAPI) -> 
             return int(await session.scalar(select(func.count()).select_from(GpuSample)) or 0)
 
     for _ in range(100):
-        if await count() >= 24:
+        if await count() >= 32:
             break
         await asyncio.sleep(0.1)
-    assert await count() >= 24  # 12 GPUs, at least twice
+    assert await count() >= 32  # 16 GPUs, at least twice
 
 
 async def test_hosts_page_shows_who_holds_each_gpu_and_flags_stale_processes(
@@ -161,7 +161,7 @@ async def test_hosts_page_shows_who_holds_each_gpu_and_flags_stale_processes(
     assert "<td>stop-process</td>" in audit and f"rtxpro-01 pid {pid}" in audit
 
     grid = (await app_client.get("/hosts")).text
-    assert grid.count('class="gpu"') == 12 and '<svg class="spark"' in grid
+    assert grid.count('class="gpu"') == 16 and '<svg class="spark"' in grid
     assert 'sse-connect="/hosts/events"' in grid
 
 

@@ -62,9 +62,9 @@ def test_filter_keeps_hosts_with_enough_gpus_of_the_free_memory_asked() -> None:
 async def test_compact_view_has_a_row_per_host_and_a_labelled_meter_per_gpu(app_client: AsyncClient) -> None:
     await log_in(app_client)
     html = (await app_client.get("/hosts", params={"view": "compact"})).text
-    assert html.count('class="chost"') == 2 and 'class="gpu"' not in html  # no cards
+    assert html.count('class="chost"') == 3 and 'class="gpu"' not in html  # no cards
     meters = re.findall(r'<span class="cgpu[^"]*" data-gpu="\d+" role="meter"[^>]*aria-label="([^"]+)"', html)
-    assert len(meters) == 12
+    assert len(meters) == 16
     assert re.fullmatch(r"GPU 0: \d+\.\d of \d+\.\d GiB used, \d+\.\d GiB free, \d+ % load", meters[0]), meters[0]
     assert 'role="img" aria-label="online"' in html  # the state in words as well as colour
     assert 'sse-connect="/hosts/events?view=compact"' in html  # the live updates keep the view
@@ -73,17 +73,17 @@ async def test_compact_view_has_a_row_per_host_and_a_labelled_meter_per_gpu(app_
 
 async def test_host_filter_in_the_query_string_narrows_both_views(app_client: AsyncClient) -> None:
     await log_in(app_client)
-    # rtxpro-01 has 4 GPUs of ~95 GiB, b200-01 8 of ~179 GiB
+    # rtxpro-01 and rtxpro-02 have 4 GPUs of ~95 GiB each, b200-01 8 of ~179 GiB
     page = await app_client.get("/hosts", params={"view": "compact", "gpus": "2", "free_gib": "100"})
     assert re.findall(r'<li class="chost" data-host="([^"]+)"', page.text) == ["b200-01"]
-    assert "1 of 2 hosts with 2 GPUs of ≥ 100 GiB free." in page.text
+    assert "1 of 3 hosts with 2 GPUs of ≥ 100 GiB free." in page.text
     assert 'sse-connect="/hosts/events?view=compact&amp;gpus=2&amp;free_gib=100.0"' in page.text
     assert page.text.count('class="cgpu fits"') == 8
     cards = (await app_client.get("/hosts", params={"label": "rtx-pro-6000", "gpus": "", "free_gib": ""})).text
-    assert re.findall(r'<article class="host" data-host="([^"]+)"', cards) == ["rtxpro-01"]
-    assert "1 of 2 hosts labelled rtx-pro-6000." in cards
+    assert re.findall(r'<article class="host" data-host="([^"]+)"', cards) == ["rtxpro-01", "rtxpro-02"]
+    assert "2 of 3 hosts labelled rtx-pro-6000." in cards
     five = (await app_client.get("/hosts", params={"gpus": "5", "free_gib": "80"})).text
-    assert re.findall(r'data-host="([^"]+)"', five) == ["b200-01"]  # rtxpro-01 has only 4
+    assert re.findall(r'data-host="([^"]+)"', five) == ["b200-01"]  # the RTX PRO hosts have only 4
 
 
 async def test_host_filter_refuses_nonsense_with_a_sentence(app_client: AsyncClient) -> None:

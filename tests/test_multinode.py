@@ -4,11 +4,14 @@ launches over two simulated RTX PRO hosts through the API, over real SSH."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
@@ -20,9 +23,9 @@ from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
 from app.ssh import HostSpec
 from app.web.app import create_app
-from tests.conftest import AUTH, make_settings, wait_until_free
+from tests.conftest import AUTH, TOKEN, make_settings, wait_until_free
 from tests.support import free_port, until
-from tests.test_launch import FINAL, launch, wait_for
+from tests.test_launch import FINAL, ROOT, launch, wait_for
 from tests.test_pages import log_in
 
 PACE = Pace(loading=0.1, serving=0.3, health_timeout=10)
@@ -226,7 +229,7 @@ async def test_node_1_out_of_memory_fails_the_attempt_naming_node_1_and_stops_no
     assert attempt["error"].startswith("node1 rtxpro-02: "), attempt["error"]
     assert attempt["diagnosis"]["class"] == "oom", attempt["diagnosis"]
     ended = await wait_for_parts(api, attempt_id)
-    assert ended[1] == "failed" and ended[0] in ("stopped", "failed")
+    assert ended[1] == "failed" and ended[0] in ("stopped", "failed"), ended  # node 0 may fall first
     await wait_until_free(running_app.state.runtime.ssh.get("rtxpro-01"), [0, 1, 2, 3])
 
 
@@ -314,8 +317,17 @@ async def test_a_restart_mid_launch_follows_every_part_and_repeats_no_line(
                 await host.wait_online(10)
             assert (await api.post("/api/presets", json=slow)).status_code == 201
             attempt_id = await launch_nodes(api, slow["name"])
-            await wait_for(api, attempt_id, {"loading"}, timeout=60)
-            assert len(await merged_log(api, attempt_id)) > 0
+            try:
+                await wait_for(api, attempt_id, {"loading"}, timeout=60)
+
+                async def both_nodes_merged() -> bool:
+                    lines = await merged_log(api, attempt_id)
+                    return {line.split("]")[0] for line in lines} == {"[node0 rtxpro-01", "[node1 rtxpro-02"}
+
+                await until(both_nodes_merged, "lines of both nodes in the merged log")
+            except BaseException:
+                await kill_every_part(api, first)
+                raise
     second = create_app(settings)  # the dashboard stops mid-launch and comes back
     async with second.router.lifespan_context(second):
         second.state.runtime.attempts.pace = PACE
@@ -385,3 +397,38 @@ async def test_a_label_picks_the_nodes_and_a_wrong_number_of_hosts_is_refused(tw
     too_few = await api.post("/api/attempts", json={**body, "label": "b200"})
     assert too_few.status_code == 422 and "1 host(s) have it" in too_few.json()["detail"]
     assert (await api.get("/api/attempts")).json() == []
+
+
+async def test_the_command_line_launches_on_the_hosts_it_is_given(two_nodes: AsyncClient, running_app: FastAPI) -> None:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(running_app, host="127.0.0.1", port=port, lifespan="off", log_level="error"))
+    serving = asyncio.create_task(server.serve())
+    url = f"http://127.0.0.1:{port}"
+
+    async def launchdeck(*args: str) -> tuple[int, str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app.cli", *args, "--url", url, cwd=ROOT,
+            env={**os.environ, "LAUNCHDECK_TOKEN": TOKEN},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        output, _ = await process.communicate()
+        assert process.returncode is not None
+        return process.returncode, output.decode()
+
+    try:
+        await until(lambda: server.started or serving.done(), "the server to start")
+        code, output = await launchdeck("launch", TWO_NODES["name"])
+        assert code == 1 and "give a host, or --hosts a,b or --label" in output
+        code, output = await launchdeck(
+            "launch", TWO_NODES["name"], "--hosts", ",".join(HOSTS), "--gpus", "0,1,2,3",
+            "--port", str(free_port()), "--dist-port", str(free_port()),
+        )  # fmt: skip
+        assert code == 0 and output.splitlines()[-1].startswith("ready after "), output
+        attempt_id = int(output.split()[1].rstrip(":"))
+        attempt = (await two_nodes.get(f"/api/attempts/{attempt_id}")).json()
+        assert [part["host"] for part in attempt["parts"]] == HOSTS
+        assert (await two_nodes.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+        assert (await wait_for(two_nodes, attempt_id, {"stopped", "failed", "lost"}))["status"] == "stopped"
+    finally:
+        server.should_exit = True
+        await serving

@@ -44,8 +44,8 @@ async def test_pages_redirect_to_login_and_back_after_it(app_client: AsyncClient
 async def test_hosts_page_lists_gpus_with_memory_bars(app_client: AsyncClient) -> None:
     await log_in(app_client)
     html = (await app_client.get("/hosts")).text
-    assert html.count('class="gpu"') == 12
-    assert html.count('role="meter"') == 12
+    assert html.count('class="gpu"') == 16
+    assert html.count('role="meter"') == 16
     assert "NVIDIA RTX PRO 6000 Blackwell Server Edition" in html
     assert "/static/vendor/htmx.org@" in html
     # what the probe reads beside memory: utilisation, temperature and power draw of each GPU
@@ -57,7 +57,7 @@ async def test_hosts_page_lists_gpus_with_memory_bars(app_client: AsyncClient) -
                 html,
             )
         )
-        == 12
+        == 16
     )
 
 

@@ -35,7 +35,12 @@ class SimHostSpec:
         return [self.gpu_model]
 
 
-DEFAULT_HOSTS = (SimHostSpec("b200-01", "b200", 8), SimHostSpec("rtxpro-01", "rtx-pro-6000", 4))
+# Two RTX PRO hosts, so that a model too large for one (Qwen3-235B-A22B) can run on both.
+DEFAULT_HOSTS = (
+    SimHostSpec("b200-01", "b200", 8),
+    SimHostSpec("rtxpro-01", "rtx-pro-6000", 4),
+    SimHostSpec("rtxpro-02", "rtx-pro-6000", 4),
+)
 
 
 def gpu_entries(spec: SimHostSpec) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """Presets that replay the demo story on the simulated cluster, release by release: a 27B hybrid model
 with MTP on a 96 GB GPU (rtxpro-01) under SGLang 0.5.10 (`python3-sglang-0.5.10`) and the newest
-release (`python3`). Each description says what really happens and why, as the real release's
-rules decide it.
+release (`python3`), and a 235B MoE model too large for one RTX PRO host that serves on two. Each
+description says what really happens and why, as the real release's rules decide it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ MTP = [
     "--speculative-num-draft-tokens", "4",
 ]  # fmt: skip
 QWEN = "Qwen/Qwen3.6-27B"
+MOE = "Qwen/Qwen3-235B-A22B-Instruct-2507"
 
 SGLANG_0_5_10 = "python3-sglang-0.5.10"
 
@@ -72,6 +73,23 @@ DEMO_PRESETS = (
         "(--mamba-scheduler-strategy was removed in 0.5.20): reaches ready on rtxpro-01.",
         model_path=QWEN,
         args=[*MTP, "--mamba-radix-cache-strategy", "extra_buffer", "--mem-fraction-static", "0.95"],
+    ),
+    PresetInput(
+        name="qwen3-235b-one-host",
+        description="Qwen3-235B-A22B (470 GB of bf16 weights) on one RTX PRO host: tensor parallel over its "
+        "4 GPUs puts 117.5 GB of weights on each 96 GB GPU, so loading the weights runs out of GPU memory "
+        "(torch.OutOfMemoryError). It needs two hosts: see qwen3-235b-two-nodes.",
+        model_path=MOE,
+        args=["--tp-size", "4"],
+    ),
+    PresetInput(
+        name="qwen3-235b-two-nodes",
+        description="Qwen3-235B-A22B on two RTX PRO hosts (rtxpro-01 and rtxpro-02): --tp-size is the total "
+        "across nodes, so each node runs 4 of the 8 ranks with 58.8 GB of weights per GPU, and serves. Each "
+        "node's command adds its --node-rank and the --dist-init-addr of node 0, where the ranks meet; only "
+        "node 0 serves the API.",
+        model_path=MOE,
+        args=["--tp-size", "8", "--nnodes", "2"],
     ),
     PresetInput(
         name="llama31-8b",

@@ -476,19 +476,30 @@ class AttemptService:
         return attempt
 
     async def stop_parts(self, part_ids: Sequence[int], reason: str) -> None:
-        """Stops a multi-node attempt's parts, each node's process group as `stop` stops one
-        (`reason`, when the dashboard stops them after another part failed, is audited)."""
-        async with self.sessions.write.begin() as session:
+        """Stops a multi-node attempt's parts, each node's process group as `stop` stops one.
+
+        With a `reason` the dashboard stops them after another part ended, and audits it; a part
+        whose processes are gone already (it ended by itself, its follower has yet to see it) is
+        left to end as its host says, not taken for stopped."""
+        async with self.sessions.read() as session:
             query = select(Attempt).options(selectinload(Attempt.host)).where(Attempt.id.in_(part_ids))
-            parts = (await session.scalars(query)).all()
-            for part in parts:
+            groups = [(p.id, p.host.name, p.pgid, p.status) for p in (await session.scalars(query)).all()]
+        if reason:
+            groups = [
+                (part_id, host, pgid, status)
+                for part_id, host, pgid, status in groups
+                if pgid is None or await self._group_alive(self.ssh.get(host), pgid)
+            ]
+        async with self.sessions.write.begin() as session:
+            for part_id, host, _, _ in groups:
+                part = await session.get(Attempt, part_id)
+                assert part is not None
                 part.stop_requested_at = part.stop_requested_at or utcnow()
                 if reason:
                     audit.record(
                         session, actor="launchdeck", action="stop", target=f"attempt {part.part_of_id}",
-                        detail={"node": part.node_rank, "host": part.host.name, "reason": reason},
+                        detail={"node": part.node_rank, "host": host, "reason": reason},
                     )  # fmt: skip
-            groups = [(part.id, part.host.name, part.pgid, part.status) for part in parts]
         for part_id, host, pgid, status in groups:
             self.changes.changed(part_id)
             if pgid is not None:

@@ -47,12 +47,16 @@ class Dashboard(Protocol):
         ...
 
 
+class Paced(Protocol):
+    pace: Pace  # read at every use: tests shorten it on a running dashboard
+
+
 class LogWatch:
     """An attempt's diagnosis, stages and log size, read from its local log as it grows (the log
     is read once, in the order it arrives) and written to its row. What a follower of one server
     and the follower of a multi-node attempt's merged log (app.launch.group) share."""
 
-    def __init__(self, dashboard: Dashboard, record: AttemptRecord):
+    def __init__(self, dashboard: Paced, record: AttemptRecord):
         self.dashboard = dashboard
         self.record = record
         self.live = LiveDiagnosis()

@@ -108,7 +108,7 @@ class GroupFollower:
         self.dashboard = dashboard
         self.record = record
         self.attempt_id = record.attempt_id
-        self.watch = LogWatch(dashboard, record)  # type: ignore[arg-type]
+        self.watch = LogWatch(dashboard, record)
 
     async def run(self) -> None:
         async with self.dashboard.sessions.read() as session:

@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from app.errors import DiskFull
-from app.logs.store import LogFile
+from app.logs.store import LogFile, Watcher
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class LogMerger:
     def end_of_attempt(self) -> None:
         """The parent ended; the merge goes on until every part's log has."""
 
-    def _watcher(self, index: int):  # type: ignore[no-untyped-def]
+    def _watcher(self, index: int) -> Watcher:
         def watch(offset: int, data: bytes) -> None:
             self._arrivals.append((index, offset + len(data)))
             self._news.set()

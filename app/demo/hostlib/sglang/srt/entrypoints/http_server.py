@@ -1,8 +1,11 @@
-"""The server's main process: starts one scheduler per rank, then serves HTTP on loopback.
+"""The server's main process: starts one scheduler per rank of its node, then serves HTTP on loopback.
 
 As in SGLang, the HTTP port is bound only once every scheduler is ready, a warmup request
 runs before the ready line, a child's SIGQUIT tears the whole tree down, and the endpoints
-that only read the server's own state answer even when the schedulers no longer do.
+that only read the server's own state answer even when the schedulers no longer do. On several
+nodes (`--nnodes`), node i runs TP ranks i*tp/n to (i+1)*tp/n - 1 on its GPUs 0 to tp/n - 1; only
+node 0 runs the API, the others serve SGLang's dummy health check (/health, /health_generate and
+/ping) on --port and wait on their schedulers. How the nodes' ranks meet is sglang.srt.distributed's.
 """
 
 from __future__ import annotations
