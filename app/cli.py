@@ -81,7 +81,12 @@ def _run(argv: list[str] | None) -> int:
         "the configuration failed before: --confirm-failed-before).",
     )
     launch_parser.add_argument("preset")
-    launch_parser.add_argument("host")
+    launch_parser.add_argument("host", nargs="?", help="the host (a preset with --nnodes N: --hosts or --label)")
+    launch_parser.add_argument("--hosts", help="a multi-node preset's hosts, comma-separated, node 0 first")
+    launch_parser.add_argument("--label", help="a multi-node preset: as many hosts with this label as it has nodes")
+    launch_parser.add_argument(
+        "--dist-port", type=int, help="a multi-node launch: where node 0 waits for the others (default 20000)"
+    )
     launch_parser.add_argument("--gpus", default="0", help="comma-separated GPU indices (default 0)")
     launch_parser.add_argument("--port", type=int, help="server port (default the preset's)")
     launch_parser.add_argument(
@@ -225,9 +230,13 @@ def _run(argv: list[str] | None) -> int:
         if args.command == "launch":
             api = client.ApiClient(settings, args.url)
             gpus = client.parse_gpus(args.gpus)
+            hosts = [name.strip() for name in args.hosts.split(",") if name.strip()] if args.hosts else None
+            if not (args.host or hosts or args.label):
+                raise LaunchdeckError("launch: give a host, or --hosts a,b or --label for a preset on several nodes")
             return client.launch(
                 api, preset=args.preset, host=args.host, gpus=gpus, port=args.port, override=args.override,
-                confirm_failed_before=args.confirm_failed_before, wait=not args.no_wait,
+                confirm_failed_before=args.confirm_failed_before, wait=not args.no_wait, hosts=hosts,
+                label=args.label, dist_port=args.dist_port,
             )  # fmt: skip
         if args.command == "attempts":
             params = {"host": args.host, "preset": args.preset, "status": args.status, "limit": args.limit}

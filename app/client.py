@@ -142,20 +142,27 @@ def launch(
     client: ApiClient,
     *,
     preset: str,
-    host: str,
+    host: str | None,
     gpus: list[int],
     port: int | None,
     override: str,
     wait: bool,
     confirm_failed_before: bool = False,
+    hosts: list[str] | None = None,
+    label: str | None = None,
+    dist_port: int | None = None,
     out: Callable[[str], None] = print,
     err: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
 ) -> int:
     """Launches and, with `wait`, follows the attempt; exit status 0 when it reaches ready, 3 when a
-    guard refused the launch (the answer's `guard`), 1 when it failed."""
+    guard refused the launch (the answer's `guard`), 1 when it failed. A preset with --nnodes N runs
+    on `hosts` (node 0 first) or N hosts with `label`."""
     body = {
         "preset": preset,
         "host": host,
+        "hosts": hosts,
+        "label": label,
+        "dist_port": dist_port,
         "gpus": gpus,
         "port": port,
         "override_reason": override,
@@ -169,7 +176,8 @@ def launch(
     if refusal is not None:
         err(f"launchdeck: {refusal['detail']}")
         if refusal.get("suggested_port"):
-            err(f"launchdeck: port {refusal['suggested_port']} is free on {host} (--port {refusal['suggested_port']})")
+            on = host or (hosts or [""])[0]
+            err(f"launchdeck: port {refusal['suggested_port']} is free on {on} (--port {refusal['suggested_port']})")
         return 3
     _check(response)
     attempt = response.json()

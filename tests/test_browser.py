@@ -1562,3 +1562,58 @@ async def test_an_admin_adds_a_user_who_then_changes_their_password(tab: Tab, de
     await expect(page).to_have_url(re.compile(r"/hosts$"))
     wrong_password = "Failed to load resource: the server responded with a status of 401 (Unauthorized)"
     assert set(tab.console_errors) <= {wrong_password}, tab.console_errors
+
+
+TWO_NODES = {
+    "name": "qwen3-235b-over-two-hosts",
+    "model_path": "Qwen/Qwen3-235B-A22B-Instruct-2507",
+    "args": ["--tp-size", "8", "--nnodes", "2"],
+}
+
+
+async def test_a_preset_on_two_nodes_launches_from_the_form_shows_each_node_and_stops_on_both(
+    tab: Tab, demo: Demo
+) -> None:
+    page = tab.page
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        assert (await api.post("/api/presets", json=TWO_NODES)).status_code == 201
+    await log_in(page)
+    await page.goto(f"/launch?preset={TWO_NODES['name']}")
+    await page.wait_for_function("() => document.querySelector('select[name=hosts]')['htmx-internal-data']")
+    for rank, host in enumerate(("rtxpro-01", "rtxpro-02")):
+        await page.get_by_label(f"Node {rank} host").select_option(host)
+        await expect(page.get_by_label(f"Node {rank} host")).to_have_value(host)  # the form came back with it
+    await expect(page.locator("fieldset.gpu-picker")).to_contain_text("on each of the 2 nodes; shown: on rtxpro-01")
+    for gpu in range(4):
+        await page.locator(f"input[name=gpus][value='{gpu}']").check()
+    await page.get_by_label("Port", exact=True).fill(str(free_port()))
+    await page.get_by_label("Rendezvous port").fill(str(free_port()))
+    await page.get_by_role("button", name="Run preflight").click()
+    memory = page.locator("tr[data-check='memory']")
+    await expect(memory.nth(1)).to_contain_text("✓ node 1 (rtxpro-02): enough free memory")
+    await expect(memory.nth(1)).to_contain_text("split over 2 nodes x 4 GPUs")
+
+    await page.get_by_role("button", name="Launch", exact=True).click()
+    await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
+    await expect(page.locator("#status")).to_have_text("ready", timeout=30_000)
+    nodes = page.locator("#nodes tbody tr")
+    await expect(nodes).to_have_count(2)
+    await expect(nodes.nth(0)).to_contain_text("rtxpro-01")
+    await expect(nodes.nth(1)).to_contain_text("rtxpro-02")
+    live = page.locator("#live-log")
+    await expect(live).to_contain_text("[node0 rtxpro-01]")
+    await expect(live).to_contain_text("[node1 rtxpro-02]")
+
+    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # "Stop attempt N? …"
+    await page.get_by_role("button", name="Stop").click()
+    await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)
+    for row in (nodes.nth(0), nodes.nth(1)):
+        await expect(row.locator(".status")).to_have_text("stopped", timeout=30_000)
+    for host in ("rtxpro-01", "rtxpro-02"):
+        assert simgpu.read(str(demo.gpu_state_path(host)))["processes"] == []
+
+    await nodes.nth(1).get_by_role("link", name="node 1's log").click()
+    await expect(page.locator("h1")).to_contain_text("Attempt")
+    await expect(page.locator("body")).not_to_contain_text("[node1 rtxpro-02]")  # the node's own log, untagged
+    await expect(page.locator("body")).to_contain_text("Dummy health check server started")
+    assert tab.console_errors == [], tab.console_errors

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 # Prefixes that launchers and pastes put before SGLang's own, stripped before anything else.
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 WRAPPERS = (
+    # a multi-node log's node tag: "[node1 rtxpro-02] " (launchdeck's merged log), "[node-1] "
+    re.compile(r"^\[node[-_]?\d+(?:[ :][\w.-]+)?\] "),
     re.compile(r"^\(\w+ pid=\d+(?:, ip=[\d.]+)?\) "),  # Ray: "(WorkerDict pid=616, ip=10.0.0.1) "
     re.compile(r"^[\w.-]+\s*\| "),  # docker compose: "<service><pad> | "
     re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - \S+ - [A-Z]+ - "),  # a Python logger

@@ -1,5 +1,9 @@
 """Every host's GPUs, live: one streaming probe per host, restarted with backoff when it dies or
-hangs, its readings kept in memory for the views and sampled into the database for history."""
+hangs, its readings kept in memory for the views and sampled into the database for history.
+
+A Slurm cluster's login node has no GPUs worth watching: its partitions' GPUs (free and total,
+from sinfo) are read instead, with those of launchdeck's running jobs (NVML inside each job),
+every CLUSTER_EVERY seconds."""
 
 from __future__ import annotations
 
@@ -30,6 +34,9 @@ from app.gpu.probe import (
     parse_nvml_line,
     parse_smi_block,
 )
+from app.slurm.batch import attempt_of
+from app.slurm.gpus import JobGpus, PartitionGpus, read_job_gpus, read_partitions
+from app.slurm.jobs import read_queue
 from app.ssh import HostConnection, SSHManager
 
 log = logging.getLogger(__name__)
@@ -39,6 +46,7 @@ HISTORY = timedelta(minutes=30)  # kept in memory for sparklines
 RECENT = timedelta(hours=1)  # every stored sample is kept this long, then one per minute
 RETENTION = timedelta(days=7)
 LOCAL_NAME = "this machine"
+CLUSTER_EVERY = 5.0
 
 
 @dataclass
@@ -52,6 +60,8 @@ class HostGpus:
     snapshot: Snapshot | None = None
     since: datetime = field(default_factory=utcnow)
     history: dict[int, deque[tuple[float, int, int]]] = field(default_factory=dict)
+    partitions: list[PartitionGpus] = field(default_factory=list)  # a Slurm cluster's, from sinfo
+    jobs: list[JobGpus] = field(default_factory=list)  # a Slurm cluster's running attempts' GPUs
 
     def pgids(self) -> set[int]:
         """The process groups of the GPU processes last seen."""
@@ -140,6 +150,9 @@ class GpuMonitor:
 
     async def _watch(self, host: HostConnection) -> None:
         status = self.hosts[host.name]
+        if host.spec.slurm is not None:
+            await self._watch_cluster(host, status)
+            return
         delay = 1.0
         use_nvml = True
         while True:
@@ -162,6 +175,23 @@ class GpuMonitor:
                 delay = 1.0
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _watch_cluster(self, host: HostConnection, status: HostGpus) -> None:
+        while True:
+            try:
+                await host.wait_online(3600)
+                partitions = await read_partitions(host)
+                running = [job for job in (await read_queue(host)).jobs.values() if job.running]
+                ours = [job for job in running if attempt_of(job.name) is not None]
+                jobs = list(await asyncio.gather(*(read_job_gpus(host, job) for job in ours)))
+            except (HostError, OSError, TimeoutError) as exc:
+                reason = str(exc).removeprefix(f"{host.name}: ") or type(exc).__name__
+                self._set(status, "degraded", f"partitions unknown: {reason}")
+            else:
+                status.partitions, status.jobs, status.source = partitions, jobs, "sinfo"
+                self._set(status, "ok" if partitions else "no-gpus", "" if partitions else "sinfo lists no partition")
+                self._publish()
+            await asyncio.sleep(CLUSTER_EVERY)
 
     async def _stream(self, host: HostConnection, status: HostGpus, *, nvml: bool) -> None:
         """Reads the probe until it ends; raises when it stops answering."""

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.errors import HostError
 from app.gpu.monitor import HostGpus
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
 from app.gpu.probe import GpuProcess
+from app.slurm.gpus import JobGpus, PartitionGpus
 from app.ssh import HostConnection, HostState, HostStatus
 
 # The hosts list must answer quickly even when a host hangs.
@@ -23,6 +24,8 @@ class HostOverview:
     status: HostStatus
     gpus: list[GpuMemory] = field(default_factory=list)
     gpu_error: str | None = None
+    kind: str = "ssh"
+    partitions: list[PartitionGpus] = field(default_factory=list)  # a Slurm cluster's
 
 
 async def host_overview(host: HostConnection) -> HostOverview:
@@ -43,7 +46,11 @@ async def host_overview(host: HostConnection) -> HostOverview:
 
 
 async def current_overview(host: HostConnection, gpus: HostGpus, max_age: float) -> HostOverview:
-    """From the probe's latest reading when it is fresh; otherwise asks nvidia-smi now."""
+    """From the probe's latest reading when it is fresh; otherwise asks nvidia-smi now. A Slurm
+    cluster is shown by its partitions (its login node's own GPUs are not what jobs get)."""
+    if host.spec.slurm is not None:
+        error = gpus.message or None
+        return HostOverview(host.name, host.spec.labels, host.status, [], error, "slurm", list(gpus.partitions))
     if host.status.state is HostState.ONLINE and gpus.fresh(max_age) and gpus.snapshot is not None:
         memory = [
             GpuMemory(g.index, g.name, g.memory_total_mib, g.memory_used_mib, g.memory_free_mib)
@@ -63,6 +70,7 @@ class ProcessView:
     owner: str  # attempt | stale | untracked | other
     attempt_id: int | None = None
     attempt_status: str = ""
+    node_rank: int | None = None  # of a multi-node attempt's part
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,8 @@ class HostView:
     source: str
     gpus: list[GpuView]
     processes: list[ProcessView]
+    partitions: list[PartitionGpus] = field(default_factory=list)  # a Slurm cluster's
+    jobs: list[JobGpus] = field(default_factory=list)  # a Slurm cluster's running attempts'
 
 
 # Tells whose a GPU process is (see app.launch.owners, which knows the attempts).
@@ -107,7 +117,10 @@ def sparkline(points: Iterable[tuple[float, int, int]], now: float, span: float 
 
 
 def host_view(host: HostConnection, gpus: HostGpus, classify: Classify) -> HostView:
-    return view_of(host.name, host.spec.labels, host.status, gpus, classify)
+    view = view_of(host.name, host.spec.labels, host.status, gpus, classify)
+    if host.spec.slurm is None:
+        return view
+    return replace(view, partitions=list(gpus.partitions), jobs=list(gpus.jobs))
 
 
 def local_view(gpus: HostGpus, classify: Classify) -> HostView:

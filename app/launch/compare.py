@@ -130,7 +130,7 @@ def _same_preset(attempt: Attempt) -> Select[Any]:
     return (
         select(Attempt.id)
         .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-        .where(PresetRevision.preset_id == attempt.revision.preset_id)
+        .where(PresetRevision.preset_id == attempt.revision.preset_id, Attempt.part_of_id.is_(None))
     )
 
 

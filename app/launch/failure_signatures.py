@@ -80,7 +80,10 @@ def drift_of(attempt: Attempt) -> list[Drift]:
 async def assign_signature(session: AsyncSession, attempt: Attempt) -> None:
     """Files the attempt under the Signature of its diagnosis (created the first time a cause is
     seen), moving it if its diagnosis changed; each attempt counts once. The group takes the class
-    its latest attempt was given, so a team rule that reclassifies a cause reclassifies its group."""
+    its latest attempt was given, so a team rule that reclassifies a cause reclassifies its group.
+    A multi-node attempt's part files nothing: its attempt files the cause found in the merged log."""
+    if attempt.part_of_id is not None:
+        return
     found = StoredDiagnosis.from_json(attempt.diagnosis)
     fingerprint = found.fingerprint
     current = await session.get(Signature, attempt.signature_id) if attempt.signature_id else None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+from sqlalchemy import select
 
 from app.clock import utcnow
 from app.db import Sessions
@@ -26,6 +27,7 @@ from app.launch.failure_signatures import LiveDiagnosis
 from app.launch.history import load_attempt
 from app.launch.record import AttemptRecord, Pace
 from app.logs.mirror import LogMirror
+from app.logs.store import LogFile
 from app.ssh import HostConnection, SSHManager
 
 # Keys of /get_server_info that report the server's state rather than its arguments.
@@ -45,24 +47,103 @@ class Dashboard(Protocol):
         ...
 
 
+class Paced(Protocol):
+    pace: Pace  # read at every use: tests shorten it on a running dashboard
+
+
+class LogWatch:
+    """An attempt's diagnosis, stages and log size, read from its local log as it grows (the log
+    is read once, in the order it arrives) and written to its row. What a follower of one server
+    and the follower of a multi-node attempt's merged log (app.launch.group) share."""
+
+    def __init__(self, dashboard: Paced, record: AttemptRecord):
+        self.dashboard = dashboard
+        self.record = record
+        self.live = LiveDiagnosis()
+        self.seen: set[str] = set()  # stages on the attempt's timeline
+        self.recorded_size = -1  # the log size last written to the attempt's row
+        self.argv: list[str] = []
+        self.hung = False
+        self.log_file: LogFile | None = None
+
+    def load(self, attempt: Attempt) -> None:
+        self.seen = {entry["stage"] for entry in attempt.stages}
+        self.argv = list(attempt.argv)
+
+    async def attach(self) -> LogFile:
+        """Diagnoses the attempt's local log, what it holds already (mirrored before, by a previous
+        run of the dashboard) first, then what is appended as it comes."""
+        log_file = self.log_file = self.record.mirrors.store.get(self.record.attempt_id)
+        scanned = log_file.size
+        if scanned:
+            await asyncio.to_thread(self._read_file, log_file.path, scanned)
+        log_file.watchers.add(self.live.watch)
+        if log_file.size > scanned:  # appended while the file was read
+            self.live.feed(scanned, log_file.read(scanned, log_file.size - scanned))
+        return log_file
+
+    def detach(self) -> None:
+        if self.log_file is not None:
+            self.log_file.watchers.discard(self.live.watch)
+            self.record.mirrors.store.forget(self.record.attempt_id)  # it could not while this watched
+
+    def _read_file(self, path: Path, size: int) -> None:
+        with open(path, "rb") as f:
+            offset = 0
+            while offset < size and (block := f.read(min(1 << 20, size - offset))):
+                self.live.feed(offset, block)
+                offset += len(block)
+
+    async def record_progress(self, *, hung: bool = False, final: bool = False) -> None:
+        """Writes the stages the log showed, its size and its diagnosis to the attempt's row."""
+        size = self.log_file.size if self.log_file else 0
+        now = utcnow().isoformat()
+        found = [(stage, now) for stage in self.live.new_stages() if stage not in self.seen]
+        self.seen.update(stage for stage, _ in found)
+        if not found and size == self.recorded_size and not self.live.changed and hung == self.hung and not final:
+            return
+        if final:
+            self.live.analyzer.finish(silence_is_hang=False)  # the last line, and any open traceback
+        result = self.live.analyzer.hung() if hung else self.live.analyzer.snapshot()
+        self.live.changed = False
+        hang_changed = hung != self.hung
+        silence = f"no new log line for {self.dashboard.pace.hang:.0f} s during {result.stage}"
+
+        def change(attempt: Attempt) -> None:
+            for stage, at in found:
+                attempt.stage = stage
+                attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
+            attempt.log_size = size
+            server_info = StoredDiagnosis.from_json(attempt.diagnosis).server_info  # asked of the server once, kept
+            attempt.diagnosis = replace(stored(result, self.argv), server_info=server_info).to_json()
+            if hang_changed:
+                attempt.error = f"{silence}: the launch looks hung" if hung else ""
+
+        await self.record.progress(change)
+        self.recorded_size, self.hung = size, hung
+
+
 class Follower:
     def __init__(self, dashboard: Dashboard, record: AttemptRecord):
         self.dashboard = dashboard
         self.record = record
         self.attempt_id = record.attempt_id
-        self.live = LiveDiagnosis()
-        self.seen: set[str] = set()  # stages on the attempt's timeline
+        self.watch = LogWatch(dashboard, record)
+        self.live = self.watch.live
+        self.seen = self.watch.seen
         self.ready_group_size = 0
-        self.recorded_size = -1  # the log size last written to the attempt's row
-        self.argv: list[str] = []
-        self.hung = False
+        # A multi-node attempt's part on a node other than node 0: it serves no HTTP, and is ready
+        # once node 0's part is (this is that part's id).
+        self.leader_id: int | None = None
 
     async def run(self) -> None:
         async with self.dashboard.sessions.read() as session:
             attempt = await load_attempt(session, self.attempt_id)
         connection = self.dashboard.ssh.get(attempt.host.name)
-        self.seen = {entry["stage"] for entry in attempt.stages}
-        self.argv = list(attempt.argv)
+        self.watch.load(attempt)
+        self.seen = self.watch.seen
+        if attempt.part_of_id is not None and attempt.node_rank:
+            self.leader_id = await self._leader_of(attempt.part_of_id)
         pid, start = attempt.pid, attempt.pid_start_time
         directory, port, status = attempt.remote_dir, attempt.port, attempt.status
         mirror: LogMirror | None = None
@@ -106,9 +187,7 @@ class Follower:
                 status = await self._check_readiness(connection, port, status, probe)
                 status = await self._until_next_probe(mirror, connection, port, status, probe)
         finally:
-            if mirror is not None:
-                mirror.log.watchers.discard(self.live.watch)
-                self.record.mirrors.store.forget(self.attempt_id)  # the mirror could not while this watched
+            self.watch.detach()
 
     async def _until_next_probe(
         self, mirror: LogMirror | None, connection: HostConnection, port: int | None, status: AttemptStatus, probe: Any
@@ -136,59 +215,37 @@ class Follower:
         return remote.ProbeResult.parse(result.stdout.decode(errors="replace"))
 
     async def _start_mirror(self) -> LogMirror:
-        """Starts the log mirror and diagnoses what it appends as it comes; what was mirrored
-        before (by a previous run of the dashboard) is read first."""
-        log_file = self.record.mirrors.store.get(self.attempt_id)
-        scanned = log_file.size
-        if scanned:
-            await asyncio.to_thread(self._read_file, log_file.path, scanned)
-        log_file.watchers.add(self.live.watch)
-        if log_file.size > scanned:  # appended while the file was read
-            self.live.feed(scanned, log_file.read(scanned, log_file.size - scanned))
+        """Starts the log mirror, the diagnosis of what was mirrored before read first."""
+        await self.watch.attach()
         async with self.dashboard.sessions.read() as session:
             attempt = await load_attempt(session, self.attempt_id)
         return self.dashboard.mirror(attempt)
 
-    def _read_file(self, path: Path, size: int) -> None:
-        with open(path, "rb") as f:
-            offset = 0
-            while offset < size and (block := f.read(min(1 << 20, size - offset))):
-                self.live.feed(offset, block)
-                offset += len(block)
-
     async def _record_log_progress(self, mirror: LogMirror | None, *, hung: bool = False, final: bool = False) -> None:
-        """Writes the stages the log showed, its size and its diagnosis to the attempt's row."""
-        size = mirror.log.size if mirror else 0
-        now = utcnow().isoformat()
-        found = [(stage, now) for stage in self.live.new_stages() if stage not in self.seen]
-        self.seen.update(stage for stage, _ in found)
-        if not found and size == self.recorded_size and not self.live.changed and hung == self.hung and not final:
-            return
-        if final:
-            self.live.analyzer.finish(silence_is_hang=False)  # the last line, and any open traceback
-        result = self.live.analyzer.hung() if hung else self.live.analyzer.snapshot()
-        self.live.changed = False
-        hang_changed = hung != self.hung
-        silence = f"no new log line for {self.dashboard.pace.hang:.0f} s during {result.stage}"
+        await self.watch.record_progress(hung=hung, final=final)
 
-        def change(attempt: Attempt) -> None:
-            for stage, at in found:
-                attempt.stage = stage
-                attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
-            attempt.log_size = size
-            server_info = StoredDiagnosis.from_json(attempt.diagnosis).server_info  # asked of the server once, kept
-            attempt.diagnosis = replace(stored(result, self.argv), server_info=server_info).to_json()
-            if hang_changed:
-                attempt.error = f"{silence}: the launch looks hung" if hung else ""
+    async def _leader_of(self, parent_id: int) -> int | None:
+        async with self.dashboard.sessions.read() as session:
+            query = select(Attempt.id).where(Attempt.part_of_id == parent_id, Attempt.node_rank == 0)
+            return await session.scalar(query)
 
-        await self.record.progress(change)
-        self.recorded_size, self.hung = size, hung
+    async def _follow_leader(self, status: AttemptStatus) -> AttemptStatus:
+        """A part on a node other than node 0 is ready once node 0's part is: the server serves
+        only when every node's ranks have joined it."""
+        async with self.dashboard.sessions.read() as session:
+            leader = await session.scalar(select(Attempt.status).where(Attempt.id == self.leader_id))
+        if leader == AttemptStatus.READY and status == AttemptStatus.LOADING:
+            await self.record.status(AttemptStatus.READY, error="", ready_at=utcnow())
+            return AttemptStatus.READY
+        return status
 
     async def _check_readiness(
         self, connection: HostConnection, port: int | None, status: AttemptStatus, probe: Any
     ) -> AttemptStatus:
         """Ready needs the ready line and a healthy /health; a ready server whose processes thin out
         or whose health check fails becomes unhealthy."""
+        if self.leader_id is not None:
+            return await self._follow_leader(status)
         if "ready line" not in self.seen or port is None:
             return status
         # Becoming ready, the server is also asked which arguments it runs with.

@@ -23,6 +23,7 @@ LISTED = (
         *(getattr(Attempt, name) for name in (
             "id", "host_id", "preset_revision_id", "status", "stage", "gpus", "port", "pid", "pgid",
             "exit_code", "error", "log_size", "launched_by", "created_at", "started_at", "ready_at", "ended_at",
+            "part_of_id", "node_rank",
         )),
         raiseload=True,
     ),
@@ -54,8 +55,11 @@ async def list_attempts(
     before: int | None = None,
     limit: int = 50,
 ) -> list[Attempt]:
-    """Newest first; `before` pages by attempt id."""
-    query = select(Attempt).options(*LISTED).order_by(Attempt.id.desc()).limit(limit)
+    """Newest first; `before` pages by attempt id. A multi-node attempt's parts are not listed:
+    their attempt is."""
+    query = (
+        select(Attempt).options(*LISTED).where(Attempt.part_of_id.is_(None)).order_by(Attempt.id.desc()).limit(limit)
+    )
     if host:
         query = query.join(Host, Attempt.host_id == Host.id).where(Host.name == host)
     if preset:
@@ -80,11 +84,17 @@ async def last_launch(session: AsyncSession, *, preset: str, actor: str) -> Atte
         .options(*LISTED)
         .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
         .join(Preset, PresetRevision.preset_id == Preset.id)
-        .where(Preset.name == preset, Attempt.launched_by == actor)
+        .where(Preset.name == preset, Attempt.launched_by == actor, Attempt.part_of_id.is_(None))
         .order_by(Attempt.id.desc())
         .limit(1)
     )
     return await session.scalar(query)
+
+
+async def parts_of(session: AsyncSession, attempt_id: int) -> list[Attempt]:
+    """A multi-node attempt's parts, node 0 first; [] for an attempt on one node."""
+    query = select(Attempt).options(*LISTED).where(Attempt.part_of_id == attempt_id).order_by(Attempt.node_rank)
+    return list((await session.scalars(query)).all())
 
 
 def durations(attempt: Attempt) -> list[tuple[str, datetime, float | None]]:

@@ -89,8 +89,15 @@ async def run_preflight(
     env: dict[str, str],
     owners: OwnersOf | None = None,
     step_timeout: float = STEP_TIMEOUT,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    dist_port: int | None = None,
 ) -> Preflight:
-    """`owners` tells which of the host's earlier attempts had the process groups found on its GPUs."""
+    """`owners` tells which of the host's earlier attempts had the process groups found on its GPUs.
+
+    On one node of a multi-node launch (`nnodes` > 1) the node runs `--tp-size` / `nnodes` of the
+    ranks, each with its share of the weights; only node 0 serves HTTP (its `port` is checked) and
+    waits for the others on `dist_port` (checked free there)."""
     result = Preflight()
     checks = result.checks
     if host.status.state != HostState.ONLINE:
@@ -108,21 +115,26 @@ async def run_preflight(
         "env": {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)), **env},
     }
     steps = _Steps(host, step_timeout)
-    inventory_read, port_answer, answer = await asyncio.gather(
+    # The port checks run with the preset's python (its failure to run is reported once, here).
+    ports = {"the port check": port} if node_rank == 0 else {}
+    if dist_port is not None:
+        ports["the rendezvous port check"] = dist_port
+    inventory_read, answer, *port_answers = await asyncio.gather(
         steps.within("reading the GPUs (nvidia-smi)", read_gpu_memory(host, timeout=step_timeout)),
-        steps.run("the port check", [python, "-c", remote.PORT_FREE, str(port)]),
         steps.run("SGLang's argument parser", [python, "-c", remote.HOST_CHECK], input=json.dumps(request).encode()),
+        *(steps.run(step, [python, "-c", remote.PORT_FREE, str(number)]) for step, number in ports.items()),
         return_exceptions=True,
     )
     if isinstance(inventory_read, HostError):
         checks.append(Check("gpus", False, f"cannot read the GPUs: {inventory_read}"))
         return result
-    for outcome in (inventory_read, port_answer, answer):
+    for outcome in (inventory_read, *port_answers, answer):
         if isinstance(outcome, BaseException) and not isinstance(outcome, _TooSlow):
             raise outcome
     inventory = {gpu.index: gpu for gpu in _gpus(inventory_read)}
     missing = [index for index in gpus if index not in inventory]
     tp = tp_size(args)
+    per_node = math.ceil(tp / nnodes)
     if isinstance(inventory_read, _TooSlow):
         checks.append(Check("gpus", False, str(inventory_read)))
     elif not gpus:
@@ -130,20 +142,25 @@ async def run_preflight(
     elif missing:
         absent = ", ".join(map(str, missing))
         checks.append(Check("gpus", False, f"no GPU {absent} on this host (it has {len(inventory)})"))
-    elif len(gpus) < tp:
-        checks.append(Check("gpus", False, f"--tp-size {tp} needs {tp} GPUs; {len(gpus)} chosen"))
+    elif len(gpus) < per_node:
+        on = f" on each of {nnodes} nodes" if nnodes > 1 else ""
+        checks.append(Check("gpus", False, f"--tp-size {tp} needs {per_node} GPUs{on}; {len(gpus)} chosen"))
     else:
         checks.append(Check("gpus", True, f"GPU {', '.join(map(str, gpus))}: {inventory[gpus[0]].name}"))
 
-    if isinstance(port_answer, _TooSlow):
-        checks.append(Check("port", False, str(port_answer)))
-    elif isinstance(port_answer, RunResult) and port_answer.exit_status in CANNOT_RUN:
-        said = port_answer.stderr.decode(errors="replace").strip().splitlines() or ["no such program"]
-        checks.append(Check("python", False, f"the preset's python cannot be run on the host: {said[-1][-200:]}"))
-    elif isinstance(port_answer, RunResult) and port_answer.exit_status == 0:
-        checks.append(Check("port", True, f"{port} is free"))
-    elif isinstance(port_answer, RunResult):
-        checks.append(_port_taken(port, port_answer))
+    for (step, number), port_answer in zip(ports.items(), port_answers, strict=True):
+        name = "port" if number == port and step == "the port check" else "rendezvous port"
+        if isinstance(port_answer, _TooSlow):
+            checks.append(Check(name, False, str(port_answer)))
+        elif isinstance(port_answer, RunResult) and port_answer.exit_status in CANNOT_RUN:
+            said = port_answer.stderr.decode(errors="replace").strip().splitlines() or ["no such program"]
+            checks.append(Check("python", False, f"the preset's python cannot be run on the host: {said[-1][-200:]}"))
+            break
+        elif isinstance(port_answer, RunResult) and port_answer.exit_status == 0:
+            what = "" if name == "port" else " for the other nodes to join (--dist-init-addr)"
+            checks.append(Check(name, True, f"{number} is free{what}"))
+        elif isinstance(port_answer, RunResult):
+            checks.append(_port_taken(number, port_answer, name))
 
     found = _host_check_result(answer)
     warnings = found.get("warnings", [])
@@ -170,7 +187,7 @@ async def run_preflight(
     if not missing and gpus:
         # Where SGLang refused the arguments it named no fraction: the one asked for stands in.
         fraction = result.effective_args.get("mem_fraction_static") or requested_fraction(args)
-        checks.append(_memory_check(found, fraction, tp, [inventory[i] for i in gpus]))
+        checks.append(_memory_check(found, fraction, tp, [inventory[i] for i in gpus], nnodes))
         checks.append(await _processes_check(steps, gpus, owners))
     return result
 
@@ -233,15 +250,17 @@ def _host_check_result(answer: object) -> dict[str, Any]:
     return found
 
 
-def _port_taken(port: int, answer: RunResult) -> Check:
-    """The port check's refusal, with the next port that is free on the host (PORT_FREE's second line)."""
+def _port_taken(port: int, answer: RunResult, name: str = "port") -> Check:
+    """The port check's refusal, with the next port that is free on the host (PORT_FREE's second
+    line): the HTTP port's as `suggested_port`, the rendezvous port's as `suggested_dist_port`."""
     said = answer.stdout.decode(errors="replace").strip().splitlines() or [answer.stderr.decode(errors="replace")]
     reason = said[0].strip()[-200:]
     if len(said) > 1 and said[1].strip().isdigit():
         free = int(said[1])
         message = f"{port} is not free on the host: {reason}; {free} is free"
-        return Check("port", False, message, detail={"suggested_port": free})
-    return Check("port", False, f"{port} is not free on the host: {reason}")
+        key = "suggested_port" if name == "port" else "suggested_dist_port"
+        return Check(name, False, message, detail={key: free})
+    return Check(name, False, f"{port} is not free on the host: {reason}")
 
 
 def requested_fraction(args: list[str]) -> float:
@@ -252,7 +271,7 @@ def requested_fraction(args: list[str]) -> float:
         return 0.88
 
 
-def _memory_check(found: dict[str, Any], fraction: float, tp: int, gpus: list[Any]) -> Check:
+def _memory_check(found: dict[str, Any], fraction: float, tp: int, gpus: list[Any], nnodes: int = 1) -> Check:
     if "weight_bytes" not in found:
         return Check("memory", False, f"model size unknown: {found.get('weight_error', 'no index')}", blocking=False)
     weights = found["weight_bytes"] / max(tp, 1)
@@ -265,9 +284,10 @@ def _memory_check(found: dict[str, Any], fraction: float, tp: int, gpus: list[An
         rows.append({"gpu": gpu.index, "free_gib": round(free / GiB, 1), "need_gib": round(need / GiB, 1)})
         if free < need:
             short.append(f"GPU {gpu.index} has {free / GiB:.1f} GiB free")
+    split = f", split over {nnodes} nodes x {tp // nnodes} GPUs" if nnodes > 1 else ""
     basis = (
         f"need {max(weights + OVERHEAD_BYTES, fraction * (gpus[0].memory_total_mib or 0) * MiB) / GiB:.1f} GiB per GPU "
-        f"(weights {weights / GiB:.1f} GiB per GPU; mem-fraction-static {fraction} of "
+        f"(weights {weights / GiB:.1f} GiB per GPU{split}; mem-fraction-static {fraction} of "
         f"{(gpus[0].memory_total_mib or 0) / 1024:.1f} GiB)"
     )
     if short:

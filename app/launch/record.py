@@ -112,6 +112,7 @@ class AttemptRecord:
         pace: Pace,
         signatures: asyncio.Lock,
         on_status: Callable[[int, AttemptStatus], None] = lambda attempt_id, status: None,
+        part_of: int | None = None,
     ):
         self.sessions = sessions
         self.attempt_id = attempt_id
@@ -121,6 +122,7 @@ class AttemptRecord:
         self.pace = pace
         self.signatures = signatures  # one attempt at a time files its failure under a signature
         self.on_status = on_status  # told of each status once it is written
+        self.part_of = part_of  # a multi-node attempt's part: its attempt's page shows this row too
 
     async def update(self, **changes: Any) -> None:
         async def write(attempt: Attempt, _session: AsyncSession) -> None:
@@ -204,4 +206,6 @@ class AttemptRecord:
                 continue
             self.tracking.resumed(self.attempt_id)
             self.changes.changed(self.attempt_id)
+            if self.part_of is not None:
+                self.changes.changed(self.part_of)
             return

@@ -15,7 +15,8 @@ from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
 from app.launch.attempts import AttemptService
 from app.launch.guards import LaunchPermission
-from app.launch.history import load_attempt
+from app.launch.history import load_attempt, parts_of
+from app.launch.nodes import option_value
 from app.launch.presets import (
     FIELD_BY_OPTION,
     PresetInput,
@@ -121,6 +122,8 @@ async def relaunch(
     async with service.sessions.write() if data is not None else service.sessions.read() as session:
         attempt = await load_attempt(session, attempt_id)
         target = Target.of(attempt)
+        hosts = [part.host.name for part in await parts_of(session, attempt_id)] or None  # on several nodes
+        dist_addr = option_value(attempt.argv, ("--dist-init-addr",)) or ""
         revision, saved = target.revision, False
         if data is not None and not same_revision(attempt.revision, data):
             preset = await get_preset(session, target.preset)
@@ -130,7 +133,9 @@ async def relaunch(
     launched = await service.launch(
         preset=target.preset,
         revision=revision,
-        host=target.host,
+        host=None if hosts else target.host,
+        hosts=hosts,
+        dist_port=int(dist_addr.rpartition(":")[2]) if dist_addr.rpartition(":")[2].isdigit() else None,
         gpus=target.gpus,
         port=target.port,
         override_reason=override_reason,

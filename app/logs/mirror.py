@@ -15,6 +15,11 @@ head, wc, sha256sum, mktemp) and speaks the same frames, so this side has one co
 shell reader polls more slowly (0.1 s when idle) and hashes the host's file at the end instead of
 as it streams; both send the same bytes and the same end frame.
 
+A Slurm job's output is read on the cluster's login node, where no process of the job runs: its
+end is a file in the job's directory instead (written by the batch script when the server ends,
+or by the dashboard once Slurm says the job is over), which the reader waits for as it would for
+the end of a process.
+
 A mirror whose reader keeps failing is retried with backoff for as long as its attempt runs. Once
 the attempt has ended, a reader that fails GIVE_UP_AFTER times in a row without progress (the
 host gone for good, the log unreadable) is given up: the log records why, and the mirror ends.
@@ -37,6 +42,7 @@ from dataclasses import dataclass
 import asyncssh
 
 from app.errors import DiskFull, HostError, HostUnavailable
+from app.logs.merge import LogMerger, MergePart
 from app.logs.store import LogFile, LogStore
 from app.ssh import HostConnection
 
@@ -49,18 +55,21 @@ DISK_FULL_RETRY = 1.0
 # Failed reads in a row, none of which got anywhere, after which an ended attempt's mirror stops.
 GIVE_UP_AFTER = 10
 
-# argv: log path, offset, pid, process start time, overlap length, overlap sha256.
+# argv: log path, offset, pid, process start time, overlap length, overlap sha256, end file (the
+# log ends when it exists; "" to end with the process instead).
 # Frames: D data | R restart (the file was truncated or replaced; reading again from 0)
 # | E end (the process has exited and everything is sent: {"size", "sha256"} of the file).
 READER = r"""
 import hashlib, json, os, struct, sys, time
-path, offset, pid, start, overlap, overlap_sha = sys.argv[1:7]
+path, offset, pid, start, overlap, overlap_sha, end_file = sys.argv[1:8]
 offset, overlap = int(offset), int(overlap)
 out = sys.stdout.buffer
 def send(kind, payload=b""):
     out.write(struct.pack(">cI", kind, len(payload)) + payload)
     out.flush()
 def running():
+    if end_file:
+        return not os.path.exists(end_file)
     try:
         with open("/proc/%s/stat" % pid) as f:
             fields = f.read().rpartition(")")[2].split()
@@ -141,7 +150,7 @@ for python in python3 python; do
   then exec "$python" -c "$reader" "$@"
   fi
 done
-path=$1 offset=$2 pid=$3 start=$4 overlap=$5 overlap_sha=$6
+path=$1 offset=$2 pid=$3 start=$4 overlap=$5 overlap_sha=$6 end_file=$7
 tmp=$(mktemp) || exit 1
 trap 'rm -f "$tmp"' EXIT
 trap 'exit 143' HUP INT TERM
@@ -151,6 +160,7 @@ header() {  # $1: the kind, $2: the payload's length, as 4 bytes big-endian in o
 }
 send() { header "$1" ${#2}; printf '%s' "$2"; }
 running() {
+  if [ -n "$end_file" ]; then [ ! -e "$end_file" ]; return; fi
   stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
   set -- ${stat##*) }
   [ $# -ge 20 ] && [ "$1" != Z ] || return 1
@@ -216,12 +226,14 @@ done
 
 @dataclass(frozen=True)
 class MirrorSource:
-    """Where an attempt's log is on its host, and the process whose end ends the log."""
+    """Where an attempt's log is on its host, and the process (or, for a Slurm job, the file)
+    whose end (or appearance) ends the log."""
 
     connection: HostConnection
     path: str
-    pid: int
+    pid: int | None
     start_time: int | None
+    end_file: str | None = None
 
 
 class LogMirror:
@@ -293,8 +305,8 @@ class LogMirror:
     async def _read(self) -> None:
         source = self.source
         overlap, overlap_sha = self.log.overlap_sha256()
-        argv = ["sh", "-c", START_READER, "sh", READER, source.path, str(self.log.host_offset), str(source.pid)]
-        argv += [str(source.start_time or ""), str(overlap), overlap_sha]
+        argv = ["sh", "-c", START_READER, "sh", READER, source.path, str(self.log.host_offset), str(source.pid or "")]
+        argv += [str(source.start_time or ""), str(overlap), overlap_sha, source.end_file or ""]
         async with source.connection.stream(argv) as process:
             self.connects += 1
             stdout = process.stdout
@@ -327,36 +339,53 @@ async def _reason(process: asyncssh.SSHClientProcess[bytes]) -> str:
 
 
 class Mirrors:
-    """Owned by the app's lifespan: exactly one running mirror per attempt."""
+    """Owned by the app's lifespan: exactly one running mirror per attempt (for a multi-node
+    attempt, its merger)."""
 
     def __init__(self, store: LogStore, *, retry_max: float = RETRY_MAX, give_up_after: int = GIVE_UP_AFTER):
         self.store = store
         self.retry_max = retry_max  # for the mirrors started from now on; the tests shorten these
         self.give_up_after = give_up_after
-        self._running: dict[int, tuple[LogMirror, asyncio.Task[None]]] = {}
+        self._running: dict[int, tuple[LogMirror | LogMerger, asyncio.Task[None]]] = {}
 
     def start(self, attempt_id: int, source: MirrorSource) -> LogMirror:
         """The attempt's mirror, started unless it runs already."""
         if attempt_id in self._running:
-            return self._running[attempt_id][0]
+            running = self._running[attempt_id][0]
+            assert isinstance(running, LogMirror), f"attempt {attempt_id} has a merged log"
+            return running
         log_file = self.store.get(attempt_id)
         if log_file.meta.stopped:  # given up by an earlier run of the dashboard: tried again
             log_file.mirror_stopped(None)
         mirror = LogMirror(log_file, source, retry_max=self.retry_max, give_up_after=self.give_up_after)
-        task = asyncio.create_task(mirror.run(), name=f"log-mirror-{attempt_id}")
-        self._running[attempt_id] = (mirror, task)
-        task.add_done_callback(lambda _: self._ended(attempt_id))
+        self._run(attempt_id, mirror)
         return mirror
 
-    def get(self, attempt_id: int) -> LogMirror | None:
+    def merge(self, attempt_id: int, parts: list[MergePart]) -> LogMerger:
+        """The multi-node attempt's merged log's merger (app.logs.merge), started unless it runs."""
+        if attempt_id in self._running:
+            running = self._running[attempt_id][0]
+            assert isinstance(running, LogMerger), f"attempt {attempt_id} has a mirror of its own"
+            return running
+        merger = LogMerger(self.store.get(attempt_id), [(part, self.store.get(part.attempt_id)) for part in parts])
+        self._run(attempt_id, merger, also=[part.attempt_id for part in parts])
+        return merger
+
+    def get(self, attempt_id: int) -> LogMirror | LogMerger | None:
         running = self._running.get(attempt_id)
         return running[0] if running else None
 
-    def _ended(self, attempt_id: int) -> None:
+    def _run(self, attempt_id: int, writer: LogMirror | LogMerger, also: list[int] | None = None) -> None:
+        task = asyncio.create_task(writer.run(), name=f"log-mirror-{attempt_id}")
+        self._running[attempt_id] = (writer, task)
+        task.add_done_callback(lambda _: self._ended(attempt_id, also or []))
+
+    def _ended(self, attempt_id: int, also: list[int]) -> None:
         _, task = self._running.pop(attempt_id)
         if not task.cancelled() and task.exception() is not None:
             log.error("attempt %d: log mirror failed", attempt_id, exc_info=task.exception())
-        self.store.forget(attempt_id)
+        for done in (attempt_id, *also):
+            self.store.forget(done)
 
     async def close(self) -> None:
         tasks = [task for _, task in self._running.values()]

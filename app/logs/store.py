@@ -158,10 +158,14 @@ class LogFile:
         self._save_meta(replace(self.meta, segments=[*self.meta.segments, segment]))
         self.meta.segments.append(segment)  # in place: live viewers hold this very list
 
-    def finish(self, *, host_size: int, host_sha256: str | None, mirror_sha256: str | None) -> None:
+    def finish(
+        self, *, host_size: int, host_sha256: str | None, mirror_sha256: str | None, merged: int | None = None
+    ) -> None:
         """Records the end of the log and whether the mirror matches the host's file byte for byte
-        (`mirror_sha256` is `segment_sha256()`, read from the file); watchers get an empty append."""
+        (`mirror_sha256` is `segment_sha256()`, read from the file); watchers get an empty append.
+        A merged log (app.logs.merge) has no host file: `merged` says of how many nodes' logs."""
         verification = {
+            **({"merged": merged} if merged else {}),
             "host_size": host_size,
             "host_sha256": host_sha256,
             "mirror_sha256": mirror_sha256,

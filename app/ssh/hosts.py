@@ -1,4 +1,10 @@
-"""Host definitions: the hosts file (TOML) and what one host's SSH connection needs."""
+"""Host definitions: the hosts file (TOML) and what one host's SSH connection needs.
+
+An entry with `kind = "slurm"` is a Slurm cluster: the SSH fields reach its login node, and the
+cluster fields (partition, account, time limit, GPUs per node, extra sbatch options, where job
+output goes) say how its jobs are submitted. Those fields are refused on a plain host, where they
+would be silently ignored.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,33 @@ from app.errors import InvalidInput
 
 # OpenSSH's default MaxSessions: channels one connection may carry at once.
 DEFAULT_MAX_SESSIONS = 10
+KINDS = ("ssh", "slurm")
+# Where a Slurm attempt's directory (batch script, job output, exit status) goes on the login
+# node, relative to the SSH user's home: it must be on a filesystem the compute nodes share.
+DEFAULT_OUTPUT_DIR = ".launchdeck/attempts"
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """How a Slurm cluster's jobs are submitted; unset values are left to the cluster's defaults."""
+
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str | None = None  # in Slurm's notation: minutes, [D-]HH:MM:SS, ...
+    gpus_per_node: int | None = None  # unset: as many as the launch asks for
+    sbatch_options: tuple[str, ...] = ()
+    output_dir: str = DEFAULT_OUTPUT_DIR
+
+    def as_dict(self) -> dict[str, Any]:
+        """As kept on the Host row."""
+        return {
+            "partition": self.partition,
+            "account": self.account,
+            "time_limit": self.time_limit,
+            "gpus_per_node": self.gpus_per_node,
+            "sbatch_options": list(self.sbatch_options),
+            "output_dir": self.output_dir,
+        }
 
 
 @dataclass(frozen=True)
@@ -27,6 +60,11 @@ class HostSpec:
     known_hosts: str | None = None
     trust_on_first_use: bool = False
     max_sessions: int = DEFAULT_MAX_SESSIONS
+    slurm: SlurmSettings | None = None  # set for a Slurm cluster (kind "slurm")
+
+    @property
+    def kind(self) -> str:
+        return "ssh" if self.slurm is None else "slurm"
 
     def ssh_options(self) -> dict[str, Any]:
         """The options kept on the Host row; paths and flags only, never key material."""
@@ -48,12 +86,28 @@ _FIELDS: dict[str, type] = {
     "known_hosts": str,
     "trust_on_first_use": bool,
     "max_sessions": int,
+    "kind": str,
+    "partition": str,
+    "account": str,
+    "time_limit": str,
+    "gpus_per_node": int,
+    "sbatch_options": list,
+    "output_dir": str,
 }
+_SLURM_FIELDS = ("partition", "account", "time_limit", "gpus_per_node", "sbatch_options", "output_dir")
 # Names end up in known_hosts lines, URLs and remote paths: keep them to safe characters.
 _PATTERNS = {
     "name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"), "letters, digits, '.', '_' and '-'"),
     "address": (re.compile(r"[A-Za-z0-9._:%-]{1,255}"), "a host name or IP address"),
     "user": (re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,63}"), "a login name"),
+    "partition": (re.compile(r"[A-Za-z0-9._-]{1,64}"), "a partition name"),
+    "account": (re.compile(r"[A-Za-z0-9._-]{1,64}"), "an account name"),
+    # Slurm's forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or "infinite".
+    "time_limit": (
+        re.compile(r"\d+(:\d\d){0,2}|\d+-\d+(:\d\d){0,2}|infinite|unlimited", re.IGNORECASE),
+        "a Slurm time limit (minutes, HH:MM:SS or D-HH:MM:SS)",
+    ),
+    "output_dir": (re.compile(r"[A-Za-z0-9._/~+-]{1,255}"), "a directory path (letters, digits, '._/~+-')"),
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", bool: "true or false"}
 
@@ -89,6 +143,7 @@ def parse_hosts(text: str, *, source: str = "hosts file") -> list[HostSpec]:
             raise InvalidInput(f"{where}: max_sessions must be at least 1")
         if table["name"] in {spec.name for spec in specs}:
             raise InvalidInput(f"{where}: the name is used twice")
+        slurm = _slurm_settings(table, where)
         specs.append(
             HostSpec(
                 name=table["name"],
@@ -100,9 +155,38 @@ def parse_hosts(text: str, *, source: str = "hosts file") -> list[HostSpec]:
                 known_hosts=str(Path(table["known_hosts"]).expanduser()) if "known_hosts" in table else None,
                 trust_on_first_use=table.get("trust_on_first_use", False),
                 max_sessions=table.get("max_sessions", DEFAULT_MAX_SESSIONS),
+                slurm=slurm,
             )
         )
     return specs
+
+
+def _slurm_settings(table: dict[str, Any], where: str) -> SlurmSettings | None:
+    kind = table.get("kind", "ssh")
+    if kind not in KINDS:
+        raise InvalidInput(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
+    if kind == "ssh":
+        given = [key for key in _SLURM_FIELDS if key in table]
+        if given:
+            raise InvalidInput(f'{where}: {", ".join(given)} only apply to kind = "slurm"')
+        return None
+    if table.get("gpus_per_node", 1) < 1:
+        raise InvalidInput(f"{where}: gpus_per_node must be at least 1")
+    options = table.get("sbatch_options", [])
+    for option in options:
+        if not isinstance(option, str) or not option.startswith("--") or "\n" in option:
+            raise InvalidInput(f'{where}: sbatch_options must be a list of long options, e.g. ["--qos=high"]')
+    output_dir = table.get("output_dir", DEFAULT_OUTPUT_DIR)
+    if ".." in output_dir.split("/"):
+        raise InvalidInput(f"{where}: output_dir {output_dir!r} must not contain '..'")
+    return SlurmSettings(
+        partition=table.get("partition"),
+        account=table.get("account"),
+        time_limit=table.get("time_limit"),
+        gpus_per_node=table.get("gpus_per_node"),
+        sbatch_options=tuple(options),
+        output_dir=output_dir.rstrip("/") or "/",
+    )
 
 
 def load_hosts_file(path: Path) -> list[HostSpec]:
@@ -130,6 +214,15 @@ def render_hosts(specs: list[HostSpec]) -> str:
             lines.append("trust_on_first_use = true")
         if spec.max_sessions != DEFAULT_MAX_SESSIONS:
             lines.append(f"max_sessions = {spec.max_sessions}")
+        if spec.slurm is not None:
+            lines.append('kind = "slurm"')
+            for key in ("partition", "account", "time_limit", "gpus_per_node"):
+                if (value := getattr(spec.slurm, key)) is not None:
+                    lines.append(f"{key} = {_toml(value)}")
+            if spec.slurm.sbatch_options:
+                lines.append(f"sbatch_options = [{', '.join(map(_toml, spec.slurm.sbatch_options))}]")
+            if spec.slurm.output_dir != DEFAULT_OUTPUT_DIR:
+                lines.append(f"output_dir = {_toml(spec.slurm.output_dir)}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
 

@@ -21,6 +21,8 @@ async def register_hosts(session: AsyncSession, specs: Iterable[HostSpec], *, so
         host.user = spec.user
         host.labels = list(spec.labels)
         host.ssh_options = spec.ssh_options()
+        host.kind = spec.kind
+        host.cluster = spec.slurm.as_dict() if spec.slurm is not None else {}
         host.source = source
         session.add(host)
     await session.commit()

@@ -28,25 +28,44 @@ class GpuPublic(BaseModel):
     memory_free_mib: int | None
 
 
+class PartitionPublic(BaseModel):
+    """A Slurm partition's GPUs: on nodes that are up, those no job holds."""
+
+    name: str
+    gpu_types: list[str]
+    nodes: int
+    gpus_total: int
+    gpus_free: int
+
+
 class HostPublic(BaseModel):
     name: str
+    kind: str  # "ssh", or "slurm" for a Slurm cluster reached through its login node
     state: str
     since: datetime
     last_error: str | None
     labels: list[str]
     gpus: list[GpuPublic]
     gpu_error: str | None
+    partitions: list[PartitionPublic]  # a Slurm cluster's; [] for a plain host
 
     @classmethod
     def from_overview(cls, overview: HostOverview) -> HostPublic:
         return cls(
             name=overview.name,
+            kind=overview.kind,
             state=overview.status.state.value,
             since=overview.status.since,
             last_error=overview.status.last_error,
             labels=list(overview.labels),
             gpus=[GpuPublic.model_validate(gpu, from_attributes=True) for gpu in overview.gpus],
             gpu_error=overview.gpu_error,
+            partitions=[
+                PartitionPublic(
+                    name=p.name, gpu_types=p.gpu_types, nodes=len(p.nodes), gpus_total=p.total, gpus_free=p.free
+                )
+                for p in overview.partitions
+            ],
         )
 
 

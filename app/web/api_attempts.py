@@ -24,11 +24,28 @@ from app.web.params import Int64, moment
 router = APIRouter(prefix="/api", tags=["attempts"])
 
 
-class LaunchIn(BaseModel):
-    preset: str
-    host: str
+class NodesIn(BaseModel):
+    """Where a launch runs: one `host`, or for a preset that asks for N nodes (`--nnodes N`), N
+    `hosts` (node 0 first) or a `label` that N hosts have; `gpus` on each."""
+
+    host: str | None = None
+    hosts: list[str] | None = Field(None, description="A multi-node launch's hosts, node 0 first.")
+    label: str | None = Field(None, description="A multi-node launch on as many hosts with this label.")
     gpus: list[Int64] = Field(default_factory=lambda: [0])
     port: Int64 | None = None
+    dist_port: Int64 | None = Field(
+        None, description="Where node 0 waits for the other nodes (--dist-init-addr); default 20000."
+    )
+
+    def nodes(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "hosts": self.hosts, "label": self.label, "gpus": self.gpus, "port": self.port,
+            "dist_port": self.dist_port,
+        }  # fmt: skip
+
+
+class LaunchIn(NodesIn):
+    preset: str
     revision: Int64 | None = None
     override_reason: str = Field("", description="Launch even if a preflight check fails; the reason is recorded.")
     confirm_failed_before: bool = Field(False, description="Launch even if this configuration failed before.")
@@ -113,6 +130,31 @@ class AttemptListed(BaseModel):
         }
 
 
+class PartPublic(BaseModel):
+    """One node's part of a multi-node attempt: its own process, log (GET /api/attempts/{id}/log
+    with its id) and status."""
+
+    id: int
+    node_rank: int
+    host: str
+    gpus: list[int]
+    status: AttemptStatus
+    stage: str
+    pid: int | None
+    pgid: int | None
+    exit_code: int | None
+    error: str
+    log_size: int
+
+    @classmethod
+    def of(cls, part: Attempt) -> PartPublic:
+        return cls(
+            id=part.id, node_rank=part.node_rank or 0, host=part.host.name, gpus=part.gpus, status=part.status,
+            stage=part.stage, pid=part.pid, pgid=part.pgid, exit_code=part.exit_code, error=part.error,
+            log_size=part.log_size,
+        )  # fmt: skip
+
+
 class AttemptPublic(AttemptListed):
     # "tracking interrupted: <reason>" while the dashboard cannot follow the attempt (its own
     # trouble, not the host's); the status then still says what the host showed last.
@@ -132,10 +174,23 @@ class AttemptPublic(AttemptListed):
     gpu_snapshot: dict[str, Any]
     override_reason: str
     stages: list[StagePublic]
+    # On a Slurm cluster: the job's id and what the scheduler last said (state, reason, position,
+    # nodes, and how the job ended in Slurm's words); null and {} elsewhere.
+    job_id: str | None
+    scheduler: dict[str, Any]
+    # A multi-node attempt's parts, node 0 first ([] on one node); a part names its attempt.
+    parts: list[PartPublic]
+    part_of: int | None
+    node_rank: int | None
 
     @classmethod
-    def of(cls, attempt: Attempt, *, tracking: str = "", log_mirror: str = "") -> AttemptPublic:
+    def of(
+        cls, attempt: Attempt, *, tracking: str = "", log_mirror: str = "", parts: list[Attempt] | None = None
+    ) -> AttemptPublic:
         return cls(
+            parts=[PartPublic.of(part) for part in parts or []],
+            part_of=attempt.part_of_id,
+            node_rank=attempt.node_rank,
             **cls.fields_of(attempt),
             tracking=tracking,
             log_mirror=log_mirror,
@@ -151,6 +206,8 @@ class AttemptPublic(AttemptListed):
             gpu_snapshot=attempt.gpu_snapshot,
             override_reason=attempt.override_reason,
             stages=[StagePublic(stage=s, at=at, seconds=sec) for s, at, sec in history.durations(attempt)],
+            job_id=attempt.job_id,
+            scheduler=attempt.scheduler,
         )
 
 
@@ -170,11 +227,8 @@ class AttemptSummary(AttemptListed):
         )
 
 
-class PreflightIn(BaseModel):
+class PreflightIn(NodesIn):
     preset: str
-    host: str
-    gpus: list[Int64] = Field(default_factory=lambda: [0])
-    port: Int64 | None = None
 
 
 class AuditPublic(BaseModel):
@@ -189,9 +243,7 @@ class AuditPublic(BaseModel):
 @router.post("/preflight")
 async def preflight(body: PreflightIn, runtime: RuntimeDep, _user: ApiOperator, may: ApiLauncher) -> dict[str, Any]:
     """The checks a launch would run, without launching."""
-    result = await runtime.attempts.preflight(
-        preset=body.preset, host=body.host, gpus=body.gpus, port=body.port, permission=may
-    )
+    result = await runtime.attempts.preflight(preset=body.preset, permission=may, **body.nodes())
     return result.as_dict()
 
 
@@ -216,9 +268,7 @@ async def launch(body: LaunchIn, runtime: RuntimeDep, user: ApiOperator, may: Ap
     A refused launch records no attempt."""
     attempt = await runtime.attempts.launch(
         preset=body.preset,
-        host=body.host,
-        gpus=body.gpus,
-        port=body.port,
+        **body.nodes(),
         revision=body.revision,
         override_reason=body.override_reason,
         confirm_failed_before=body.confirm_failed_before,
@@ -279,9 +329,12 @@ async def list_attempts(
 
 
 @router.get("/attempts/{attempt_id}")
-async def get_attempt(attempt_id: Int64, runtime: RuntimeDep, _user: ApiViewer, attempt: AttemptDep) -> AttemptPublic:
+async def get_attempt(
+    attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, _user: ApiViewer, attempt: AttemptDep
+) -> AttemptPublic:
     tracking, log_mirror = runtime.attempts.tracking_note(attempt_id), runtime.mirror_note(attempt_id)
-    return AttemptPublic.of(attempt, tracking=tracking, log_mirror=log_mirror)
+    parts = await history.parts_of(db, attempt_id)
+    return AttemptPublic.of(attempt, tracking=tracking, log_mirror=log_mirror, parts=parts)
 
 
 @router.post("/attempts/{attempt_id}/stop", status_code=status.HTTP_202_ACCEPTED)

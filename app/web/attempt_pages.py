@@ -14,7 +14,7 @@ from app import audit
 from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus
 from app.errors import AccessRefused, HostError, InvalidInput, LaunchdeckError, LaunchRefused
 from app.gpu.overview import current_overview
-from app.launch import compare, failure_signatures, guards, history, presets
+from app.launch import compare, failure_signatures, guards, history, nodes, presets
 from app.launch.preflight import Preflight
 from app.logs.live import tail
 from app.web.deps import Caller, Launcher, LogsDep, Operator, ReadDb, Runtime, RuntimeDep, Viewer, audit_actor
@@ -37,15 +37,32 @@ async def launch_choice(request: Request) -> dict[str, Any]:
         form = await request.form()
         values = {key: str(value) for key, value in form.items()}
         values["gpus"] = [int(str(gpu)) for gpu in form.getlist("gpus") if str(gpu).isdigit()]
+        values["hosts"] = [str(host) for host in form.getlist("hosts") if str(host)]
     else:
         values["gpus"] = [int(gpu) for gpu in request.query_params.getlist("gpus") if gpu.isdigit()]
-    port = str(values.get("port") or "").strip()
-    if port and not port.isdigit():
-        raise InvalidInput(f"port: {port!r} is not a whole number")
-    values["port"] = int(port) if port else None
-    if any(number > INT64_MAX for number in [*values["gpus"], values["port"] or 0]):
+        values["hosts"] = [host for host in request.query_params.getlist("hosts") if host]
+    for name in ("port", "dist_port"):
+        number = str(values.get(name) or "").strip()
+        if number and not number.isdigit():
+            raise InvalidInput(f"{name}: {number!r} is not a whole number")
+        values[name] = int(number) if number else None
+    if any(number > INT64_MAX for number in [*values["gpus"], values["port"] or 0, values["dist_port"] or 0]):
         raise InvalidInput("gpus, port: a number is too large (more than 64 bits)")
     return values
+
+
+def where_to(choice: dict[str, Any]) -> dict[str, Any]:
+    """The launch's nodes as the service takes them: one host, or a multi-node preset's hosts
+    (node 0 first) or label (the form shows those only for a preset with --nnodes above 1)."""
+    several = bool(choice.get("hosts") or choice.get("label"))
+    return {
+        "host": None if several else choice.get("host", ""),
+        "hosts": (choice.get("hosts") or None) if not choice.get("label") else None,
+        "label": choice.get("label") or None,
+        "gpus": choice["gpus"],
+        "port": choice["port"],
+        "dist_port": choice.get("dist_port"),
+    }
 
 
 async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any]) -> dict[str, Any]:
@@ -65,6 +82,12 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
         if revision is not None:
             past = await guards.past_failures(db, revision, presets.command_argv(revision), revision.env)
     hosts = [host.name for host in runtime.ssh]
+    nnodes = nodes.nnodes_of(revision.args) if revision else 1
+    node_hosts: list[str] = []
+    if nnodes > 1:  # the hosts chosen for each node, else the first hosts in order
+        chosen = [name for name in choice.get("hosts") or [] if name in hosts]
+        node_hosts = (chosen + [name for name in hosts if name not in chosen])[:nnodes]
+        choice = {**choice, "host": node_hosts[0] if node_hosts else ""}
     host_name = choice.get("host") or (hosts[0] if hosts else "")
     overview = None
     if host_name in hosts:
@@ -79,6 +102,10 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
         "preset": preset,
         "command": shlex.join(command),
         "choice": {**choice, "preset": preset_name, "host": host_name, "gpus": choice.get("gpus") or [0]},
+        "nnodes": nnodes,
+        "node_hosts": node_hosts,
+        "labels": sorted({label for host in runtime.ssh for label in host.spec.labels}),
+        "dist_port_default": nodes.DEFAULT_DIST_PORT,
         "overview": overview,
         "preflight": None,
         "error": None,
@@ -111,11 +138,7 @@ async def launch_preflight(request: Request, runtime: RuntimeDep, user: Operator
     context = await launch_context(runtime, user, choice)
     try:
         context["preflight"] = await runtime.attempts.preflight(
-            preset=choice.get("preset", ""),
-            host=choice.get("host", ""),
-            gpus=choice["gpus"],
-            port=choice["port"],
-            permission=may,
+            preset=choice.get("preset", ""), permission=may, **where_to(choice)
         )
     except (InvalidInput, AccessRefused, HostError) as exc:
         context["error"] = str(exc)
@@ -130,9 +153,7 @@ async def launch(request: Request, runtime: RuntimeDep, user: Operator, may: Lau
     try:
         attempt = await runtime.attempts.launch(
             preset=choice.get("preset", ""),
-            host=choice.get("host", ""),
-            gpus=choice["gpus"],
-            port=choice["port"],
+            **where_to(choice),
             override_reason=override,
             confirm_failed_before=bool(choice.get("confirm_failed_before")),
             actor=user.name,
@@ -215,6 +236,7 @@ async def attempt_page(
         "stages": history.durations(attempt),
         "time_to_ready": history.time_to_ready(attempt),
         "command": shlex.join(attempt.argv),
+        "parts": await history.parts_of(db, attempt_id),
         "left_on_gpus": gpus.processes_of(attempt.pgid) if attempt.pgid and gpus else [],
         "compare_previous": await compare.previous_attempt(db, attempt),
         "compare_success": await compare.last_successful_attempt(db, attempt),
