@@ -41,33 +41,31 @@ def host_file(sim_cluster: SimCluster, host: HostConnection, path: str) -> Path:
 async def test_mirror_is_byte_exact_through_twenty_connection_drops(
     host: HostConnection, sim_cluster: SimCluster, tmp_path: Path
 ) -> None:
+    """Each drop comes once the mirror has resumed from the last and mirrored more; the writer
+    outlasts all twenty drops however slow the machine is, and is ended after them."""
     path = f"mirror-tests/{uuid.uuid4().hex}.log"
-    pid = await start_writer(host, path, rate=4000, count=24_000)
+    pid = await start_writer(host, path, rate=4000, count=2_000_000)
     mirrors = Mirrors(LogStore(tmp_path / "logs"))
     mirror = mirrors.start(1, MirrorSource(host, path, pid, None))
-    drops = 0
     try:
-        while drops < 20:
-            resumed = mirror.connects
-            await asyncio.sleep(0.15)
-            if mirror.log.size and mirror.connects == resumed and not mirror.done.is_set():
-                sim_cluster.hosts[host.name].drop_connections()
-                drops += 1
-                for _ in range(100):  # until the mirror has resumed
-                    if mirror.connects > resumed or mirror.done.is_set():
-                        break
-                    await asyncio.sleep(0.02)
+        await until(lambda: mirror.log.size > 0, "the mirror started", 30)
+        for _ in range(20):
+            connects, size = mirror.connects, mirror.log.size
+            sim_cluster.hosts[host.name].drop_connections()
+            await until(lambda c=connects: mirror.connects > c, "the mirror resumed", 30)
+            await until(lambda s=size: mirror.log.size > s, "the mirror got more of the log", 30)
+        await host.run(["kill", str(pid)], check=False)
         await asyncio.wait_for(mirror.done.wait(), 60)
     finally:
         await mirrors.close()
-    assert drops == 20 and mirror.connects >= 21
+    assert mirror.connects >= 21
     expected = host_file(sim_cluster, host, path).read_bytes()
     mirrored = (tmp_path / "logs" / "1.log").read_bytes()
     assert len(mirrored) == len(expected) and mirrored == expected
     verification = mirror.log.meta.verification
     assert verification is not None and verification["match"] is True
     assert verification["host_sha256"] == hashlib.sha256(expected).hexdigest()
-    assert mirror.log.total_lines == 24_000 and mirror.log.meta.segments == []
+    assert mirror.log.total_lines == expected.count(b"\n") > 200 and mirror.log.meta.segments == []
 
 
 async def test_truncation_on_the_host_is_marked_and_mirroring_goes_on(
