@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -45,6 +45,7 @@ BACKOFF_MAX = 30.0
 HISTORY = timedelta(minutes=30)  # kept in memory for sparklines
 RECENT = timedelta(hours=1)  # every stored sample is kept this long, then one per minute
 RETENTION = timedelta(days=7)
+STORE_EVERY = 1.0  # seconds between writes of the samples due: every host's in one transaction
 LOCAL_NAME = "this machine"
 CLUSTER_EVERY = 5.0
 
@@ -95,10 +96,12 @@ class GpuMonitor:
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._pruned_until = utcnow() - RETENTION
+        self._due: list[tuple[str, Snapshot]] = []  # samples waiting for the next write
         self.local: HostGpus | None = None  # this machine's GPUs, when it has any
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._watch(host), name=f"gpu-{host.name}") for host in self.ssh]
+        self._tasks.append(asyncio.create_task(self._store_forever(), name="gpu-store"))
         self._tasks.append(asyncio.create_task(self._prune_forever(), name="gpu-prune"))
         self._tasks.append(asyncio.create_task(self._watch_local(), name="gpu-local"))
 
@@ -203,7 +206,8 @@ class GpuMonitor:
         last_sample = 0.0
         async with host.stream(argv) as process:
             while True:
-                snapshot = await asyncio.wait_for(self._read(process, nvml), hang)
+                async with asyncio.timeout(hang):
+                    snapshot = await self._read(process, nvml)
                 status.source = "nvml" if nvml else "nvidia-smi"
                 status.snapshot = snapshot
                 self._remember(status, snapshot)
@@ -217,10 +221,7 @@ class GpuMonitor:
                 self._publish()  # new readings, even when the state stayed the same
                 if time.monotonic() - last_sample >= self.sample_every:
                     last_sample = time.monotonic()
-                    try:
-                        await self._store(host.name, snapshot)
-                    except (SQLAlchemyError, DiskFull) as exc:  # one sample missing from the history; the grid goes on
-                        log.warning("%s: GPU sample not stored: %s", host.name, exc)
+                    self._due.append((host.name, snapshot))
 
     async def _read(self, process: object, nvml: bool) -> Snapshot:
         stdout = process.stdout  # type: ignore[attr-defined]
@@ -261,27 +262,45 @@ class GpuMonitor:
             while points and points[0][0] < cutoff:
                 points.popleft()
 
-    async def _store(self, host_name: str, snapshot: Snapshot) -> None:
+    async def _store_forever(self) -> None:
+        """Writes the samples due in one transaction a second: with hundreds of hosts, one each
+        would contend for SQLite's write lock and cost a transaction per host."""
+        while True:
+            await asyncio.sleep(STORE_EVERY)
+            due, self._due = self._due, []
+            if not due:
+                continue
+            try:
+                await self._store(due)
+            except (SQLAlchemyError, DiskFull) as exc:  # samples missing from the history; the grid goes on
+                log.warning("%d GPU samples not stored: %s", len(due), exc)
+            except Exception:
+                log.exception("storing GPU samples failed")
+
+    async def _store(self, due: list[tuple[str, Snapshot]]) -> None:
         async with self.sessions.write.begin() as session:
-            host_id = await session.scalar(select(Host.id).where(Host.name == host_name))
-            if host_id is None:
-                return
-            taken = datetime.fromtimestamp(snapshot.taken_at, tz=utcnow().tzinfo)
-            session.add_all(
-                GpuSample(
-                    host_id=host_id,
-                    gpu_index=gpu.index,
-                    taken_at=taken,
-                    memory_total_mib=gpu.memory_total_mib or 0,
-                    memory_used_mib=gpu.memory_used_mib or 0,
-                    memory_reserved_mib=gpu.memory_reserved_mib or 0,
-                    utilization_pct=gpu.utilization_pct,
-                    temperature_c=gpu.temperature_c,
-                    power_w=gpu.power_w,
-                )
+            names = {name for name, _ in due}
+            found = await session.execute(select(Host.name, Host.id).where(Host.name.in_(names)))
+            host_ids = {name: host_id for name, host_id in found.all()}
+            rows = [
+                {
+                    "host_id": host_ids[name],
+                    "gpu_index": gpu.index,
+                    "taken_at": datetime.fromtimestamp(snapshot.taken_at, tz=utcnow().tzinfo),
+                    "memory_total_mib": gpu.memory_total_mib or 0,
+                    "memory_used_mib": gpu.memory_used_mib or 0,
+                    "memory_reserved_mib": gpu.memory_reserved_mib or 0,
+                    "utilization_pct": gpu.utilization_pct,
+                    "temperature_c": gpu.temperature_c,
+                    "power_w": gpu.power_w,
+                }
+                for name, snapshot in due
+                if name in host_ids
                 for gpu in snapshot.gpus
                 if not gpu.error
-            )
+            ]
+            if rows:
+                await session.execute(insert(GpuSample), rows)
 
     async def _prune_forever(self) -> None:
         while True:
