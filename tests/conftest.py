@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import functools
 import os
 import shutil
@@ -183,24 +184,31 @@ def make_settings(tmp_path: Path, specs: list[HostSpec], **overrides: object) ->
     return settings
 
 
+@contextlib.asynccontextmanager
+async def started_app(folder: Path, specs: list[HostSpec]) -> AsyncIterator[FastAPI]:
+    """The app with its lifespan running on `specs`, its data under `folder`, once its hosts are
+    online and their GPUs read."""
+    with pytest.MonkeyPatch.context() as patch:
+        # The in-process client (httpx's ASGITransport) hands a response over only once it has
+        # ended: here the host list's event stream, which a browser keeps open for seconds, ends
+        # after its first push instead of making each request that reads it wait those seconds.
+        patch.setattr(host_pages, "STREAM_LIFETIME", 0.2)
+        patch.setattr(host_pages, "MIN_PUSH_INTERVAL", 0.2)
+        app = create_app(make_settings(folder, specs))
+        async with app.router.lifespan_context(app):
+            for host in app.state.runtime.ssh:
+                await host.wait_online(10)
+            for _ in range(100):  # the GPU probes' first readings
+                if all(gpus.snapshot for gpus in app.state.runtime.gpus.hosts.values()):
+                    break
+                await asyncio.sleep(0.1)
+            yield app
+
+
 @pytest.fixture
-async def running_app(
-    tmp_path: Path, sim_specs: list[HostSpec], monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[FastAPI]:
+async def running_app(tmp_path: Path, sim_specs: list[HostSpec]) -> AsyncIterator[FastAPI]:
     """The app with its lifespan running, connected to the simulated cluster."""
-    # The in-process client (httpx's ASGITransport) hands a response over only once it has ended:
-    # here the host list's event stream, which a browser keeps open for seconds, ends after its
-    # first push instead of making each request that reads it wait those seconds.
-    monkeypatch.setattr(host_pages, "STREAM_LIFETIME", 0.2)
-    monkeypatch.setattr(host_pages, "MIN_PUSH_INTERVAL", 0.2)
-    app = create_app(make_settings(tmp_path, sim_specs))
-    async with app.router.lifespan_context(app):
-        for host in app.state.runtime.ssh:
-            await host.wait_online(10)
-        for _ in range(100):  # the GPU probes' first readings
-            if all(gpus.snapshot for gpus in app.state.runtime.gpus.hosts.values()):
-                break
-            await asyncio.sleep(0.1)
+    async with started_app(tmp_path, sim_specs) as app:
         yield app
 
 
