@@ -9,8 +9,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: install
 	$(BIN)/launchdeck demo
 
+# Two workers, each with its own simulated cluster, dashboards and browser, and a file's tests kept
+# together (module fixtures start once): most tests wait on processes and SSH more than they
+# compute. `make test PYTEST_WORKERS=0` runs them in this process.
+PYTEST_WORKERS ?= 2
 test: install system-packages
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 bench: install
 	$(BIN)/python -m bench

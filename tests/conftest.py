@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import functools
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -10,11 +15,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from argon2 import PasswordHasher, profiles
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app import db
+from app.accounts import passwords
 from app.config import Settings
 from app.demo.cluster import SimCluster
 from app.demo.presets import seed_demo_presets
@@ -22,6 +29,7 @@ from app.demo.slurm import SlurmSite, unavailable
 from app.gpu.nvidia_smi import read_gpu_memory
 from app.launch.record import Pace
 from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
+from app.web import host_pages
 from app.web.app import create_app
 from tests import slurm
 from tests.oracle.environment import OracleEnvironment, OracleUnavailable, oracle_environment
@@ -31,6 +39,16 @@ POSTGRES_ADMIN_URL = os.environ.get("LAUNCHDECK_TEST_POSTGRES", "postgresql://po
 TOKEN = "test-token-0123456789abcdef012345"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SIM_TIME_SCALE = 0.02  # simulated SGLang servers start in about a second
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cheap_password_hashes() -> Iterator[None]:
+    """Passwords hashed in this process use argon2id with the cheapest parameters (argon2-cffi's
+    profile for tests): the defaults cost 0.15 s a hash on purpose, and the tests hash hundreds.
+    Dashboards that tests start as processes of their own keep the defaults."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(passwords, "_hasher", PasswordHasher.from_parameters(profiles.CHEAPEST))
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -156,7 +174,20 @@ async def db_session(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterato
         yield session
 
 
+@functools.cache
+def migrated_sqlite() -> Path:
+    """An empty SQLite database at the latest schema, made once per run: migrating one from nothing
+    takes a good part of a second, and most tests start the app on an empty database."""
+    folder = Path(tempfile.mkdtemp(prefix="launchdeck-schema-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    db.upgrade(f"sqlite:///{folder / 'launchdeck.db'}")
+    return folder / "launchdeck.db"
+
+
 def make_settings(tmp_path: Path, specs: list[HostSpec], **overrides: object) -> Settings:
+    """Settings for an app on `specs`; its data dir starts with an empty database at the latest
+    schema (a copy of migrated_sqlite(), which create_app finds up to date), unless the test gives
+    a database of its own."""
     hosts_file = tmp_path / "hosts.toml"
     hosts_file.write_text(render_hosts(specs))
     values: dict[str, object] = {
@@ -168,20 +199,39 @@ def make_settings(tmp_path: Path, specs: list[HostSpec], **overrides: object) ->
         "cookie_secure": False,
         **overrides,
     }
-    return Settings(**values)  # type: ignore[arg-type]
+    settings = Settings(**values)  # type: ignore[arg-type]
+    database = settings.data_dir / "launchdeck.db"
+    if settings.database_url is None and not database.exists():
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(migrated_sqlite(), database)
+    return settings
+
+
+@contextlib.asynccontextmanager
+async def started_app(folder: Path, specs: list[HostSpec]) -> AsyncIterator[FastAPI]:
+    """The app with its lifespan running on `specs`, its data under `folder`, once its hosts are
+    online and their GPUs read."""
+    with pytest.MonkeyPatch.context() as patch:
+        # The in-process client (httpx's ASGITransport) hands a response over only once it has
+        # ended: here the host list's event stream, which a browser keeps open for seconds, ends
+        # after its first push instead of making each request that reads it wait those seconds.
+        patch.setattr(host_pages, "STREAM_LIFETIME", 0.2)
+        patch.setattr(host_pages, "MIN_PUSH_INTERVAL", 0.2)
+        app = create_app(make_settings(folder, specs))
+        async with app.router.lifespan_context(app):
+            for host in app.state.runtime.ssh:
+                await host.wait_online(10)
+            for _ in range(100):  # the GPU probes' first readings
+                if all(gpus.snapshot for gpus in app.state.runtime.gpus.hosts.values()):
+                    break
+                await asyncio.sleep(0.1)
+            yield app
 
 
 @pytest.fixture
 async def running_app(tmp_path: Path, sim_specs: list[HostSpec]) -> AsyncIterator[FastAPI]:
     """The app with its lifespan running, connected to the simulated cluster."""
-    app = create_app(make_settings(tmp_path, sim_specs))
-    async with app.router.lifespan_context(app):
-        for host in app.state.runtime.ssh:
-            await host.wait_online(10)
-        for _ in range(100):  # the GPU probes' first readings
-            if all(gpus.snapshot for gpus in app.state.runtime.gpus.hosts.values()):
-                break
-            await asyncio.sleep(0.1)
+    async with started_app(tmp_path, sim_specs) as app:
         yield app
 
 

@@ -13,15 +13,16 @@ import pytest
 from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
-from httpx import AsyncClient
+from httpx import ASGITransport, AsyncClient
 from pydantic import BaseModel
 from starlette.routing import BaseRoute
 
+from app.demo.presets import seed_demo_presets
 from app.launch import remote
 from app.launch.preflight import run_preflight
 from app.ssh import HostConnection, HostSpec
 from app.web.params import INT64_MAX, INT64_MIN
-from tests.conftest import AUTH
+from tests.conftest import AUTH, started_app
 from tests.test_pages import log_in
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -102,19 +103,37 @@ NUL = {
 }
 
 
+@pytest.fixture(scope="module")
+async def refusing_app(tmp_path_factory: pytest.TempPathFactory, sim_specs: list[HostSpec]) -> AsyncIterator[FastAPI]:
+    """One app with the demo presets for the tables of refused presets below: a refusal writes
+    nothing (each case checks that no preset "limits" appeared), so a case needs no app of its own."""
+    async with started_app(tmp_path_factory.mktemp("limits"), sim_specs) as app:
+        async with app.state.runtime.sessions.write() as session:
+            await seed_demo_presets(session)
+        yield app
+
+
+@pytest.fixture
+async def refusing_client(refusing_app: FastAPI) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(transport=ASGITransport(app=refusing_app), base_url="http://testserver") as client:
+        yield client
+
+
 @pytest.mark.parametrize(
     ("fields", "message"), [*OVER.values(), *NUL.values()], ids=[*OVER, *(f"NUL {k}" for k in NUL)]
 )
 async def test_a_preset_field_over_its_limit_or_with_a_nul_is_refused_naming_it(
-    api: AsyncClient, fields: dict[str, Any], message: str
+    refusing_client: AsyncClient, fields: dict[str, Any], message: str
 ) -> None:
-    created = await api.post("/api/presets", json={"name": "limits", "model_path": MODEL, **fields})
+    created = await refusing_client.post(
+        "/api/presets", headers=AUTH, json={"name": "limits", "model_path": MODEL, **fields}
+    )
     assert created.status_code == 422 and message in created.json()["detail"], created.text
     update = {"model_path": MODEL, **{k: v for k, v in fields.items() if k != "name"}}
     if "name" not in fields:
-        edited = await api.put("/api/presets/llama31-8b", json=update)
+        edited = await refusing_client.put("/api/presets/llama31-8b", headers=AUTH, json=update)
         assert edited.status_code == 422 and message in edited.json()["detail"], edited.text
-    assert (await api.get("/api/presets/limits")).status_code == 404
+    assert (await refusing_client.get("/api/presets/limits", headers=AUTH)).status_code == 404
 
 
 def form_of(fields: dict[str, Any]) -> dict[str, str]:
@@ -133,14 +152,13 @@ def form_of(fields: dict[str, Any]) -> dict[str, str]:
          "NUL model_path", "NUL python", "NUL description", "NUL argument", "NUL env value"],
 )  # fmt: skip
 async def test_the_preset_form_refuses_the_same_fields_and_keeps_what_was_typed(
-    app_client: AsyncClient, api: AsyncClient, fields: dict[str, Any], message: str
+    refusing_client: AsyncClient, fields: dict[str, Any], message: str
 ) -> None:
-    api.headers.pop("Authorization")
-    csrf = await log_in(app_client)
-    response = await app_client.post("/presets", data={**form_of(fields), "csrf_token": csrf})
+    csrf = await log_in(refusing_client)
+    response = await refusing_client.post("/presets", data={**form_of(fields), "csrf_token": csrf})
     assert response.status_code == 422
     assert message.replace("'", "&#39;") in response.text
-    assert (await app_client.get("/presets/limits")).status_code == 404
+    assert (await refusing_client.get("/presets/limits")).status_code == 404
 
 
 async def test_a_200_kb_argument_is_refused_and_the_host_stays_online(api: AsyncClient, running_app: FastAPI) -> None:
