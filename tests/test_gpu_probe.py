@@ -13,7 +13,7 @@ from app.clock import utcnow
 from app.db.models import AttemptStatus, GpuSample, Host
 from app.gpu.monitor import prune_samples
 from app.gpu.probe import GpuProcess, ProbeUnavailable, parse_nvml_line, parse_smi_block
-from app.launch.owners import classify
+from app.launch.owners import Owner, classify
 
 GIB = 1 << 30
 
@@ -74,10 +74,10 @@ def test_nvidia_smi_csv_with_unreadable_fields_mig_and_a_gpu_off_the_bus() -> No
 
 
 def test_gpu_processes_are_told_apart_by_owner() -> None:
-    owners = {100: (7, AttemptStatus.READY), 200: (8, AttemptStatus.FAILED)}
+    owners = {100: Owner(7, AttemptStatus.READY), 200: Owner(8, AttemptStatus.FAILED, node_rank=1)}
     assert classify(GpuProcess(0, 101, 10, "x", 100), owners).owner == "attempt"
     stale = classify(GpuProcess(0, 201, 10, "sglang::scheduler_TP0", 200), owners)
-    assert (stale.owner, stale.attempt_id, stale.attempt_status) == ("stale", 8, "failed")
+    assert (stale.owner, stale.attempt_id, stale.attempt_status, stale.node_rank) == ("stale", 8, "failed", 1)
     untracked = GpuProcess(0, 301, 10, "x", 300, "/home/u/.launchdeck/attempts/3-deadbeef")
     assert classify(untracked, owners).owner == "untracked"
     assert classify(GpuProcess(0, 401, 10, "python train.py", 400, "/home/u/work"), owners).owner == "other"
