@@ -199,15 +199,27 @@ class Follower:
         loop = asyncio.get_running_loop()
         until = loop.time() + (pace.serving if status == AttemptStatus.READY else pace.loading)
         while (left := until - loop.time()) > 0:
-            try:
-                await asyncio.wait_for(self.live.news.wait(), left)
-            except TimeoutError:
+            if not await self._news_or_leader_change(left):
                 break
             self.live.news.clear()
             await self._record_log_progress(mirror)
             if status != AttemptStatus.READY:
                 status = await self._check_readiness(connection, port, status, probe)
         return status
+
+    async def _news_or_leader_change(self, timeout: float) -> bool:
+        """Whether news came from the log, or (for a part following node 0's) a change of node 0's
+        row, before the timeout: such a part is ready the moment node 0's is, not a probe later."""
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.live.news.wait())]
+        if self.leader_id is not None:
+            changes = self.record.changes
+            waits.append(asyncio.ensure_future(changes.wait(self.leader_id, changes.stamp(self.leader_id))))
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        return bool(done)
 
     async def _probe(self, connection: HostConnection, directory: str, pid: int | None, start: int | None) -> Any:
         args = ["sh", "-c", remote.PROBE, "sh", directory, str(pid or ""), str(start or "")]

@@ -14,8 +14,8 @@ diagnoses that, and returns once every part has ended and the merged log is comp
 
 The parent is
 - uploading / starting while a part is, loading once every part's process runs;
-- ready when node 0's part is ready (it alone answers HTTP) and every part lives; unhealthy
-  when node 0's part is;
+- ready when every part is: node 0's once it answers HTTP (it alone does), the others as soon
+  as node 0's is (their ranks have joined it by then); unhealthy when node 0's part is;
 - failed (or lost) as soon as any part fails (is lost): its error is the root error of the merged
   log, the first fatal line in the order the lines arrived, with the node that wrote it; the other
   parts are then stopped;
@@ -167,7 +167,8 @@ class GroupFollower:
         if status in UNSTARTED_STATUSES:
             await self.record.stage("process started", AttemptStatus.LOADING, started_at=utcnow())
             status = AttemptStatus.LOADING
-        if leader.status == AttemptStatus.READY and status != AttemptStatus.READY:
+        every_part_ready = all(p.status == AttemptStatus.READY for p in parts)
+        if every_part_ready and status != AttemptStatus.READY:
             ready_at: dict[str, Any] = {"ready_at": utcnow()} if status == AttemptStatus.LOADING else {}
             await self.record.status(AttemptStatus.READY, error="", **ready_at)
             return AttemptStatus.READY
