@@ -90,12 +90,18 @@ async def attempt_of(api: AsyncClient, attempt_id: int) -> dict[str, Any]:
 
 
 async def reaches(api: AsyncClient, attempt_id: int, statuses: set[str], timeout: float = 60) -> dict[str, Any]:
-    async def check() -> dict[str, Any] | None:
-        attempt = await attempt_of(api, attempt_id)
-        return attempt if attempt["status"] in statuses else None
+    last: dict[str, Any] = {}
 
-    result: dict[str, Any] = await until(check, f"attempt {attempt_id} to be {' or '.join(sorted(statuses))}", timeout)
-    return result
+    async def check() -> dict[str, Any] | None:
+        last.update(await attempt_of(api, attempt_id))
+        return last if last["status"] in statuses else None
+
+    wanted = f"attempt {attempt_id} to be {' or '.join(sorted(statuses))}"
+    try:
+        return await until(check, wanted, timeout)
+    except AssertionError as exc:
+        seen = {key: last.get(key) for key in ("status", "error", "job_id", "scheduler")}
+        raise AssertionError(f"{exc}; it was {seen}") from None
 
 
 async def page(browser: AsyncClient, attempt_id: int) -> str:

@@ -171,9 +171,20 @@ class LocalSlurm:
         self._processes.clear()
 
     def restart_controller(self) -> None:
-        """Stops slurmctld (which saves its state) and starts it again: running jobs go on."""
+        """Stops slurmctld (which saves its state) and starts it again: running jobs go on.
+
+        Returns once every node has registered with the new controller (a few seconds): until then
+        Slurm 22.05 has not loaded its GPU plugin and starts a job on a node it recovered as
+        partly busy without the GPUs it asked for, whose steps are then refused ("Invalid generic
+        resource (gres) specification")."""
         self._stop_daemon("slurmctld")
         self._start_controller()
+        self._until(self._every_node_registered, "every node's registration with the restarted slurmctld")
+
+    def _every_node_registered(self) -> bool:
+        result = self.run("scontrol", "--oneliner", "show", "node", check=False)
+        nodes = [line for line in result.stdout.splitlines() if line.startswith("NodeName=")]
+        return len(nodes) == len(self.nodes) and not any("SlurmdStartTime=None" in line for line in nodes)
 
     def kill_node(self, name: str) -> None:
         """Kills the node's slurmd at once, as a node that dies; its jobs' processes stay."""
@@ -387,7 +398,7 @@ class LocalSlurm:
             self._check_running()
             if time.monotonic() > deadline:
                 raise SlurmError(f"{what} did not start within {START_TIMEOUT:g} s{self._log_tails()}")
-            time.sleep(0.02)
+            time.sleep(0.05)
 
     def _check_running(self) -> None:
         for name, process in self._processes.items():
