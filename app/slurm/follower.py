@@ -59,6 +59,7 @@ class _Group:
 class SlurmFollower(Follower):
     job_id = ""
     first_node = ""
+    unreached = ""  # why the last health check could not run inside the job, if it could not
 
     async def run(self) -> None:
         async with self.dashboard.sessions.read() as session:
@@ -138,6 +139,8 @@ class SlurmFollower(Follower):
         """Writes what the scheduler says when it changed (the page shows it at once)."""
         said = {key: value for key, value in scheduler.items() if key in ("sbatch", "nodes_requested")}
         said.update(job.as_dict())
+        if self.unreached:
+            said["note"] = self.unreached
         if said != scheduler:
             await self.record.update(scheduler=said)
         return said
@@ -164,11 +167,14 @@ class SlurmFollower(Follower):
         self, connection: HostConnection, port: int | None, status: AttemptStatus, probe: Any
     ) -> AttemptStatus:
         """As on any host; a check that could not reach the job (its step not started: the
-        controller restarting) learned nothing about the server, so the status stays."""
+        controller restarting) learned nothing about the server, so the status stays, and why is
+        noted on the attempt until a check runs again."""
         try:
-            return await super()._check_readiness(connection, port, status, probe)
-        except HostError:
-            return status
+            status = await super()._check_readiness(connection, port, status, probe)
+            self.unreached = ""
+        except HostError as exc:
+            self.unreached = str(exc)
+        return status
 
     async def _ask_server(
         self, connection: HostConnection, port: int, paths: tuple[str, ...]
