@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncssh
 import httpx
@@ -438,7 +439,7 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
 
     await expect(page.get_by_role("heading", name="Launch")).to_be_visible()
     await page.wait_for_function("() => document.querySelector('select[name=host]')['htmx-internal-data']")
-    await page.get_by_label("Host").select_option("rtxpro-01")
+    await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
     await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
     await page.locator("input[name=gpus][value='0']").uncheck()
     await page.locator("input[name=gpus][value='2']").check()
@@ -492,7 +493,7 @@ async def test_a_new_preset_made_in_the_form_launches_after_preflight_holds_its_
 
     await expect(page.get_by_role("heading", name="Launch")).to_be_visible()
     await page.wait_for_function("() => document.querySelector('select[name=host]')['htmx-internal-data']")
-    await page.get_by_label("Host").select_option("b200-01")
+    await page.get_by_label(re.compile(r"^Host\b")).select_option("b200-01")
     await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on b200-01 (online)")
     for checked in await page.locator("input[name=gpus]:checked").all():
         await checked.uncheck()
@@ -1579,10 +1580,16 @@ async def test_a_preset_on_two_nodes_launches_from_the_form_shows_each_node_and_
         assert (await api.post("/api/presets", json=TWO_NODES)).status_code == 201
     await log_in(page)
     await page.goto(f"/launch?preset={TWO_NODES['name']}")
-    await page.wait_for_function("() => document.querySelector('select[name=hosts]')['htmx-internal-data']")
+    form_live = """() => { const form = document.querySelector('#launch-form');
+        return form && !form.matches('.htmx-settling, .htmx-swapping, .htmx-request')
+            && [...form.querySelectorAll('select[name=hosts]')].every(s => s['htmx-internal-data']); }"""
     for rank, host in enumerate(("rtxpro-01", "rtxpro-02")):
-        await page.get_by_label(f"Node {rank} host").select_option(host)
-        await expect(page.get_by_label(f"Node {rank} host")).to_have_value(host)  # the form came back with it
+        await page.wait_for_function(form_live)  # a new choice redraws the form, as a person would wait for
+        select = page.get_by_label(f"Node {rank} host")
+        if await select.input_value() != host:
+            async with page.expect_response(lambda response: urlsplit(response.url).path == "/launch"):
+                await select.select_option(host)
+        await expect(select).to_have_value(host)
     await expect(page.locator("fieldset.gpu-picker")).to_contain_text("on each of the 2 nodes; shown: on rtxpro-01")
     for gpu in range(4):
         await page.locator(f"input[name=gpus][value='{gpu}']").check()
