@@ -555,6 +555,20 @@ async def launch_ready(demo: Demo, gpu: int) -> dict[str, Any]:
         return attempt
 
 
+async def stop_every_attempt_on(api: httpx.AsyncClient, host: str, demo: Demo) -> None:
+    active = {"pending", "uploading", "starting", "loading", "ready", "unhealthy"}
+    listed = (await api.get("/api/attempts", params={"host": host, "limit": 500})).json()
+    running = [attempt["id"] for attempt in listed if attempt["status"] in active]
+    for attempt_id in running:
+        assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code in (202, 409)
+
+    async def all_ended() -> bool:
+        statuses = [(await api.get(f"/api/attempts/{i}")).json()["status"] for i in running]
+        return not active.intersection(statuses)
+
+    await wait_until(all_ended, 30, f"the attempts on {host} to stop", demo)
+
+
 def append_to_host_log(demo: Demo, attempt: dict[str, Any], lines: list[bytes]) -> None:
     """As the server would: the simulated host's files are on this machine."""
     path = demo.data_dir / "demo" / "hosts" / attempt["host"] / "home" / attempt["remote_dir"] / "server.log"
@@ -1578,6 +1592,8 @@ async def test_a_preset_on_two_nodes_launches_from_the_form_shows_each_node_and_
     page = tab.page
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         assert (await api.post("/api/presets", json=TWO_NODES)).status_code == 201
+        for host in ("rtxpro-01", "rtxpro-02"):  # every GPU of both hosts: other tests' servers stop first
+            await stop_every_attempt_on(api, host, demo)
     await log_in(page)
     await page.goto(f"/launch?preset={TWO_NODES['name']}")
     form_live = """() => { const form = document.querySelector('#launch-form');
