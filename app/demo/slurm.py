@@ -179,7 +179,7 @@ class LocalSlurm:
         resource (gres) specification")."""
         self._stop_daemon("slurmctld")
         self._start_controller()
-        self._until(self._every_node_registered, "every node's registration with the restarted slurmctld")
+        self._until(self._every_node_registered, "every node registered with the restarted slurmctld")
 
     def _every_node_registered(self) -> bool:
         result = self.run("scontrol", "--oneliner", "show", "node", check=False)
@@ -359,11 +359,11 @@ class LocalSlurm:
                 f"--log-file={self.log_path('munged')}",
             ],
         )
-        self._until(self.munge_socket.exists, "munged's socket")
+        self._until(self.munge_socket.exists, "munged's socket is there")
 
     def _start_controller(self) -> None:
         self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf_path)])
-        self._until(lambda: self.run("scontrol", "ping", check=False).stdout.count("is UP") > 0, "slurmctld")
+        self._until(lambda: self.run("scontrol", "ping", check=False).stdout.count("is UP") > 0, "slurmctld answers")
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         program = shutil.which(argv[0])
@@ -397,7 +397,7 @@ class LocalSlurm:
         while not check():
             self._check_running()
             if time.monotonic() > deadline:
-                raise SlurmError(f"{what} did not start within {START_TIMEOUT:g} s{self._log_tails()}")
+                raise SlurmError(f"{what}: not within {START_TIMEOUT:g} s{self._log_tails()}")
             time.sleep(0.05)
 
     def _check_running(self) -> None:
