@@ -52,7 +52,7 @@ from app.demo.cluster import ensure_gpu_state
 from app.demo.inventory import SimHostSpec
 from app.demo.model_catalogue import install_models
 from app.demo.netns import NetworkNamespace
-from app.demo.sshserver import SimHost
+from app.demo.sshserver import SimHost, kill_marked
 from app.ssh.hostkeys import generate_key_file
 from app.ssh.hosts import HostSpec, render_hosts
 
@@ -159,7 +159,7 @@ class LocalSlurm:
         environment names this cluster's configuration."""
         if "slurmctld" in self._processes:
             self._stop_daemon("slurmctld")  # saves its state; a slurmd would wait for its jobs' steps
-        _kill_marked(f"SLURM_CONF={self.conf_path}".encode())
+        kill_marked(f"SLURM_CONF={self.conf_path}".encode())
         for host in self.hosts.values():
             host.kill_detached()
             if host.network is not None:
@@ -412,21 +412,6 @@ class LocalSlurm:
             if lines:
                 tails.append(f"\n{log.name}:\n  " + "\n  ".join(lines))
         return "".join(tails)
-
-
-def _kill_marked(marker: bytes) -> None:
-    """SIGKILLs every process (but this one) whose environment holds `marker`."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read().split(b"\0")
-        except OSError:
-            continue
-        if marker in environ:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry), signal.SIGKILL)
 
 
 @dataclass

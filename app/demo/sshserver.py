@@ -199,18 +199,7 @@ class SimHost:
     def kill_detached(self) -> None:
         """Kills what sessions left running on their own (servers started with setsid), found by the
         host's GPU state path in their environment, as a host shutdown would."""
-        marker = f"{simgpu.STATE_ENV}={self.gpu_state_path}".encode()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    environ = f.read().split(b"\0")
-            except OSError:
-                continue
-            if marker in environ:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(entry), signal.SIGKILL)
+        kill_marked(f"{simgpu.STATE_ENV}={self.gpu_state_path}".encode())
 
     def drop_connections(self) -> None:
         """Closes every client connection at once, as a host restart would."""
@@ -342,3 +331,18 @@ async def _relay(process: asyncssh.SSHServerProcess[bytes], child: asyncio.subpr
 def _signal_group(pgid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
+
+
+def kill_marked(marker: bytes) -> None:
+    """SIGKILLs every process (but this one) with `marker` (NAME=value) in its environment."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in environ:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry), signal.SIGKILL)
