@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from app import audit
@@ -252,12 +253,7 @@ class AttemptService:
                 )
             attempt.script_sha256 = hashlib.sha256(attempt.script.encode()).hexdigest()
             detail: dict[str, Any] = {"preset": preset, "revision": chosen.number, "host": host, "gpus": gpus}
-            if override_reason:
-                detail["override"] = override_reason
-                detail["overridden"] = preflight.failures()
-            if past is not None:
-                detail["failed_before"] = past.count
-            audit.record(session, actor=actor, action="launch", target=f"attempt {attempt.id}", detail=detail)
+            _audit_launch(session, actor, attempt.id, detail, override_reason, preflight, past)
         self._follow(attempt.id, launching=True)
         return attempt
 
@@ -437,12 +433,7 @@ class AttemptService:
                 "preset": preset, "revision": chosen.number, "hosts": launch.hosts, "gpus": launch.gpus,
                 "dist_port": launch.dist_port,
             }  # fmt: skip
-            if override_reason:
-                detail["override"] = override_reason
-                detail["overridden"] = preflight.failures()
-            if past is not None:
-                detail["failed_before"] = past.count
-            audit.record(session, actor=actor, action="launch", target=f"attempt {attempt.id}", detail=detail)
+            _audit_launch(session, actor, attempt.id, detail, override_reason, preflight, past)
         self._follow(attempt.id, launching=True)
         return attempt
 
@@ -641,6 +632,24 @@ class AttemptService:
             await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(pid)], check=False)
             self._in_background(self._kill_after_grace(connection, pid))
         return True
+
+
+def _audit_launch(
+    session: AsyncSession,
+    actor: str,
+    attempt_id: int,
+    detail: dict[str, Any],
+    override_reason: str,
+    preflight: Preflight,
+    past: guards.PastFailures | None,
+) -> None:
+    """The launch in the audit trail, with what was overridden and how often it failed before."""
+    if override_reason:
+        detail["override"] = override_reason
+        detail["overridden"] = preflight.failures()
+    if past is not None:
+        detail["failed_before"] = past.count
+    audit.record(session, actor=actor, action="launch", target=f"attempt {attempt_id}", detail=detail)
 
 
 async def _check_revision(
