@@ -18,7 +18,8 @@ The parent is
   as node 0's is (their ranks have joined it by then); unhealthy when node 0's part is;
 - failed (or lost) as soon as any part fails (is lost): its error is the root error of the merged
   log, the first fatal line in the order the lines arrived, with the node that wrote it; the other
-  parts are then stopped;
+  parts are then stopped (that node's own part is given ROOT_PART_EXIT to end on its error first,
+  so that it shows failed, not stopped);
 - stopped once every part ended after a stop of the attempt.
 Only the parts' statuses (the hosts' evidence) move it; the dashboard's own errors never do.
 """
@@ -47,7 +48,10 @@ from app.logs.mirror import Mirrors
 
 log = logging.getLogger(__name__)
 
-NODE_TAG = re.compile(r"^\[(node\d+ [^\]]+)\] ")
+NODE_TAG = re.compile(r"^\[(node(\d+) [^\]]+)\] ")
+# How long the part whose node wrote the root error may take to end by itself (its process is
+# exiting on that error) before it is stopped like the others: its own status then says failed.
+ROOT_PART_EXIT = 10.0
 
 
 class GroupDashboard(Protocol):
@@ -109,6 +113,8 @@ class GroupFollower:
         self.record = record
         self.attempt_id = record.attempt_id
         self.watch = LogWatch(dashboard, record)
+        self.ending: list[int] = []  # the root error's part, left to end by itself until `ending_by`
+        self.ending_by = 0.0
 
     async def run(self) -> None:
         async with self.dashboard.sessions.read() as session:
@@ -124,6 +130,7 @@ class GroupFollower:
                 await self.watch.record_progress()
                 if status.active:
                     status = await self._decide(status, parts, merger)
+                await self._stop_the_root_part_if_it_lingers(parts)
                 if all(not part.status.active for part in parts):
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(merger.done.wait(), self.dashboard.pace.drain)
@@ -149,10 +156,13 @@ class GroupFollower:
             await self._wait_merged(first, merger)
             await self.watch.record_progress()
             outcome = AttemptStatus.LOST if first.status == AttemptStatus.LOST else AttemptStatus.FAILED
-            await self.record.finish(outcome, error=self._root_error(first), exit_code=first.exit_code)
-            alive = [p.id for p in parts if p.status.active]
-            if alive:
-                await self.dashboard.stop_parts(alive, f"{first.node} {first.status}")
+            error, root_rank = self._root_error(first)
+            await self.record.finish(outcome, error=error, exit_code=first.exit_code)
+            alive = [p for p in parts if p.status.active]
+            self.ending = [p.id for p in alive if p.node_rank == root_rank]
+            self.ending_by = asyncio.get_running_loop().time() + min(ROOT_PART_EXIT, self.dashboard.pace.drain)
+            if others := [p.id for p in alive if p.node_rank != root_rank]:
+                await self.dashboard.stop_parts(others, f"{first.node} {first.status}")
             return outcome
         if ended:
             return status  # stopping: the attempt ends once every part has
@@ -190,13 +200,19 @@ class GroupFollower:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(merged(), self.dashboard.pace.drain)
 
-    def _root_error(self, failed: Part) -> str:
+    def _root_error(self, failed: Part) -> tuple[str, int]:
         """The merged log's root error (its lines start with their node's tag), with the node
-        named; else what the part that ended first says of itself."""
+        named, and that node's rank; else what the part that ended first says of itself."""
         root_error = self.watch.live.analyzer.snapshot().root_error or ""
         if tag := NODE_TAG.match(root_error):
-            return f"{tag.group(1)}: {root_error[tag.end() :]}"
-        return f"{failed.node}: {failed.error or failed.status}"
+            return f"{tag.group(1)}: {root_error[tag.end() :]}", int(tag.group(2))
+        return f"{failed.node}: {failed.error or failed.status}", failed.node_rank
+
+    async def _stop_the_root_part_if_it_lingers(self, parts: list[Part]) -> None:
+        if self.ending and asyncio.get_running_loop().time() >= self.ending_by:
+            if lingering := [p.id for p in parts if p.id in self.ending and p.status.active]:
+                await self.dashboard.stop_parts(lingering, "it did not end after its own fatal error")
+            self.ending = []
 
     async def _until_change(self, parts: list[Part]) -> None:
         """Until a part's row or the merged log's diagnosis changes, or the loading pace passes."""
