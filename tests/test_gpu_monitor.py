@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -46,6 +47,22 @@ async def test_readings_follow_memory_booked_and_released_mid_stream(
         holder.kill()
     await until(lambda: used(status, 3) == 0, what="the release to show")
     assert status.snapshot.taken_at > first_reading and len(status.history[3]) >= 1
+
+
+async def test_the_readings_stored_at_a_failure_are_taken_after_it(
+    running_app: FastAPI, sim_cluster: SimCluster
+) -> None:
+    """A failed attempt's `at_failure` readings show what the failure left on the GPUs (a
+    reading from before it may miss a rank that just took its memory)."""
+    monitor: GpuMonitor = running_app.state.runtime.gpus
+    path = str(sim_cluster.hosts["rtxpro-01"].gpu_state_path)
+    with subprocess.Popen(["sleep", "30"]) as holder:
+        simgpu.book([2], 4_321, pid=holder.pid, name="python3", path=path)
+        failed_at = time.time()
+        readings = await monitor.snapshot_after("rtxpro-01", failed_at)
+        holder.kill()
+    assert readings["taken_at"] > failed_at
+    assert [(p["gpu"], p["used_mib"]) for p in readings["processes"] if p["pid"] == holder.pid] == [(2, 4_321)]
 
 
 async def test_a_killed_probe_is_restarted(running_app: FastAPI, connect: Connect, sim_specs: list[HostSpec]) -> None:

@@ -311,6 +311,19 @@ class GpuMonitor:
                 log.exception("pruning GPU samples failed")
             await asyncio.sleep(600)
 
+    async def snapshot_after(self, host_name: str, moment: float) -> dict[str, Any]:
+        """The host's first readings taken after `moment` (epoch seconds): what a failure left on
+        the GPUs, not a reading from before it. The latest ones if none comes within two
+        intervals (a host whose probe is down)."""
+        deadline = time.monotonic() + 2 * self.interval + 1.0
+        seen = self.version
+        while (left := deadline - time.monotonic()) > 0:
+            status = self.hosts.get(host_name)
+            if status is None or (status.snapshot is not None and status.snapshot.taken_at > moment):
+                break
+            seen = await self.changed(seen, left)
+        return self.snapshot_of(host_name)
+
     def snapshot_of(self, host_name: str) -> dict[str, Any]:
         """The host's latest GPU readings, as stored with an attempt at launch and at failure."""
         status = self.hosts.get(host_name)

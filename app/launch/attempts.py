@@ -33,7 +33,7 @@ from app.db import Sessions
 from app.db.models import ACTIVE_STATUSES, FINISHED_STATUSES, Attempt, AttemptStatus, Host, PresetRevision
 from app.errors import HostError, InvalidInput, NotFound
 from app.launch import guards, nodes, remote
-from app.launch.follower import Follower
+from app.launch.follower import Follower, GpuReadings, NoGpuReadings
 from app.launch.group import GroupFollower
 from app.launch.history import load_attempt
 from app.launch.owners import owners_by_host, started_by_launchdeck
@@ -76,13 +76,12 @@ class AttemptService:
         *,
         stop_grace: float = 15.0,
         pace: Pace | None = None,
-        gpu_snapshot: Callable[[str], dict[str, Any]] | None = None,
+        gpus: GpuReadings | None = None,
     ):
         self.sessions = sessions
         self.ssh = ssh
         self.mirrors = mirrors
-        # The host's latest GPU readings, stored with an attempt at launch and when it fails.
-        self.gpu_snapshot = gpu_snapshot or (lambda host: {})
+        self.gpus = gpus or NoGpuReadings()
         self.stop_grace = stop_grace
         self.pace = pace or Pace()
         self.tracking = Tracking()
@@ -240,7 +239,7 @@ class AttemptService:
                 preflight=preflight.as_dict(),
                 effective_args=preflight.effective_args,
                 sglang_version=preflight.sglang_version,
-                gpu_snapshot={"at_launch": self.gpu_snapshot(connection.name)},
+                gpu_snapshot={"at_launch": self.gpus.snapshot_of(connection.name)},
             )
             session.add(attempt)
             await session.flush()
@@ -404,7 +403,7 @@ class AttemptService:
                 preflight=preflight.as_dict(),
                 effective_args=preflight.effective_args,
                 sglang_version=preflight.sglang_version,
-                gpu_snapshot={"at_launch": self.gpu_snapshot(launch.hosts[0])},
+                gpu_snapshot={"at_launch": self.gpus.snapshot_of(launch.hosts[0])},
             )
             session.add(attempt)
             await session.flush()
@@ -422,7 +421,7 @@ class AttemptService:
                     launched_by=actor,
                     stage=AttemptStatus.PENDING,
                     stages=[pending],
-                    gpu_snapshot={"at_launch": self.gpu_snapshot(host)},
+                    gpu_snapshot={"at_launch": self.gpus.snapshot_of(host)},
                 )
                 session.add(part)
                 await session.flush()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -34,13 +35,31 @@ from app.ssh import HostConnection, SSHManager
 SERVER_INFO_STATE = frozenset({"status", "version", "internal_states", "max_total_num_tokens"})
 
 
+class GpuReadings(Protocol):
+    """The hosts' GPU readings (app.gpu.monitor), stored with an attempt at launch and at failure."""
+
+    def snapshot_of(self, host_name: str) -> dict[str, Any]: ...
+
+    async def snapshot_after(self, host_name: str, moment: float) -> dict[str, Any]: ...
+
+
+class NoGpuReadings:
+    """For a dashboard that watches no GPUs: nothing to store."""
+
+    def snapshot_of(self, host_name: str) -> dict[str, Any]:
+        return {}
+
+    async def snapshot_after(self, host_name: str, moment: float) -> dict[str, Any]:
+        return {}
+
+
 class Dashboard(Protocol):
     """What a follower uses of the dashboard (the attempt service) besides the attempt's record."""
 
     sessions: Sessions
     pace: Pace  # read at every use: tests shorten it on a running dashboard
     ssh: SSHManager
-    gpu_snapshot: Callable[[str], dict[str, Any]]  # the host's latest GPU readings
+    gpus: GpuReadings
 
     def mirror(self, attempt: Attempt) -> LogMirror:
         """The attempt's log mirror, started unless it runs already."""
@@ -302,6 +321,7 @@ class Follower:
             listener.close()
 
     async def _finish_process(self, probe: Any) -> None:
+        ended = time.time()
         async with self.dashboard.sessions.read() as session:
             attempt = await load_attempt(session, self.attempt_id)
         if attempt.stop_requested_at is not None:
@@ -310,7 +330,7 @@ class Follower:
             error = "the server's process is gone and left no exit status"
             await self.record.finish(AttemptStatus.LOST, error=error)
         else:
-            at_failure = self.dashboard.gpu_snapshot(attempt.host.name)
+            at_failure = await self.dashboard.gpus.snapshot_after(attempt.host.name, ended)
             await self.record.finish(
                 AttemptStatus.FAILED,
                 exit_code=probe.exit_code,

@@ -159,7 +159,7 @@ class SlurmFollower(Follower):
         outcome = outcome_of(job, server_exit=server_exit, stop_requested=attempt.stop_requested_at is not None)
         changes: dict[str, Any] = {"exit_code": outcome.exit_code, "error": outcome.error}
         if outcome.status == AttemptStatus.FAILED:
-            at_failure = self.dashboard.gpu_snapshot(attempt.host.name)
+            at_failure = self.dashboard.gpus.snapshot_of(attempt.host.name)
             changes["gpu_snapshot"] = {**attempt.gpu_snapshot, "at_failure": at_failure}
         await self.record.finish(outcome.status, **changes)
 

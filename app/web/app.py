@@ -148,7 +148,7 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
             mirrors,
             stop_grace=settings.stop_grace_seconds,
             pace=Pace(hang=settings.hang_seconds),
-            gpu_snapshot=gpus.snapshot_of,
+            gpus=gpus,
         )
         await attempts.start()
         rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
