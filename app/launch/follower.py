@@ -33,6 +33,9 @@ from app.ssh import HostConnection, SSHManager
 
 # Keys of /get_server_info that report the server's state rather than its arguments.
 SERVER_INFO_STATE = frozenset({"status", "version", "internal_states", "max_total_num_tokens"})
+# The error of an attempt whose launch the dashboard's own stop cut short: no server ever ran, so
+# it says nothing about the configuration (a sweep launches that point again).
+INTERRUPTED_LAUNCH = "the launch was interrupted before the server started"
 
 
 class GpuReadings(Protocol):
@@ -183,8 +186,7 @@ class Follower:
                     start = probe.start_time
                     await self.record.update(pid_start_time=start)
                 if probe.missing or (pid is None and status in (AttemptStatus.PENDING, AttemptStatus.UPLOADING)):
-                    error = "the launch was interrupted before the server started"
-                    await self.record.finish(AttemptStatus.FAILED, error=error)
+                    await self.record.finish(AttemptStatus.FAILED, error=INTERRUPTED_LAUNCH)
                     return
                 if status in UNSTARTED_STATUSES:
                     await self.record.stage("process started", AttemptStatus.LOADING)
@@ -291,10 +293,17 @@ class Follower:
             await self.record.status(AttemptStatus.READY, change=_with_server_info(info[0]), error="", **first)
             return AttemptStatus.READY
         if status == AttemptStatus.READY and (not healthy or probe.group_size < self.ready_group_size):
+            if await self._stop_requested():
+                return status  # a server going down because it was asked to is not unhealthy
             reason = "health check failed" if not healthy else "server processes have exited"
             await self.record.status(AttemptStatus.UNHEALTHY, error=reason)
             return AttemptStatus.UNHEALTHY
         return status
+
+    async def _stop_requested(self) -> bool:
+        async with self.dashboard.sessions.read() as session:
+            query = select(Attempt.stop_requested_at).where(Attempt.id == self.attempt_id)
+            return await session.scalar(query) is not None
 
     async def _ask_server(
         self, connection: HostConnection, port: int, paths: tuple[str, ...]
