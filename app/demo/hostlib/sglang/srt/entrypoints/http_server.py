@@ -6,6 +6,9 @@ that only read the server's own state answer even when the schedulers no longer 
 nodes (`--nnodes`), node i runs TP ranks i*tp/n to (i+1)*tp/n - 1 on its GPUs 0 to tp/n - 1; only
 node 0 runs the API, the others serve SGLang's dummy health check (/health, /health_generate and
 /ping) on --port and wait on their schedulers. How the nodes' ranks meet is sglang.srt.distributed's.
+
+Rank 0 reports after every forward which tokens each request gained; /generate and /v1/completions
+with `"stream": true` pass them on as server-sent events (chunked), ending with `data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import queue
 import select
 import signal
 import socket
@@ -46,7 +50,8 @@ class Engine:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.sockets: list[socket.socket] = []
         self.scheduler_info: dict[str, Any] = {}
-        self.waiting: dict[str, dict[str, Any]] = {}
+        self.streams: dict[str, queue.Queue[dict[str, Any]]] = {}
+        self.internal_stats: dict[str, Any] = {}  # the scheduler's figures for /get_server_info
         self.lock = threading.Lock()
         self.last_heartbeat = time.time()
         self.warmed_up = False  # /health answers 503 until the warmup request has run
@@ -111,7 +116,8 @@ class Engine:
         return self.server_args.tp_size // self.server_args.nnodes * self.server_args.node_rank
 
     def read_results(self) -> None:
-        """Collects finished requests from rank 0, which plays the detokenizer's part."""
+        """Collects what rank 0 (playing the detokenizer's part) reports after each forward, and hands
+        every request its new tokens; the last update of a request, or a reply, ends its stream."""
         buffer = b""
         while data := self.sockets[0].recv(65536):
             buffer += data
@@ -119,44 +125,152 @@ class Engine:
                 line, buffer = buffer.split(b"\n", 1)
                 message = json.loads(line)
                 self.last_heartbeat = time.time()
-                with self.lock:
-                    waiter = self.waiting.pop(message.get("rid", ""), None)
-                if waiter:
-                    waiter["result"] = message
-                    waiter["done"].set()
+                self.internal_stats.update(message.get("stats", {}))
+                for update in message.get("updates", [message]):
+                    with self.lock:
+                        stream = self.streams.get(update.get("rid", ""))
+                        if stream is not None and update.get("finished", True):
+                            del self.streams[update["rid"]]
+                    if stream is not None:
+                        stream.put(update)
 
-    def generate(self, prompt_tokens: int, max_new_tokens: int, timeout: float | None = None) -> dict[str, Any] | None:
+    def submit(self, prompt_tokens: int, max_new_tokens: int) -> tuple[str, queue.Queue[dict[str, Any]]]:
+        """Queues a request on every rank; its updates (new ids, `finished`) arrive on the returned queue."""
         rid = uuid.uuid4().hex
-        waiter: dict[str, Any] = {"done": threading.Event()}
+        stream: queue.Queue[dict[str, Any]] = queue.Queue()
+        message = {"op": "generate", "rid": rid, "prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens}
         with self.lock:
-            self.waiting[rid] = waiter
-            message = {"op": "generate", "rid": rid, "prompt_tokens": prompt_tokens, "max_new_tokens": max_new_tokens}
+            self.streams[rid] = stream
             for sock in self.sockets:
                 sock.sendall(json.dumps(message).encode() + b"\n")
-        if not waiter["done"].wait(timeout):
-            with self.lock:
-                self.waiting.pop(rid, None)
-            return None
-        result: dict[str, Any] = waiter["result"]
-        result["id"] = rid
-        return result
+        return rid, stream
 
+    def abort(self, rid: str) -> None:
+        with self.lock:
+            self.streams.pop(rid, None)
+            self.sockets[0].sendall(json.dumps({"op": "abort", "rid": rid}).encode() + b"\n")
 
-def count_tokens(text: str) -> int:
-    return max(1, round(len(text.split()) * 1.3))
+    def generate(self, prompt_tokens: int, max_new_tokens: int, timeout: float | None = None) -> dict[str, Any] | None:
+        """The whole output of one request, or None (and the request aborted) after `timeout` seconds."""
+        rid, stream = self.submit(prompt_tokens, max_new_tokens)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        result: dict[str, Any] = {"id": rid, "output_ids": []}
+        while True:
+            try:
+                update = stream.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.abort(rid)
+                return None
+            result["output_ids"] += update["ids"]
+            result.update(verify_ct=update["verify_ct"], accepted_drafts=update["accepted_drafts"])
+            if update["finished"]:
+                return result
+
+    def flush_cache(self) -> bool:
+        """SGLang's cache flush, refused by the scheduler while requests are queued or running."""
+        rid = uuid.uuid4().hex
+        reply: queue.Queue[dict[str, Any]] = queue.Queue()
+        with self.lock:
+            self.streams[rid] = reply
+            self.sockets[0].sendall(json.dumps({"op": "flush_cache", "rid": rid}).encode() + b"\n")
+        try:
+            return bool(reply.get(timeout=HEALTH_CHECK_TIMEOUT)["success"])
+        except queue.Empty:
+            return False
 
 
 WORDS = ("the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this")
+VOCABULARY = frozenset(WORDS)
+
+
+def count_tokens(text: str) -> int:
+    """The simulated tokenizer's count: one token for each of its own words (what `detokenize`
+    writes), and 1.3 for any other word, about what a BPE tokenizer averages on English."""
+    words = text.split()
+    known = sum(1 for word in words if word in VOCABULARY)
+    return max(1, known + round((len(words) - known) * 1.3))
 
 
 def detokenize(ids: list[int]) -> str:
-    return " " + " ".join(WORDS[i % len(WORDS)] for i in ids)
+    return " " + " ".join(WORDS[i % len(WORDS)] for i in ids) if ids else ""
+
+
+@dataclasses.dataclass
+class GenerateRequest:
+    """One /generate or /v1/completions call and how its responses (whole or streamed) are shaped."""
+
+    path: str
+    body: dict[str, Any]
+    prompt_tokens: int
+    started: float
+    rid: str = ""
+    draft_tokens: int = 0  # set under speculative decoding: the meta_info then reports acceptance
+
+    def output(self, ids: list[int], progress: dict[str, Any], finished: bool, delta: list[int] | None) -> Any:
+        """The response body, or with `delta` a stream chunk: /generate repeats the whole text and ids
+        in each chunk, the completions API sends only the new text."""
+        if self.path == "/generate":
+            meta_info = self.meta_info(ids, progress, finished)
+            return {"text": detokenize(ids), "output_ids": list(ids), "meta_info": meta_info}
+        text = detokenize(ids if delta is None else delta)
+        output = {
+            "id": self.rid,
+            "object": "text_completion",
+            "created": int(self.started),
+            "model": self.body.get("model", "default"),
+            "choices": [
+                {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": None,
+                    "finish_reason": "length" if finished else None,
+                    "matched_stop": None,
+                }
+            ],
+            "usage": None,
+        }
+        if delta is None or not delta:
+            output["usage"] = {
+                "prompt_tokens": self.prompt_tokens,
+                "total_tokens": self.prompt_tokens + len(ids),
+                "completion_tokens": len(ids),
+                "prompt_tokens_details": None,
+                "reasoning_tokens": 0,
+            }
+        if delta is None:
+            output["metadata"] = {"weight_version": "default"}
+        return output
+
+    def meta_info(self, ids: list[int], progress: dict[str, Any], finished: bool) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "id": self.rid,
+            "finish_reason": {"type": "length", "length": len(ids)} if finished else None,
+            "prompt_tokens": self.prompt_tokens,
+            "weight_version": "default",
+            "completion_tokens": len(ids),
+            "cached_tokens": 0,
+        }
+        if finished and self.draft_tokens:
+            verify_ct, accepted = progress.get("verify_ct", 0), progress.get("accepted_drafts", 0)
+            meta.update(spec_accept_rate=0.0, spec_accept_length=0, spec_verify_ct=verify_ct)
+            if verify_ct:
+                drafted = verify_ct * (self.draft_tokens - 1)
+                meta.update(
+                    spec_accept_rate=accepted / drafted if drafted else 0.0,
+                    spec_accept_length=len(ids) / verify_ct,
+                    spec_accept_token_num=accepted,
+                    spec_draft_token_num=drafted,
+                )
+        if finished:
+            meta["e2e_latency"] = round(time.time() - self.started, 4)
+        return meta
 
 
 def make_handler(
     server_args: Any, engine: Engine, model_config: ModelConfig, reported_args: dict[str, Any]
 ) -> type[BaseHTTPRequestHandler]:
     served_name = server_args.served_model_name or server_args.model_path
+    draft_tokens = (server_args.speculative_num_draft_tokens or 0) if server_args.speculative_algorithm else 0
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -233,6 +347,7 @@ def make_handler(
                         "max_total_num_tokens": info.get("max_total_num_tokens"),
                         "internal_states": [
                             {
+                                **engine.internal_stats,
                                 "max_running_requests": info.get("max_running_requests"),
                                 "memory_usage": {
                                     "weight": info.get("weight_gb"),
@@ -265,11 +380,16 @@ def make_handler(
                 )
             elif path == "/ping":
                 self.reply(200)
+            elif path == "/flush_cache":
+                self.flush_cache()
             else:
                 self.reply(404, {"detail": "Not Found"})
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
+            if path == "/flush_cache":
+                self.flush_cache()
+                return
             if path not in ("/generate", "/v1/completions"):
                 self.reply(404, {"detail": "Not Found"})
                 return
@@ -277,6 +397,9 @@ def make_handler(
             if body is None:
                 return
             prompt = body.get("text") if path == "/generate" else body.get("prompt")
+            input_ids = body.get("input_ids") if path == "/generate" else None
+            if prompt is None and isinstance(input_ids, list):
+                prompt = detokenize(input_ids)
             params = body.get("sampling_params") or {} if path == "/generate" else body
             try:
                 max_new_tokens = int(
@@ -296,63 +419,68 @@ def make_handler(
                     },
                 )
                 return
-            prompt_tokens = count_tokens(prompt)
-            started = time.time()
-            result = engine.generate(prompt_tokens, max_new_tokens)
+            request = GenerateRequest(path, body, count_tokens(prompt), time.time(), draft_tokens=draft_tokens)
+            if body.get("stream"):
+                self.stream(request, max_new_tokens)
+                return
+            result = engine.generate(request.prompt_tokens, max_new_tokens)
             assert result is not None
-            ids = result["output_ids"]
-            finish = {"type": "length", "length": len(ids)}
-            if path == "/generate":
-                self.reply(
-                    200,
-                    {
-                        "text": detokenize(ids),
-                        "output_ids": ids,
-                        "meta_info": {
-                            "id": result["id"],
-                            "finish_reason": finish,
-                            "prompt_tokens": prompt_tokens,
-                            "weight_version": "default",
-                            "completion_tokens": len(ids),
-                            "cached_tokens": 0,
-                            "e2e_latency": round(time.time() - started, 4),
-                        },
-                    },
-                )
-            else:
-                self.reply(
-                    200,
-                    {
-                        "id": result["id"],
-                        "object": "text_completion",
-                        "created": int(started),
-                        "model": body.get("model", "default"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "text": detokenize(ids),
-                                "logprobs": None,
-                                "finish_reason": "length",
-                                "matched_stop": None,
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": prompt_tokens,
-                            "total_tokens": prompt_tokens + len(ids),
-                            "completion_tokens": len(ids),
-                            "prompt_tokens_details": None,
-                            "reasoning_tokens": 0,
-                        },
-                        "metadata": {"weight_version": "default"},
-                    },
-                )
+            request.rid = result["id"]
+            self.reply(200, request.output(result["output_ids"], result, finished=True, delta=None))
+
+        def stream(self, request: GenerateRequest, max_new_tokens: int) -> None:
+            """Server-sent events, one per forward that gave the request tokens, then [DONE]; a client
+            that hangs up has its request aborted, as SGLang does."""
+            request.rid, updates = engine.submit(request.prompt_tokens, max_new_tokens)
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            ids: list[int] = []
+            try:
+                while True:
+                    update = updates.get()
+                    ids += update["ids"]
+                    self.send_event(json.dumps(request.output(ids, update, update["finished"], update["ids"])))
+                    if update["finished"]:
+                        break
+                usage = (request.body.get("stream_options") or {}).get("include_usage")
+                if request.path == "/v1/completions" and usage:
+                    self.send_event(json.dumps({**request.output(ids, update, True, []), "choices": []}))
+                self.send_event("[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                engine.abort(request.rid)
+
+        def send_event(self, data: str) -> None:
+            payload = f"data: {data}\n\n".encode()
+            self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+
+        def flush_cache(self) -> None:
+            flushed = engine.flush_cache()
+            body = (
+                b"Cache flushed.\nPlease check backend logs for more details. "
+                b"(When there are running or waiting requests, the operation will not be performed.)\n"
+            )
+            self.send_response(200 if flushed else 400)
+            self.send_header("content-type", "text/plain; charset=utf-8")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
         def health(self) -> None:
+            """Healthy once the scheduler reports anything after the check began, SGLang's own test:
+            a busy server answers through the requests it is already running."""
             if not engine.warmed_up:
                 self.reply(503)
                 return
             tic = time.time()
-            if engine.generate(1, 1, timeout=HEALTH_CHECK_TIMEOUT * time_scale()) is None:
+            rid, _ = engine.submit(1, 1)
+            deadline = time.monotonic() + HEALTH_CHECK_TIMEOUT * time_scale()
+            while engine.last_heartbeat <= tic and time.monotonic() < deadline:
+                time.sleep(0.005)
+            engine.abort(rid)
+            if engine.last_heartbeat <= tic:
                 started = time.strftime("%H:%M:%S", time.localtime(tic))
                 heartbeat = time.strftime("%H:%M:%S", time.localtime(engine.last_heartbeat))
                 logger.info(

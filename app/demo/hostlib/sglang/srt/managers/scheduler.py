@@ -1,9 +1,12 @@
 """A scheduler process, one per tensor-parallel rank, started by the server's main process.
 
 It loads its share of the model onto its GPU, reports ready, then runs the requests the
-main process sends it over a socket (JSON lines). Rank 0 logs SGLang's prefill and decode
-lines. A rank whose start-up fails logs the traceback and sends SIGQUIT to its parent, as
-SGLang's schedulers do.
+main process sends it over a socket (JSON lines). Rank 0 batches them as SGLang does: new
+requests are prefilled while there is room under max_running_requests, the running ones decode
+together, each forward taking the real time simperf gives it (never scaled by the start-up time
+scale); after each forward it sends the main process the tokens every request gained, so that
+responses can stream. Rank 0 logs SGLang's prefill and decode lines. A rank whose start-up fails
+logs the traceback and sends SIGQUIT to its parent, as SGLang's schedulers do.
 
 Run as `python -m sglang.srt.managers.scheduler`, with the socket's descriptor in
 SGLANG_SIM_CONTROL_FD; the first line on it carries the server arguments and the rank.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import select
@@ -20,22 +24,17 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from traceback import format_exception
 from types import SimpleNamespace
 from typing import Any
 
+import simperf
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.device import Device
 from sglang.srt.model_executor.model_runner import ModelRunner
-from sglang.srt.utils import (
-    configure_logger,
-    elapsed_since,
-    pause,
-    rank_prefix,
-    set_process_title,
-    time_scale,
-)
+from sglang.srt.utils import configure_logger, pause, rank_prefix, set_process_title
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +42,8 @@ CONTROL_FD_ENV = "SGLANG_SIM_CONTROL_FD"
 FAULT_ENV = "LAUNCHDECK_SIM_FAULT"
 FAULT_FILE = "sim-fault"
 STALE_MODEL_FAULT = "stale-model"
-DECODE_STEP_SECONDS = 0.02
+KILL_WAIT_SECONDS = 2.0
+CATCH_UP_SECONDS = 0.05  # how late a forward may start after the one before, kept on the GPU's pace
 NCCL_TIMEOUT_SECONDS = 600
 
 
@@ -85,10 +85,16 @@ class Scheduler:
             f"context_len={self.model_config.context_len}, "
             f"available_gpu_mem={self.device.free_gb():.2f} GB"
         )
-        self.running: dict[str, dict[str, Any]] = {}
+        self.spec = simperf.spec_shape(server_args)
+        self.accept_length = simperf.accept_length(self.spec)
+        self.waiting: list[Request] = []
+        self.running: dict[str, Request] = {}
+        self.step: Step | None = None
         self.requests_seen = 0
         self.forward_ct = 0
-        self.accepted_tokens = 0
+        self.spec_accepted = self.spec_verified = 0  # since the last decode log line
+        self.cum_spec_accepted = self.cum_spec_verified = 0  # since start, for /get_server_info
+        self.last_gen_throughput = 0.0
         self.tic = time.perf_counter()
         self.generated_since_log = 0
         self.buffer = b""
@@ -114,7 +120,7 @@ class Scheduler:
 
     def event_loop(self) -> None:
         while True:
-            timeout = DECODE_STEP_SECONDS * time_scale() if self.running else 1.0
+            timeout = max(0.0, self.step.ends_at - time.perf_counter()) if self.step else 1.0
             readable, _, _ = select.select([self.control], [], [], timeout)
             if self.requests_seen and fault_requested():
                 hold_forever()  # the scheduler stops answering while HTTP stays up
@@ -126,68 +132,136 @@ class Scheduler:
                 while b"\n" in self.buffer:
                     line, self.buffer = self.buffer.split(b"\n", 1)
                     self.handle(json.loads(line))
-            if self.running and self.tp_rank == 0:
-                self.run_decode_step()
+            if self.tp_rank == 0:
+                self.advance()
 
     def handle(self, message: dict[str, Any]) -> None:
-        if message["op"] != "generate":
-            return
-        self.requests_seen += 1
-        if self.requests_seen > 1 and self.collectives_hang():
-            self.stall_in_all_reduce()
+        op = message["op"]
+        if op == "generate":
+            self.requests_seen += 1
+            if self.requests_seen > 1 and self.collectives_hang():
+                self.stall_in_all_reduce()
         if self.tp_rank != 0:
             return
-        prompt_tokens = int(message["prompt_tokens"])
-        if not self.running:
-            self.tic = time.perf_counter()
-            self.generated_since_log = 0
-        self.running[message["rid"]] = {"rid": message["rid"], "left": int(message["max_new_tokens"]), "ids": []}
-        usage = sum(len(r["ids"]) for r in self.running.values()) / max(self.max_total_num_tokens, 1)
+        if op == "generate":
+            self.waiting.append(Request(message["rid"], int(message["prompt_tokens"]), int(message["max_new_tokens"])))
+        elif op == "abort":
+            in_flight = self.step.requests if self.step else []
+            for request in [*self.waiting, *self.running.values(), *in_flight]:
+                request.aborted = request.aborted or request.rid == message["rid"]
+            self.waiting = [r for r in self.waiting if not r.aborted]
+            self.running.pop(message["rid"], None)
+        elif op == "flush_cache":
+            self.send({"event": "flushed", "rid": message["rid"], "success": self.flush_cache()})
+
+    def flush_cache(self) -> bool:
+        if self.waiting or self.running:
+            logger.warning(
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {len(self.waiting)}, #running-req: {len(self.running)}"
+            )
+            return False
+        logger.info("Cache flushed successfully!")
+        return True
+
+    def advance(self) -> None:
+        """Ends the forward in flight once its time is up and starts the next one, as the GPU would:
+        new requests are prefilled first while there is room, then the running batch decodes."""
+        now = time.perf_counter()
+        start = now
+        if self.step is not None:
+            if now < self.step.ends_at:
+                return
+            self.finish(self.step)
+            start = max(self.step.ends_at, now - CATCH_UP_SECONDS)  # keep the pace despite late wake-ups
+            self.step = None
+        room = self.max_running_requests - len(self.running)
+        if self.waiting and room > 0:
+            batch, tokens = [], 0
+            while self.waiting and len(batch) < room and (not batch or tokens < self.max_prefill_tokens):
+                batch.append(self.waiting.pop(0))
+                tokens += batch[-1].prompt_tokens
+            seconds = simperf.prefill_seconds(self.device.name, self.model_config, self.server_args.tp_size, tokens)
+            if not self.running:  # busy again: throughput counts from here, not across the idle time
+                self.tic, self.generated_since_log = start, 0
+            self.log_prefill(batch, tokens, seconds)
+            self.step = Step(start + seconds, batch)
+        elif self.running:
+            batch = list(self.running.values())
+            context = sum(r.prompt_tokens + len(r.ids) for r in batch) // len(batch)
+            seconds = simperf.step_seconds(
+                self.device.name, self.model_config, self.server_args.tp_size, self.spec, len(batch), context
+            )
+            self.step = Step(start + seconds, batch, decode=True)
+
+    def finish(self, step: Step) -> None:
+        """Hands out the tokens a forward produced and tells the main process, one message per step."""
+        updates = []
+        if step.decode:
+            self.forward_ct += 1
+        for request in step.requests:
+            if request.aborted:
+                continue
+            count = 1
+            if step.decode and self.spec:
+                before = math.floor(request.accept_credit)
+                request.accept_credit += self.accept_length
+                count = math.floor(request.accept_credit) - before
+                request.verify_ct += 1
+                request.accepted_drafts += count - 1
+                self.spec_accepted += count
+                self.spec_verified += 1
+                self.cum_spec_accepted += count
+                self.cum_spec_verified += 1
+            new = [random.randrange(1000, 30000) for _ in range(min(count, request.left))]
+            request.ids.extend(new)
+            request.left -= len(new)
+            self.generated_since_log += len(new)
+            finished = request.left <= 0
+            if finished:
+                self.running.pop(request.rid, None)
+            elif not step.decode:
+                self.running[request.rid] = request
+            updates.append(
+                {"rid": request.rid, "ids": new, "finished": finished, "verify_ct": request.verify_ct,
+                 "accepted_drafts": request.accepted_drafts}
+            )  # fmt: skip
+        if step.decode and self.forward_ct % self.server_args.decode_log_interval == 0:
+            self.log_decode_stats()
+        self.send({"event": "step", "updates": updates, "stats": self.stats()})
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = {"last_gen_throughput": self.last_gen_throughput}
+        if self.spec and self.cum_spec_verified:
+            stats["avg_spec_accept_length"] = self.cum_spec_accepted / self.cum_spec_verified
+        return stats
+
+    def token_count(self) -> int:
+        return sum(r.prompt_tokens + len(r.ids) for r in self.running.values())
+
+    def log_prefill(self, batch: list[Request], tokens: int, seconds: float) -> None:
+        usage = self.token_count() / max(self.max_total_num_tokens, 1)
         logger.info(
-            f"Prefill batch, #new-seq: 1, #new-token: {prompt_tokens}, #cached-token: 0, token usage: {usage:.2f}, "
-            f"#running-req: {len(self.running) - 1}, #queue-req: 0, cuda graph: False, "
-            f"input throughput (token/s): {prompt_tokens / (0.05 + random.random() * 0.05):.2f}"
+            f"Prefill batch, #new-seq: {len(batch)}, #new-token: {tokens}, #cached-token: 0, token usage: {usage:.2f}, "
+            f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, cuda graph: False, "
+            f"input throughput (token/s): {tokens / seconds:.2f}"
         )
 
-    def run_decode_step(self) -> None:
-        spec = self.server_args.speculative_algorithm is not None
-        self.forward_ct += 1
-        finished = []
-        for request in self.running.values():
-            accepted = min(request["left"], random.choice((2, 3, 3, 4)) if spec else 1)
-            request["ids"].extend(random.randrange(1000, 30000) for _ in range(accepted))
-            request["left"] -= accepted
-            self.accepted_tokens += accepted
-            self.generated_since_log += accepted
-            if request["left"] <= 0:
-                finished.append(request)
-        if self.forward_ct % self.server_args.decode_log_interval == 0:
-            self.log_decode_stats(spec)
-        for request in finished:
-            del self.running[request["rid"]]
-            self.send(
-                {
-                    "event": "finished",
-                    "rid": request["rid"],
-                    "output_ids": request["ids"],
-                    "spec_accept_length": self.accepted_tokens / self.forward_ct / max(len(self.running) + 1, 1),
-                }
-            )
-
-    def log_decode_stats(self, spec: bool) -> None:
-        elapsed = elapsed_since(self.tic)
-        tokens = sum(len(r["ids"]) for r in self.running.values())
+    def log_decode_stats(self) -> None:
+        elapsed = time.perf_counter() - self.tic  # decoding runs in real time, whatever the time scale
+        self.last_gen_throughput = self.generated_since_log / max(elapsed, 1e-3)
+        tokens = self.token_count()
         message = (
             f"Decode batch, #running-req: {len(self.running)}, #token: {tokens}, "
             f"token usage: {tokens / max(self.max_total_num_tokens, 1):.2f}, "
         )
-        if spec:
-            accept_len = self.accepted_tokens / self.forward_ct / max(len(self.running), 1)
-            draft = self.server_args.speculative_num_draft_tokens
-            message += f"accept len: {accept_len:.2f}, accept rate: {accept_len / draft:.2f}, "
+        if self.spec:
+            accept_len = self.spec_accepted / max(self.spec_verified, 1)
+            message += f"accept len: {accept_len:.2f}, accept rate: {accept_len / self.spec.draft_tokens:.2f}, "
+            self.spec_accepted = self.spec_verified = 0
         message += (
             f"cuda graph: {not self.server_args.disable_cuda_graph}, "
-            f"gen throughput (token/s): {self.generated_since_log / max(elapsed, 1e-3):.2f}, #queue-req: 0"
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
         )
         logger.info(message)
         self.tic = time.perf_counter()
@@ -205,6 +279,30 @@ class Scheduler:
         pause(timeout)
         write_nccl_watchdog_abort(self.tp_rank, timeout)
         os.abort()
+
+
+@dataclass
+class Request:
+    """A request as the scheduler tracks it; `accept_credit` carries the fractional accept length
+    over from step to step, so that the tokens per verify average the model's accept length exactly."""
+
+    rid: str
+    prompt_tokens: int
+    left: int
+    ids: list[int] = field(default_factory=list)
+    accept_credit: float = 0.5
+    verify_ct: int = 0
+    accepted_drafts: int = 0
+    aborted: bool = False
+
+
+@dataclass
+class Step:
+    """The forward in flight: when it ends, and which requests it serves."""
+
+    ends_at: float
+    requests: list[Request]
+    decode: bool = False
 
 
 def hold_forever() -> None:
@@ -261,6 +359,9 @@ def report_failure(error: BaseException) -> None:
     traceback = "".join(format_exception(error))
     logger.error(f"Scheduler hit an exception: {traceback}")
     os.kill(os.getppid(), signal.SIGQUIT)
+    # The main process SIGKILLs the node's ranks at once; a rank that exited first would close its
+    # links, and its siblings could log the lost peer before that kill reaches them.
+    time.sleep(KILL_WAIT_SECONDS)
 
 
 def run_scheduler_process(server_args: Any, tp_rank: int, control: socket.socket) -> None:

@@ -2,8 +2,10 @@
 
 Memory is really booked on the rank's GPU, stage by stage, with SGLang's budget rules:
 the KV budget is the free memory after the weights minus the share that
-`--mem-fraction-static` leaves free (measured before the weights), and CUDA graphs live in
-what is left. So an out-of-memory error happens at the stage where the numbers stop fitting.
+`--mem-fraction-static` leaves free (measured before the weights), and CUDA graphs (decode
+batches, then the prefill graphs a release captures) live in what is left. So an out-of-memory
+error happens at the stage where the numbers stop fitting. The arithmetic is simperf's, which can
+replay it without a server to find where a fraction stops fitting.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import simperf
 from sglang.srt.configs.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
 from sglang.srt.device import Device
 from sglang.srt.distributed import init_process_group, parse_address
@@ -24,7 +27,6 @@ logger = logging.getLogger(__name__)
 LOAD_BYTES_PER_SECOND = 2.5 * GiB
 CAPTURE_SECONDS_PER_BS = 0.35
 TORCH_COMPILE_SECONDS = 240.0
-MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3
 
 # What to try when graph capture runs out of memory, in each release's words and flags.
 CUDA_GRAPH_CAPTURE_FAILED_MSG = {
@@ -137,49 +139,23 @@ class ModelRunner:
     def init_memory_pool(self) -> None:
         args = self.server_args
         config = self.model_config
-        available = self.device.free_gb()
-        rest_memory = available - self.pre_model_load_memory * (1 - args.mem_fraction_static)
-        cell_size = config.kv_cell_bytes(self.tp_size)
-        if self.spec and config.nextn_layers:
-            cell_size = cell_size * (config.full_attention_layers + config.nextn_layers) // config.full_attention_layers
-        self.max_mamba_cache_size = 0
-        conv_bytes, ssm_bytes = config.mamba_state_bytes(self.tp_size)
-        mamba_per_req = conv_bytes + ssm_bytes
-        intermediate_bytes = 0
-        if config.is_hybrid_gdn:
-            if self.spec:  # every running request keeps a state per draft token while verifying
-                intermediate_bytes = mamba_per_req * args.max_running_requests * args.speculative_num_draft_tokens
-                rest_memory -= intermediate_bytes / GiB
-            if args.max_mamba_cache_size is not None:
-                self.max_mamba_cache_size = args.max_mamba_cache_size
-            elif args.disable_radix_cache and args.max_running_requests is not None:
-                self.max_mamba_cache_size = args.max_running_requests
-            else:
-                ratio = args.mamba_full_memory_ratio
-                self.max_mamba_cache_size = max(0, int(rest_memory * ratio / (1 + ratio) * GiB // mamba_per_req))
-            rest_memory -= self.max_mamba_cache_size * mamba_per_req / GiB
-        self.max_total_num_tokens = int(rest_memory * GiB) // cell_size
+        plan = simperf.plan_memory_pool(
+            args, config, self.tp_size, self.device.free_gb(), self.pre_model_load_memory, args.mem_fraction_static
+        )
+        self.max_mamba_cache_size = plan.max_mamba_cache_size
+        self.max_total_num_tokens = plan.max_total_num_tokens
         if self.max_total_num_tokens <= 0:
             raise RuntimeError(
                 "Not enough memory. Please try to increase --mem-fraction-static. "
                 f"Current value: mem_fraction_static={args.mem_fraction_static}"
             )
-        self.max_running_requests = args.max_running_requests or min(
-            max(int(self.max_total_num_tokens / config.context_len * 512), 2048), 4096
-        )
-        if config.is_hybrid_gdn:
-            ratio = MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
-            if args.disable_radix_cache:
-                ratio = 1
-            elif args.mamba_extra_buffer:  # ping-pong track buffers: two with the overlap scheduler, else one
-                ratio += 1 if args.disable_overlap_schedule else 2
-            self.max_running_requests = max(1, min(self.max_running_requests, self.max_mamba_cache_size // ratio))
-        self.device.allocate((self.max_running_requests + 1) * (config.context_len + 4) * 4)  # req_to_token
+        self.max_running_requests = plan.max_running_requests
+        self.device.allocate(plan.req_to_token_bytes)
         log_info_on_rank0(self.tp_rank, f"Using KV cache dtype: {config.dtype}")
         if config.is_hybrid_gdn:
-            self.init_mamba_pool(conv_bytes, ssm_bytes, intermediate_bytes)
+            self.init_mamba_pool(plan.conv_bytes, plan.ssm_bytes, plan.intermediate_bytes)
         self.token_to_kv_pool = MHATokenToKVPool(
-            self.max_total_num_tokens, cell_size, config.full_attention_layers, config.dtype, self.device
+            self.max_total_num_tokens, plan.cell_size, config.full_attention_layers, config.dtype, self.device
         )
         pause(1.0)
         logger.info(f"Memory pool end. avail mem={self.device.free_gb():.2f} GB")
@@ -226,47 +202,29 @@ class MHATokenToKVPool:
         )
 
     def _create_buffers(self) -> None:
-        per_layer = (self.size + self.page_size) * self.cell_size // 2 // self.layer_num
+        per_layer = (self.size + self.page_size) * self.cell_size // 2 // self.layer_num  # simperf.kv_buffer_bytes
         for _ in range(2 * self.layer_num):  # one K and one V buffer per layer
             self.device.allocate(per_layer)
-
-
-def batch_sizes_to_capture(server_args: Any, max_running_requests: int) -> list[int]:
-    max_bs = server_args.cuda_graph_max_bs
-    if server_args.speculative_algorithm is None:
-        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, max_bs + 1, 32)]
-    else:
-        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8), *range(272, max_bs + 1, 16)]
-    sizes = [bs for bs in sizes if bs <= min(max_bs, max_running_requests)]
-    if max_running_requests < max_bs and max_running_requests not in sizes:
-        sizes.append(max_running_requests)
-    return sizes
 
 
 class CudaGraphRunner:
     def __init__(self, model_runner: ModelRunner):
         self.model_runner = model_runner
-        self.capture_bs = batch_sizes_to_capture(model_runner.server_args, model_runner.max_running_requests)
+        self.capture_bs = simperf.decode_capture_sizes(model_runner.server_args, model_runner.max_running_requests)
         log_info_on_rank0(model_runner.tp_rank, f"Capture cuda graph bs {self.capture_bs}")
         try:
             self.capture()
         except OutOfMemoryError as e:
             raise Exception(f"Capture cuda graph failed: {e}\n{CUDA_GRAPH_CAPTURE_FAILED_MSG[release()]}")
 
-    def graph_bytes(self, bs: int) -> int:
-        """Memory one captured batch size keeps in the graph pool: activations and fp32 logits for every
-        token the batch verifies, on this rank."""
-        runner = self.model_runner
-        config = runner.model_config
-        tokens = bs * (runner.server_args.speculative_num_draft_tokens if runner.spec else 1)
-        per_token = (config.vocab_size * 4 + config.hidden_size * 2 * 256) // runner.tp_size
-        return tokens * per_token * (2 if runner.spec else 1)
-
     def capture(self) -> None:
+        """The decode batches, largest first, then the prefill graphs that the release captures
+        (their progress is not shown)."""
         runner = self.model_runner
         device = runner.device
         show = runner.tp_rank == 0
         sizes = list(reversed(self.capture_bs))
+        bookings = simperf.graph_bookings(runner.model_config, runner.server_args, runner.tp_size, self.capture_bs)
         bar = ProgressBar("", len(sizes), step_seconds=CAPTURE_SECONDS_PER_BS)
         for i, bs in enumerate(sizes):
             bar.desc = f"Capturing batches (bs={bs} avail_mem={device.free_gb():.2f} GB)"
@@ -274,13 +232,13 @@ class CudaGraphRunner:
                 bar.start() if i == 0 else bar.update()
             if i == 0 and runner.server_args.enable_torch_compile:
                 pause(TORCH_COMPILE_SECONDS)  # compiling the largest batch prints nothing
-            self.capture_one_batch_size(bs, first=i == 0)
+            self.capture_one_batch_size(bookings[i])
             pause(CAPTURE_SECONDS_PER_BS)
+        for nbytes in bookings[len(sizes) :]:
+            self.capture_one_batch_size(nbytes)
         if show:
             bar.update()
             bar.close()
 
-    def capture_one_batch_size(self, bs: int, first: bool) -> None:
-        # The largest batch sets the pool's size; smaller graphs reuse most of it.
-        nbytes = (256 << 20) + self.graph_bytes(bs) if first else self.graph_bytes(bs) // 16
+    def capture_one_batch_size(self, nbytes: int) -> None:
         self.model_runner.device.allocate(nbytes)
