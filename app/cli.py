@@ -114,6 +114,34 @@ def _run(argv: list[str] | None) -> int:
     logs_parser.add_argument("--regex", action="store_true", help="PATTERN is an extended regular expression")
     logs_parser.add_argument("--ignore-case", "-i", action="store_true")
     logs_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
+    bench_parser = commands.add_parser(
+        "bench", help="benchmark a ready attempt with SGLang's bench_serving and store its figures on it"
+    )
+    bench_parser.add_argument("attempt", type=int)
+    bench_parser.add_argument("--workload", help="a stored workload's name (default chat-short)")
+    bench_parser.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
+    sweep_parser = commands.add_parser("sweep", help="run a preset over a grid of values, or bisect one argument")
+    sweep_commands = sweep_parser.add_subparsers(dest="sweep_command", required=True, metavar="ACTION")
+    sweep_start = sweep_commands.add_parser("start", help="start a sweep and follow it until it ends")
+    sweep_start.add_argument("preset")
+    sweep_start.add_argument("--host", required=True)
+    sweep_start.add_argument("--gpus", default="0", help="GPU indices, e.g. 0,1 (default 0)")
+    sweep_start.add_argument(
+        "--vary", action="append", default=[], metavar="NAME=V1,V2", help="values of an argument or variable (a grid)"
+    )
+    sweep_start.add_argument(
+        "--bisect", metavar="FLAG=LOW:HIGH:STEP[:min]", help="the largest (or :min smallest) value that starts"
+    )
+    sweep_start.add_argument("--workload", help="a stored workload's name (default chat-short)")
+    sweep_start.add_argument("--max-points", type=int, default=50)
+    sweep_start.add_argument("--max-minutes", type=float)
+    sweep_start.add_argument("--no-wait", action="store_true", help="return once the sweep has started")
+    sweep_show = sweep_commands.add_parser("show", help="a sweep's points, best point and limit")
+    sweep_show.add_argument("sweep", type=int)
+    sweep_stop = sweep_commands.add_parser("stop", help="stop a sweep after its point in flight")
+    sweep_stop.add_argument("sweep", type=int)
+    for sub in (sweep_start, sweep_show, sweep_stop):
+        sub.add_argument("--url", help="dashboard URL (default from LAUNCHDECK_BIND/PORT)")
     compare_parser = commands.add_parser("compare", help="two attempts side by side: what differed, how each ended")
     compare_parser.add_argument("a", type=int)
     compare_parser.add_argument("b", type=int)
@@ -241,6 +269,17 @@ def _run(argv: list[str] | None) -> int:
         if args.command == "attempts":
             params = {"host": args.host, "preset": args.preset, "status": args.status, "limit": args.limit}
             return client.list_attempts(client.ApiClient(settings, args.url), params=params)
+        if args.command == "bench":
+            api = client.ApiClient(settings, args.url)
+            return client.bench(api, args.attempt, workload=args.workload, out=sys.stdout.buffer, err=_stderr)
+        if args.command == "sweep":
+            api = client.ApiClient(settings, args.url)
+            if args.sweep_command == "start":
+                return client.start_sweep(api, args)
+            if args.sweep_command == "stop":
+                api.call("POST", f"/api/sweeps/{args.sweep}/stop")
+                return 0
+            return client.show_sweep(api, args.sweep)
         if args.command == "compare":
             return client.compare(client.ApiClient(settings, args.url), args.a, args.b, as_json=args.json)
         if args.command == "logs":

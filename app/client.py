@@ -251,6 +251,10 @@ def compare(client: ApiClient, a: int, b: int, *, as_json: bool, out: Callable[[
     rows += [(key, left[key], right[key]) for key in ("status", "failure_class", "fingerprint", "host", "gpus")]
     for section in ("revision", "argv", "env", "gpus", "memory"):
         rows += [(item["name"], item["a"], item["b"]) for item in result[section] if item["differs"]]
+    for item in result["performance"]:  # measured figures: all of them, with the change from #a
+        change = item["change_pct"][1]
+        after = f"{item['b']} ({change:+.1f} %)" if change is not None else item["b"]
+        rows.append((item["name"], item["a"], after))
     label, width = max(len(name) for name, _, _ in rows), 30
     for name, first, second in rows:
         first, second = "-" if first is None else str(first), "-" if second is None else str(second)
@@ -318,4 +322,145 @@ def grep_log(
     where = f"; first traceback at line {result['first_traceback_line']}" if result["first_traceback_line"] else ""
     searched = f"{result['searched_lines']:,} lines, {result['searched_bytes']:,} bytes"
     err(f"launchdeck: no line matches: searched {searched}{where}")
+    return 1
+
+
+# The figures `launchdeck bench` prints, in order, with their labels.
+BENCH_FIGURES = (
+    ("request_throughput", "requests/s"),
+    ("output_throughput", "output tokens/s"),
+    ("total_throughput", "total tokens/s"),
+    ("mean_ttft_ms", "TTFT mean ms"),
+    ("median_ttft_ms", "TTFT median ms"),
+    ("p99_ttft_ms", "TTFT p99 ms"),
+    ("mean_tpot_ms", "TPOT mean ms"),
+    ("median_tpot_ms", "TPOT median ms"),
+    ("p99_tpot_ms", "TPOT p99 ms"),
+    ("mean_itl_ms", "ITL mean ms"),
+    ("median_itl_ms", "ITL median ms"),
+    ("p99_itl_ms", "ITL p99 ms"),
+    ("accept_length", "accept length"),
+    ("accept_rate", "accept rate"),
+)
+
+
+def bench(
+    client: ApiClient, attempt_id: int, *, workload: str | None, out: IO[bytes], err: Callable[[str], None] = print
+) -> int:
+    """Benchmarks a ready attempt, writing bench_serving's output as it comes, then the figures
+    stored on the attempt. Interrupted (Ctrl-C), it stops the benchmark on the host. Exit status 1
+    when the benchmark failed."""
+    started = client.call("POST", f"/api/attempts/{attempt_id}/benchmarks", json={"workload": workload})
+    benchmark_id, offset = started["id"], 0
+    err(f"launchdeck: benchmark {benchmark_id} of attempt {attempt_id} ({started['workload']['name']})")
+    try:
+        while True:
+            response = client.request("GET", f"/api/benchmarks/{benchmark_id}/output", params={"offset": offset})
+            out.write(response.content)
+            out.flush()
+            offset += len(response.content)
+            if response.headers["X-Benchmark-Status"] != "running" and not response.content:
+                break
+            if not response.content:
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        client.call("POST", f"/api/benchmarks/{benchmark_id}/stop")
+        err(f"launchdeck: benchmark {benchmark_id} stopped")
+        return 130
+    result = client.call("GET", f"/api/benchmarks/{benchmark_id}")
+    if result["status"] != "done":
+        err(f"launchdeck: benchmark {benchmark_id} {result['status']}: {result['error']}")
+        return 1
+    figures = result["figures"]
+    for key, label in BENCH_FIGURES:
+        if key in figures:
+            out.write(f"{label:<18}{figures[key]:>12,.2f}\n".encode())
+    out.flush()
+    return 0
+
+
+def sweep_request(args: Any) -> dict[str, Any]:
+    """The POST /api/sweeps body from `launchdeck sweep start`'s options."""
+    body: dict[str, Any] = {
+        "preset": args.preset, "host": args.host, "gpus": parse_gpus(args.gpus), "workload": args.workload,
+        "max_points": args.max_points, "max_minutes": args.max_minutes,
+    }  # fmt: skip
+    if args.vary and args.bisect:
+        raise InvalidInput("sweep: give --vary (a grid) or --bisect, not both")
+    for item in args.vary:
+        name, equals, values = item.partition("=")
+        if not equals or not values:
+            raise InvalidInput(f"--vary {item!r}: give NAME=V1,V2,...")
+        body.setdefault("grid", {})[name] = values.split(",")
+    if args.bisect:
+        flag, equals, bounds = args.bisect.partition("=")
+        parts = bounds.split(":")
+        try:
+            low, high, step = (float(part) for part in parts[:3])
+        except ValueError:
+            raise InvalidInput(f"--bisect {args.bisect!r}: give FLAG=LOW:HIGH:STEP[:min]") from None
+        if not equals or len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] not in ("min", "max")):
+            raise InvalidInput(f"--bisect {args.bisect!r}: give FLAG=LOW:HIGH:STEP[:min]")
+        goal = parts[3] if len(parts) == 4 else "max"
+        body["bisect"] = {"flag": flag, "low": low, "high": high, "step": step, "goal": goal}
+    return body
+
+
+def start_sweep(client: ApiClient, args: Any, *, out: Callable[[str], None] = print, poll: float = 2.0) -> int:
+    """Starts the sweep and, unless told not to wait, prints each point as it is decided until the
+    sweep ends. Exit status 1 when it failed or no point served."""
+    sweep = client.call("POST", "/api/sweeps", json=sweep_request(args))
+    out(f"sweep {sweep['id']}: {len(sweep['points']) or 'bisecting'} points of {sweep['preset']} on {sweep['host']}")
+    if args.no_wait:
+        return 0
+    shown: set[tuple[int, str]] = set()
+    while True:
+        sweep = client.call("GET", f"/api/sweeps/{sweep['id']}")
+        for point in sweep["points"]:
+            if point["status"] not in ("to do", "running") and (point["index"], point["status"]) not in shown:
+                shown.add((point["index"], point["status"]))
+                out(_point_line(point))
+        if sweep["status"] != "running":
+            break
+        time.sleep(poll)
+    return _sweep_summary(sweep, out)
+
+
+def show_sweep(client: ApiClient, sweep_id: int, *, out: Callable[[str], None] = print) -> int:
+    sweep = client.call("GET", f"/api/sweeps/{sweep_id}")
+    out(f"sweep {sweep['id']} ({sweep['mode']}) of {sweep['preset']} r{sweep['revision']} on {sweep['host']}: "
+        f"{sweep['status']}")  # fmt: skip
+    for point in sweep["points"]:
+        out(_point_line(point))
+    return _sweep_summary(sweep, out)
+
+
+def _point_line(point: dict[str, Any]) -> str:
+    values = " ".join(f"{name} {value}" for name, value in point["values"].items())
+    attempt = f"#{point['attempt_id']}" if point["attempt_id"] else "-"
+    figures = point["figures"]
+    measured = "  ".join(
+        f"{label} {figures[key]:.2f}"
+        for key, label in (("output_throughput", "out tok/s"), ("accept_length", "accept"), ("mean_ttft_ms", "TTFT ms"))
+        if key in figures
+    )
+    why = f"  {point['error'][:160]}" if point["error"] and not figures else ""
+    return f"{attempt:>6}  {values:<50} {point['status']:<18} {measured}{why}".rstrip()
+
+
+def _sweep_summary(sweep: dict[str, Any], out: Callable[[str], None]) -> int:
+    if sweep["error"]:
+        out(f"sweep {sweep['id']} {sweep['status']}: {sweep['error']}")
+    if ended_by := sweep["note"].get("ended_by"):
+        out(f"ended by the {ended_by}")
+    if sweep["mode"] == "bisect":
+        out(f"limit: {sweep['limit'] or 'no value started'} after {sweep['launches']} launches")
+        if model := sweep["note"].get("memory_model"):
+            out(model)
+        return 0 if sweep["limit"] else 1
+    if best := sweep["best"]:
+        out(f"best: #{best['attempt_id']} {' '.join(f'{k} {v}' for k, v in best['values'].items())} "
+            f"({best['figures']['output_throughput']:.2f} output tokens/s)")  # fmt: skip
+        return 0 if sweep["status"] != "failed" else 1
+    out("no point served its workload")
     return 1

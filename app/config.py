@@ -88,6 +88,12 @@ class Settings(BaseSettings):
         512, ge=64, description="Address space one grep may use, in MiB; a pattern that needs more is refused."
     )
     grep_max_running: int = Field(4, ge=1, description="Greps that may run at once; further searches wait.")
+    bench_timeout_seconds: float = Field(
+        3600.0, gt=0, description="Seconds one serving benchmark may run on its host before it is stopped."
+    )
+    bench_memory_mib: int = Field(
+        4096, ge=256, description="Address space a serving benchmark's process may use on its host, in MiB."
+    )
     grep_wait_seconds: float = Field(
         2.0, ge=0, description="Seconds a search waits for a turn when the most greps run, before a 503."
     )

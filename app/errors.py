@@ -61,6 +61,11 @@ class SearchOutOfMemory(InvalidInput):
     pass
 
 
+class Conflict(LaunchdeckError):
+    """The request does not fit the state it finds: a benchmark of an attempt that is not ready,
+    a second one while one runs."""
+
+
 class LaunchRefused(LaunchdeckError):
     """`details` is the machine-readable why (JSON-safe, with "guard" naming the guard); `preflight`
     the checks that were run, for a form to show again."""

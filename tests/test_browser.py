@@ -1640,3 +1640,49 @@ async def test_a_preset_on_two_nodes_launches_from_the_form_shows_each_node_and_
     await expect(page.locator("body")).not_to_contain_text("[node1 rtxpro-02]")  # the node's own log, untagged
     await expect(page.locator("body")).to_contain_text("Dummy health check server started")
     assert tab.console_errors == [], tab.console_errors
+
+
+async def test_a_sweep_fills_its_table_and_chart_live_and_its_best_point_becomes_a_revision(
+    tab: Tab, demo: Demo
+) -> None:
+    page = tab.page
+    workload = {"name": "browser-tiny", "num_prompts": 8, "input_len": 64, "output_len": 32, "max_concurrency": 4}
+    names = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
+    points = [dict(zip(names, map(str, shape), strict=True)) for shape in [(1, 1, 2), (2, 1, 3), (3, 4, 4)]]
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        await stop_every_attempt_on(api, "rtxpro-02", demo)
+        assert (await api.post("/api/workloads", json=workload)).status_code == 201
+        body = {"preset": "qwen36-27b-mtp-newest", "host": "rtxpro-02", "gpus": [2], "workload": workload["name"],
+                "points": points, "port": free_port(), "name": "draft shape"}  # fmt: skip
+        started = await api.post("/api/sweeps", json=body)
+        assert started.status_code == 202, started.text
+        sweep_id = started.json()["id"]
+    await log_in(page)
+    await page.goto("/sweeps")
+    await page.get_by_role("link", name="draft shape").click()
+    await expect(page).to_have_url(re.compile(rf"/sweeps/{sweep_id}$"))
+    # The page follows the sweep by itself, point after point, until it is done.
+    await expect(page.locator("#sweep-status")).to_have_text("done", timeout=90_000)
+    rows = page.locator("#sweep-points tbody tr")
+    await expect(rows).to_have_count(3)
+    await expect(page.locator("#sweep-points tr.point-served")).to_have_count(3)
+    await expect(page.locator("#sweep-chart circle.mark")).to_have_count(3)
+    await expect(page.locator("#sweep-points .best-mark")).to_have_count(1)
+    await page.get_by_label("colour by").select_option("--speculative-eagle-topk")
+    await page.get_by_role("button", name="Draw").click()
+    await expect(page.locator("#sweep-chart figcaption.legend span")).to_have_count(2)  # topk 1 and 4
+    await shoot(page, "sweep.png")
+
+    best = page.locator("#sweep-points tr.best")
+    draft_tokens = (await best.locator("td").nth(3).text_content() or "").strip()
+    await page.locator("#adopt-best").get_by_role("button").click()
+    await expect(page).to_have_url(re.compile(r"/presets/qwen36-27b-mtp-newest\?saved=\d+$"))
+    await expect(page.locator("p.notice")).to_contain_text("Saved as revision")
+    await expect(page.locator("main")).to_contain_text(f"--speculative-num-draft-tokens {draft_tokens}")
+
+    await page.set_viewport_size({"width": 390, "height": 844})
+    for path in ("/sweeps", f"/sweeps/{sweep_id}"):
+        await page.goto(path)
+        widths = await page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]")
+        assert widths[0] <= widths[1], f"{path} scrolls sideways at 390 px: {widths}"
+    assert not tab.console_errors, tab.console_errors

@@ -129,7 +129,7 @@ async def test_each_role_is_offered_only_what_it_may_do(running_app: FastAPI) ->
                 "edit": "Save as a new revision" in preset or 'action="/presets/qwen36-27b-mtp-fixed/clone"' in preset,
                 "new rule": 'id="new-rule"' in rules,
             }
-    base = ["Hosts", "Presets", "Attempts", "Errors", "Rules", "Search logs", "Audit"]
+    base = ["Hosts", "Presets", "Attempts", "Sweeps", "Errors", "Rules", "Search logs", "Audit"]
     assert seen["viewer"] == {
         "nav": [*base, "Account"],
         "launch": False,

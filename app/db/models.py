@@ -10,6 +10,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -243,10 +244,87 @@ class Attempt(Base):
     # queue position, nodes, and how it ended in Slurm's words).
     job_id: Mapped[str | None] = mapped_column(String(32))
     scheduler: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A point of a sweep: the sweep, and the values this attempt tried ({"--flag": "value", "ENV": ..}).
+    sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweep.id", ondelete="SET NULL"), index=True)
+    sweep_point: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
     host: Mapped[Host] = relationship()
     revision: Mapped[PresetRevision] = relationship()
     signature: Mapped[Signature | None] = relationship()
+
+
+class Workload(Base):
+    """A named benchmark load, the same every time it runs, so figures compare across attempts."""
+
+    __tablename__ = "workload"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    dataset: Mapped[str] = mapped_column(String(32), default="random")
+    num_prompts: Mapped[int]
+    input_len: Mapped[int]
+    output_len: Mapped[int]
+    range_ratio: Mapped[float] = mapped_column(Float, default=1.0)
+    request_rate: Mapped[float | None] = mapped_column(Float)  # None: all at once, as bench_serving's inf
+    max_concurrency: Mapped[int | None]
+    created_by: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Benchmark(Base):
+    """One run of SGLang's bench_serving against an attempt's server: its output is a file,
+    `<data_dir>/benchmarks/<id>.log`; the summary's figures are here."""
+
+    __tablename__ = "benchmark"
+    __table_args__ = (Index("ix_benchmark_attempt_id", "attempt_id", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempt.id", ondelete="CASCADE"))
+    workload_id: Mapped[int | None] = mapped_column(ForeignKey("workload.id", ondelete="SET NULL"))
+    workload: Mapped[dict[str, Any]] = mapped_column(default=dict)  # its settings as they ran
+    status: Mapped[str] = mapped_column(String(16), default="running")  # running, done, failed
+    argv: Mapped[list[Any]] = mapped_column(default=list)
+    figures: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    error: Mapped[str] = mapped_column(Text, default="")
+    started_by: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[datetime | None]
+
+
+class Sweep(Base):
+    """A preset tried over a space of argument values, one ordinary attempt per point, each
+    benchmarked. The points' revisions live in a preset of the sweep's own (archived), so the
+    attempts point at exact revisions and the preset's own history stays as people made it."""
+
+    __tablename__ = "sweep"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), default="")
+    preset_id: Mapped[int] = mapped_column(ForeignKey("preset.id", ondelete="CASCADE"), index=True)
+    revision_number: Mapped[int]
+    points_preset_id: Mapped[int | None] = mapped_column(ForeignKey("preset.id", ondelete="SET NULL"))
+    host: Mapped[str] = mapped_column(String(128))
+    gpus: Mapped[list[Any]] = mapped_column(default=list)
+    port: Mapped[int | None]
+    workload_id: Mapped[int | None] = mapped_column(ForeignKey("workload.id", ondelete="SET NULL"))
+    mode: Mapped[str] = mapped_column(String(16), default="grid")  # grid, list, bisect
+    space: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    budget: Mapped[dict[str, Any]] = mapped_column(default=dict)  # max_points, max_seconds
+    status: Mapped[str] = mapped_column(String(16), default="running")  # running, done, stopped, failed
+    result: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    error: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    stop_requested_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+
+    preset: Mapped[Preset] = relationship(foreign_keys=[preset_id])
+    workload: Mapped[Workload | None] = relationship()
+
+    @property
+    def workload_name(self) -> str | None:
+        return self.workload.name if self.workload else None
 
 
 class GpuSample(Base):

@@ -170,8 +170,10 @@ class AttemptService:
         hosts: list[str] | None = None,
         label: str | None = None,
         dist_port: int | None = None,
+        sweep: tuple[int, dict[str, Any]] | None = None,
     ) -> Attempt:
-        """Runs the guards, records the attempt and starts it in the background.
+        """Runs the guards, records the attempt and starts it in the background. `sweep` (its id and
+        the point) marks the attempt as a sweep's point in the same unit of work that records it.
 
         Refused (HostNotAllowed) when `permission` does not cover the host, (FailedBefore) when this
         configuration failed before and the launch does not confirm it, and (PreflightBlocked) when
@@ -240,6 +242,8 @@ class AttemptService:
                 effective_args=preflight.effective_args,
                 sglang_version=preflight.sglang_version,
                 gpu_snapshot={"at_launch": self.gpus.snapshot_of(connection.name)},
+                sweep_id=sweep[0] if sweep else None,
+                sweep_point=sweep[1] if sweep else {},
             )
             session.add(attempt)
             await session.flush()

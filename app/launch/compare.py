@@ -10,13 +10,14 @@ from typing import Any
 from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Attempt, PresetRevision
+from app.db.models import Attempt, Benchmark, PresetRevision
 from app.diagnose.drift import Drift, requested_args
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
 from app.launch.failure_signatures import drift_of
 from app.launch.history import durations, load_attempt
 from app.logs.store import Line, LogLoan
+from app.perf.runner import latest_done
 
 CONTEXT_LINES = 6  # of log on each side of the root error
 MAX_SIDES = 4  # more columns than this no longer fit a screen side by side
@@ -30,6 +31,19 @@ class Row:
     @property
     def differs(self) -> bool:
         return any(value != self.values[0] for value in self.values[1:])
+
+    def change_pct(self) -> list[float | None]:
+        """Each value as a change from the first side's, in percent (None where either is not a
+        number, or the first is 0)."""
+        first = self.values[0]
+        return [
+            round((value - first) / abs(first) * 100, 1) if _number(first) and first and _number(value) else None
+            for value in self.values
+        ]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass
@@ -62,6 +76,9 @@ class Comparison:
     env: list[Row]
     gpus: list[Row]  # free memory at launch, per GPU
     memory: list[Row]  # the memory figures SGLang printed
+    # Each side's last benchmark that gave figures: its workload first (figures compare only under
+    # the same one), then bench_serving's figures; [] when no side was benchmarked.
+    performance: list[Row] = field(default_factory=list)
 
     def differs(self, name: str) -> bool:
         """Whether the sides' `name` (status, host, ...) is not the same on all of them."""
@@ -92,6 +109,10 @@ class Comparison:
             "env": rows(self.env),
             "gpus": rows(self.gpus),
             "memory": rows(self.memory),
+            "performance": [
+                item | {"change_pct": row.change_pct()}
+                for item, row in zip(rows(self.performance), self.performance, strict=True)
+            ],
         }
 
 
@@ -101,6 +122,8 @@ async def compare(session: AsyncSession, logs: LogLoan, ids: list[int]) -> Compa
         raise InvalidInput(f"compare takes 2 to {MAX_SIDES} attempts, not {len(ids)}")
     attempts = [await load_attempt(session, attempt_id) for attempt_id in ids]
     sides = [_side(attempt, logs) for attempt in attempts]
+    benchmarks = await latest_done(session, ids)
+    measured = [benchmarks[i] for i in ids if i in benchmarks]
     return Comparison(
         sides=sides,
         revision=_revision_rows([attempt.revision for attempt in attempts]),
@@ -108,6 +131,7 @@ async def compare(session: AsyncSession, logs: LogLoan, ids: list[int]) -> Compa
         env=_rows([attempt.env for attempt in attempts]),
         gpus=_rows([_free_at_launch(attempt) for attempt in attempts]),
         memory=_rows([StoredDiagnosis.from_json(attempt.diagnosis).memory for attempt in attempts]),
+        performance=_performance_rows([benchmarks.get(i) for i in ids]) if measured else [],
     )
 
 
@@ -181,6 +205,23 @@ def _free_at_launch(attempt: Attempt) -> dict[str, Any]:
     readings = ((attempt.gpu_snapshot or {}).get("at_launch") or {}).get("gpus", [])
     free = {reading.get("index"): reading.get("memory_free_mib") for reading in readings}
     return {f"GPU {gpu}": free.get(gpu) for gpu in attempt.gpus}
+
+
+def _performance_rows(benchmarks: list[Benchmark | None]) -> list[Row]:
+    workload = Row("workload", tuple(b.workload.get("name") if b else None for b in benchmarks))
+    shown = [{key: value for key, value in b.figures.items() if key in COMPARED} if b else {} for b in benchmarks]
+    figures = _rows(shown)
+    return [workload, *sorted(figures, key=lambda row: COMPARED.index(row.name))]
+
+
+# The figures a comparison shows, in this order: throughput, latency, speculation.
+COMPARED = (
+    "request_throughput", "output_throughput", "total_throughput",
+    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+    "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
+    "mean_e2e_latency_ms", "accept_length", "accept_rate",
+)  # fmt: skip
 
 
 def _rows(sides: list[dict[str, Any]]) -> list[Row]:

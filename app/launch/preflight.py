@@ -271,6 +271,12 @@ def requested_fraction(args: list[str]) -> float:
         return 0.88
 
 
+def memory_need(weight_bytes_per_gpu: float, fraction: float, total_bytes: float) -> float:
+    """What a server takes on each GPU at start: the static share SGLang claims, and at least the
+    weights plus a working margin."""
+    return max(weight_bytes_per_gpu + OVERHEAD_BYTES, fraction * total_bytes)
+
+
 def _memory_check(found: dict[str, Any], fraction: float, tp: int, gpus: list[Any], nnodes: int = 1) -> Check:
     if "weight_bytes" not in found:
         return Check("memory", False, f"model size unknown: {found.get('weight_error', 'no index')}", blocking=False)
@@ -280,19 +286,27 @@ def _memory_check(found: dict[str, Any], fraction: float, tp: int, gpus: list[An
     for gpu in gpus:
         total = (gpu.memory_total_mib or 0) * MiB
         free = (gpu.memory_free_mib or 0) * MiB
-        need = max(weights + OVERHEAD_BYTES, fraction * total)
-        rows.append({"gpu": gpu.index, "free_gib": round(free / GiB, 1), "need_gib": round(need / GiB, 1)})
+        need = memory_need(weights, fraction, total)
+        rows.append(
+            {
+                "gpu": gpu.index,
+                "free_gib": round(free / GiB, 1),
+                "need_gib": round(need / GiB, 1),
+                "total_bytes": total,
+                "free_bytes": free,
+            }
+        )
         if free < need:
             short.append(f"GPU {gpu.index} has {free / GiB:.1f} GiB free")
     split = f", split over {nnodes} nodes x {tp // nnodes} GPUs" if nnodes > 1 else ""
     basis = (
-        f"need {max(weights + OVERHEAD_BYTES, fraction * (gpus[0].memory_total_mib or 0) * MiB) / GiB:.1f} GiB per GPU "
+        f"need {memory_need(weights, fraction, (gpus[0].memory_total_mib or 0) * MiB) / GiB:.1f} GiB per GPU "
         f"(weights {weights / GiB:.1f} GiB per GPU{split}; mem-fraction-static {fraction} of "
         f"{(gpus[0].memory_total_mib or 0) / 1024:.1f} GiB)"
     )
     if short:
-        return Check("memory", False, f"{'; '.join(short)}, {basis}", detail={"gpus": rows})
-    return Check("memory", True, f"enough free memory: {basis}", detail={"gpus": rows})
+        return Check("memory", False, f"{'; '.join(short)}, {basis}", detail={"gpus": rows, "weights_per_gpu": weights})
+    return Check("memory", True, f"enough free memory: {basis}", detail={"gpus": rows, "weights_per_gpu": weights})
 
 
 async def _processes_check(steps: _Steps, gpus: list[int], owners: OwnersOf | None) -> Check:

@@ -10,13 +10,14 @@ from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel, Field
 
 from app import audit
-from app.db.models import Attempt, AttemptStatus
+from app.db.models import Attempt, AttemptStatus, Benchmark
 from app.diagnose.hints import SuggestedChange
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
 from app.launch import failure_signatures, history
 from app.launch.failure_signatures import drift_of
 from app.launch.relaunch import changed_input, relaunch, suggested_change
+from app.perf.runner import latest_done
 from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, AttemptDep, ReadDb, RuntimeDep, audit_actor
 from app.web.paging import link_next
 from app.web.params import Int64, moment
@@ -182,12 +183,32 @@ class AttemptPublic(AttemptListed):
     parts: list[PartPublic]
     part_of: int | None
     node_rank: int | None
+    # The last benchmark that gave figures: {"benchmark": id, "workload": name, "output_throughput":
+    # ..., "accept_length": ..., ...} as GET /api/benchmarks/{id} names them; {} before any.
+    performance: dict[str, Any]
+    # A sweep's point: the sweep, and the values this attempt tried; null and {} elsewhere.
+    sweep: int | None
+    sweep_point: dict[str, Any]
 
     @classmethod
     def of(
-        cls, attempt: Attempt, *, tracking: str = "", log_mirror: str = "", parts: list[Attempt] | None = None
+        cls,
+        attempt: Attempt,
+        *,
+        tracking: str = "",
+        log_mirror: str = "",
+        parts: list[Attempt] | None = None,
+        benchmark: Benchmark | None = None,
     ) -> AttemptPublic:
+        performance = (
+            {"benchmark": benchmark.id, "workload": benchmark.workload.get("name"), **benchmark.figures}
+            if benchmark
+            else {}
+        )
         return cls(
+            performance=performance,
+            sweep=attempt.sweep_id,
+            sweep_point=attempt.sweep_point,
             parts=[PartPublic.of(part) for part in parts or []],
             part_of=attempt.part_of_id,
             node_rank=attempt.node_rank,
@@ -334,7 +355,8 @@ async def get_attempt(
 ) -> AttemptPublic:
     tracking, log_mirror = runtime.attempts.tracking_note(attempt_id), runtime.mirror_note(attempt_id)
     parts = await history.parts_of(db, attempt_id)
-    return AttemptPublic.of(attempt, tracking=tracking, log_mirror=log_mirror, parts=parts)
+    benchmark = (await latest_done(db, [attempt_id])).get(attempt_id)
+    return AttemptPublic.of(attempt, tracking=tracking, log_mirror=log_mirror, parts=parts, benchmark=benchmark)
 
 
 @router.post("/attempts/{attempt_id}/stop", status_code=status.HTTP_202_ACCEPTED)

@@ -27,6 +27,9 @@ from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
+from app.perf.runner import Benchmarks
+from app.perf.sweeps import Sweeps
+from app.perf.workloads import ensure_built_in
 from app.ssh import SSHManager, SSHOptions, load_hosts_file
 from app.ssh.registry import register_hosts
 from app.web import (
@@ -35,6 +38,7 @@ from app.web import (
     api_attempts,
     api_diagnosis,
     api_logs,
+    api_perf,
     api_presets,
     api_rules,
     attempt_pages,
@@ -43,10 +47,12 @@ from app.web import (
     host_pages,
     log_pages,
     pages,
+    perf_pages,
     preset_pages,
     relaunch_pages,
     rule_pages,
     setup_pages,
+    sweep_pages,
     token_pages,
     user_pages,
 )
@@ -130,6 +136,8 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
         sessions = db.Sessions.of(engine)
         async with sessions.write() as session:
             await register_hosts(session, specs)
+        async with sessions.write.begin() as session:
+            await ensure_built_in(session)
         options = SSHOptions(
             known_hosts=settings.known_hosts.expanduser(),
             ssh_config=settings.ssh_config,
@@ -151,6 +159,16 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
             gpus=gpus,
         )
         await attempts.start()
+        benchmarks = Benchmarks(
+            sessions,
+            ssh,
+            settings.data_dir / "benchmarks",
+            timeout=settings.bench_timeout_seconds,
+            memory_mib=settings.bench_memory_mib,
+        )
+        await benchmarks.start()
+        sweeps = Sweeps(sessions, attempts, benchmarks)
+        await sweeps.start()
         rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
         rediagnosis.start()
         attempts.on_followed = rediagnosis.attempt_ended
@@ -165,6 +183,8 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
             sessions=sessions,
             ssh=ssh,
             attempts=attempts,
+            benchmarks=benchmarks,
+            sweeps=sweeps,
             rediagnosis=rediagnosis,
             notifier=notifier,
             gpus=gpus,
@@ -186,6 +206,8 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
             yield
         finally:
             await rediagnosis.close()
+            await sweeps.close()
+            await benchmarks.close()
             await attempts.close()
             await notifier.close()
             await mirrors.close()
@@ -220,6 +242,7 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
     app.include_router(api.router)
     app.include_router(api_presets.router)
     app.include_router(api_attempts.router)
+    app.include_router(api_perf.router)
     app.include_router(api_logs.router)
     app.include_router(api_diagnosis.router)
     app.include_router(api_rules.router)
@@ -228,6 +251,8 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
     app.include_router(host_pages.router)
     app.include_router(preset_pages.router)
     app.include_router(attempt_pages.router)
+    app.include_router(perf_pages.router)
+    app.include_router(sweep_pages.router)
     app.include_router(log_pages.router)
     app.include_router(diagnosis_pages.router)
     app.include_router(rule_pages.router)

@@ -48,6 +48,8 @@ from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogFile, LogLoan, LogStore
+from app.perf.runner import Benchmarks
+from app.perf.sweeps import Sweeps
 from app.ssh import HostConnection, SSHManager
 from app.web.login_guard import client_address, guarded_bearer
 from app.web.params import Int64
@@ -65,6 +67,8 @@ class Runtime:
     sessions: Sessions
     ssh: SSHManager
     attempts: AttemptService
+    benchmarks: Benchmarks
+    sweeps: Sweeps
     rediagnosis: Rediagnosis
     notifier: Notifier
     gpus: GpuMonitor

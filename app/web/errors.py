@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 from app.disk import is_disk_full
 from app.errors import (
     AccessRefused,
+    Conflict,
     DatabaseUnavailable,
     DiskFull,
     FailedBefore,
@@ -42,6 +43,7 @@ STATUS_BY_ERROR: list[tuple[type[LaunchdeckError], int]] = [
     (InvalidInput, 422),
     (PreflightBlocked, 422),
     (FailedBefore, 409),
+    (Conflict, 409),
     (SearchBusy, 503),
     (HostUnavailable, 503),
     (DatabaseUnavailable, 503),

@@ -12,6 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Preset
 from app.errors import InvalidInput
 from app.launch import failure_signatures, history, preset_flags, presets
+from app.perf import runner, sweeps
+from app.web import charts as charts_layout
 from app.web.deps import Caller, Operator, ReadDb, Viewer, WriteDb
 from app.web.params import Int64
 from app.web.preset_form import editor_context, input_of, preset_input
@@ -79,6 +81,7 @@ async def preset_context(
         "saved": saved,
         "flag_reports": await preset_flags.flag_reports(db, current),
         **await attempts_context(db, preset.name),
+        **await performance_context(db, preset),
         **editor_context(data, error),
     }
 
@@ -137,3 +140,25 @@ async def attempts_context(db: AsyncSession, name: str) -> dict[str, Any]:
     shown = rows[:PRESET_ATTEMPTS]
     failures = await failure_signatures.failures_of(db, [row.id for row in shown])
     return {"attempts": shown, "failures": failures, "more_attempts": len(rows) > PRESET_ATTEMPTS}
+
+
+async def performance_context(db: AsyncSession, preset: Preset) -> dict[str, Any]:
+    """The preset's measured throughput and accept length over its revisions, one line per workload,
+    and its sweeps."""
+    measured = await runner.preset_benchmarks(db, preset.id)
+    charts = {}
+    for key, label in (("output_throughput", "output tokens/s"), ("accept_length", "accept length")):
+        marks = [
+            charts_layout.Mark(
+                x=number,
+                y=float(bench.figures[key]),
+                group=str(bench.workload.get("name", "")),
+                label=f"#{bench.attempt_id} r{number}: {bench.figures[key]:.2f}",
+                href=f"/attempts/{bench.attempt_id}",
+            )
+            for number, bench in measured
+            if isinstance(bench.figures.get(key), int | float)
+        ]
+        charts[key] = charts_layout.layout(marks, "revision", label, join=True)
+    swept = [sweep for sweep in await sweeps.list_sweeps(db) if sweep.preset_id == preset.id]
+    return {"performance_charts": charts, "preset_sweeps": swept}

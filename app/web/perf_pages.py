@@ -1,0 +1,88 @@
+"""The attempt page's performance panel: its benchmarks' figures, the running one's output as it
+comes, and a form to run one with a stored workload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import AttemptStatus
+from app.errors import LaunchdeckError
+from app.launch.history import load_attempt
+from app.perf import runner, workloads
+from app.web.deps import Launcher, Operator, ReadDb, Runtime, RuntimeDep, Viewer
+from app.web.errors import status_of
+from app.web.params import Int64
+from app.web.templating import render, wants_fragment
+
+router = APIRouter(include_in_schema=False)
+OUTPUT_TAIL = 32 << 10
+OUTPUT_LINES = 30
+
+
+def screen_lines(data: bytes) -> list[str]:
+    """The output's last lines as a terminal shows them: a progress bar redrawn with \\r is its last
+    drawing."""
+    text = data.decode(errors="replace")
+    return [line.rsplit("\r", 1)[-1] for line in text.replace("\r\n", "\n").split("\n")][-OUTPUT_LINES:]
+
+
+async def panel_context(runtime: Runtime, db: AsyncSession, attempt_id: int) -> dict[str, Any]:
+    attempt = await load_attempt(db, attempt_id)
+    rows = await runner.benchmarks_of(db, attempt_id)
+    running = next((row for row in rows if row.status == runner.RUNNING), None)
+    output = screen_lines(runtime.benchmarks.output_tail(running.id, OUTPUT_TAIL)) if running else []
+    return {
+        "attempt": attempt,
+        "benchmarks": rows,
+        "running": running,
+        "output": output,
+        "ready": attempt.status is AttemptStatus.READY and attempt.job_id is None and attempt.part_of_id is None,
+        "workloads": await workloads.list_workloads(db),
+        "figures": FIGURE_COLUMNS,
+    }
+
+
+# Columns of the benchmarks table: figure name, heading.
+FIGURE_COLUMNS = (
+    ("request_throughput", "req/s"),
+    ("output_throughput", "out tok/s"),
+    ("mean_ttft_ms", "TTFT mean ms"),
+    ("p99_ttft_ms", "TTFT p99 ms"),
+    ("mean_tpot_ms", "TPOT mean ms"),
+    ("mean_itl_ms", "ITL mean ms"),
+    ("p99_itl_ms", "ITL p99 ms"),
+    ("accept_length", "accept len"),
+    ("accept_rate", "accept rate"),
+)
+
+
+@router.get("/attempts/{attempt_id}/performance", response_class=HTMLResponse)
+async def performance_panel(
+    request: Request, attempt_id: Int64, runtime: RuntimeDep, db: ReadDb, user: Viewer
+) -> Response:
+    context = await panel_context(runtime, db, attempt_id)
+    return render(request, "_performance.html", context | {"user": user})
+
+
+@router.post("/attempts/{attempt_id}/benchmarks", response_class=HTMLResponse)
+async def run_benchmark(
+    request: Request, attempt_id: Int64, runtime: RuntimeDep, user: Operator, may: Launcher
+) -> Response:
+    """Starts a benchmark; the panel comes back with it running, or with the reason it cannot."""
+    form = await request.form()
+    error, status = "", 200
+    try:
+        await runtime.benchmarks.run(
+            attempt_id, workload=str(form.get("workload") or "") or None, actor=user.name, permission=may
+        )
+    except LaunchdeckError as exc:
+        error, status = str(exc), status_of(exc)
+    if not wants_fragment(request) and not error:
+        return RedirectResponse(f"/attempts/{attempt_id}#performance", status_code=303)
+    async with runtime.sessions.read() as db:
+        context = await panel_context(runtime, db, attempt_id)
+    return render(request, "_performance.html", context | {"user": user, "error": error}, status_code=status)
