@@ -45,9 +45,8 @@ RUNNING, DONE, FAILED = "running", "done", "failed"
 INTERRUPTED = "the dashboard stopped while it ran"  # the error of a run a restart found running
 MAX_OUTPUT = 16 << 20  # bytes kept of one benchmark's output; past it only the tail is read for the summary
 TAIL = 256 << 10
-KILL_AFTER = 10  # seconds between timeout's TERM and its KILL
 
-# $1: address-space limit in KiB, $2: seconds; the rest is the command.
+# $1: address-space limit in KiB, $2: seconds (then TERM, and KILL 10 s later); the rest is the command.
 BENCH = 'exec 2>&1; ulimit -v "$1" || exit 125; seconds=$2; shift 2; exec timeout -k 10 "$seconds" "$@"'
 
 
@@ -166,11 +165,6 @@ class Benchmarks:
         if task := self._tasks.get(benchmark_id):
             await asyncio.wait({task})  # neither cancels the run nor raises its cancellation
         return await self.get(benchmark_id)
-
-    async def latest(self, attempt_ids: list[int]) -> dict[int, Benchmark]:
-        """Each attempt's last benchmark that gave figures."""
-        async with self.sessions.read() as session:
-            return await latest_done(session, attempt_ids)
 
     async def get(self, benchmark_id: int) -> Benchmark:
         async with self.sessions.read() as session:
