@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import AuditEvent
@@ -83,8 +83,12 @@ async def recent_events(
 
 
 async def actions(session: AsyncSession) -> list[str]:
-    """Every kind of event the trail holds, for a filter to offer."""
-    return list((await session.scalars(select(AuditEvent.action).distinct().order_by(AuditEvent.action))).all())
+    """Every kind of event the trail holds, for a filter to offer. Read as a skip scan, one index
+    seek per kind: DISTINCT would read the whole trail."""
+    kinds = select(func.min(AuditEvent.action).label("action")).cte("kinds", recursive=True)
+    following = select(func.min(AuditEvent.action)).where(AuditEvent.action > kinds.c.action).scalar_subquery()
+    kinds = kinds.union_all(select(following).where(kinds.c.action.is_not(None)))
+    return list((await session.scalars(select(kinds.c.action).where(kinds.c.action.is_not(None)))).all())
 
 
 async def record_failed_logins(session: AsyncSession, burst: Burst) -> None:

@@ -132,10 +132,13 @@ async def host_labels_of(session: AsyncSession, name: str) -> tuple[str, ...] | 
 
 async def last_logins(session: AsyncSession) -> dict[str, datetime]:
     """When each person last logged in, from the audit trail (logins themselves end and go)."""
-    rows = await session.execute(
-        select(AuditEvent.actor, func.max(AuditEvent.at)).where(AuditEvent.action == "login").group_by(AuditEvent.actor)
+    last = (
+        select(func.max(AuditEvent.at))
+        .where(AuditEvent.action == "login", AuditEvent.actor == User.name)
+        .scalar_subquery()
     )
-    return {actor: at for actor, at in rows}
+    rows = await session.execute(select(User.name, last))
+    return {name: at for name, at in rows if at is not None}
 
 
 async def _end_logins(session: AsyncSession, user: User, keep: str | None = None) -> None:

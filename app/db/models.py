@@ -18,7 +18,11 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
+    select,
+    text,
 )
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -182,6 +186,17 @@ class Signature(Base):
     count: Mapped[int] = mapped_column(default=1)  # attempts that failed this way
 
 
+def _only_where(condition: str) -> dict[str, Any]:
+    """A partial index's condition, for both backends. A query uses such an index only when its own
+    WHERE repeats the condition with the same literals (SQLite does not look into parameters)."""
+    return {"sqlite_where": text(condition), "postgresql_where": text(condition)}
+
+
+# The literal `Attempt.sglang_version` holds when the host could not say; queries that read the
+# partial index ix_attempt_host_version compare with this literal, not a parameter.
+UNKNOWN_VERSION = "''"
+
+
 class Attempt(Base):
     """One launch of a preset revision on a host, recorded exactly as it ran."""
 
@@ -190,21 +205,39 @@ class Attempt(Base):
     # in order from the index, without a sort (SQLite appends the rowid itself; PostgreSQL does not).
     __table_args__ = (
         Index("ix_attempt_host_id", "host_id", "id"),
-        Index("ix_attempt_revision_id", "preset_revision_id", "id"),
+        Index("ix_attempt_preset_id", "preset_id", "id"),
+        # The failures of one revision, and of one configuration, for the "failed before" guard.
+        Index("ix_attempt_revision_id", "preset_revision_id", "status"),
+        Index("ix_attempt_configuration", "configuration", "status"),
         Index("ix_attempt_signature_id", "signature_id", "id"),
+        Index("ix_attempt_status", "status", "id"),
+        # Two filters together: a pair no attempt matches would otherwise walk every attempt of one.
+        Index("ix_attempt_host_status", "host_id", "status", "id"),
+        Index("ix_attempt_preset_status", "preset_id", "status", "id"),
+        Index("ix_attempt_preset_host", "preset_id", "host_id", "id"),
         # Where each cause struck, read from the index alone.
         Index("ix_attempt_signature_places", "signature_id", "host_id", "preset_revision_id"),
         # Which attempt owns a process group seen on a host's GPUs.
         Index("ix_attempt_host_pgid", "host_id", "pgid"),
-        Index("ix_attempt_part_of_id", "part_of_id", "node_rank"),
+        # Only the parts of multi-node attempts: with every other row in it (part_of_id NULL), the
+        # planner took it for `part_of_id IS NULL`, walked the whole table and sorted it on every list.
+        Index("ix_attempt_parts", "part_of_id", "node_rank", **_only_where("part_of_id IS NOT NULL")),
+        # The attempts whose host said which SGLang it runs, newest first per host.
+        Index("ix_attempt_host_version", "host_id", "id", **_only_where(f"sglang_version <> {UNKNOWN_VERSION}")),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     host_id: Mapped[int] = mapped_column(ForeignKey("host.id"))
     preset_revision_id: Mapped[int] = mapped_column(ForeignKey("preset_revision.id"))
+    # The revision's preset, kept on the row so that a preset's attempts page newest first from an
+    # index: through the revisions, every page sorted all of the preset's attempts.
+    preset_id: Mapped[int] = mapped_column(ForeignKey("preset.id"))
     gpus: Mapped[list[Any]] = mapped_column(default=list)
     argv: Mapped[list[Any]] = mapped_column(default=list)
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A digest of argv and env less what each launch may change (port, GPUs): attempts of the same
+    # configuration share it (app.launch.guards.configuration_key); "" where none was given.
+    configuration: Mapped[str] = mapped_column(String(64), default="")
     script: Mapped[str] = mapped_column(Text, default="")
     script_sha256: Mapped[str] = mapped_column(String(64), default="")
     remote_dir: Mapped[str] = mapped_column(Text, default="")
@@ -214,7 +247,7 @@ class Attempt(Base):
     # The process's start time in clock ticks (/proc/<pid>/stat), which tells it from a later one
     # that reuses its pid.
     pid_start_time: Mapped[int | None] = mapped_column(BigInt)
-    status: Mapped[AttemptStatus] = mapped_column(AttemptStatusType(), default=AttemptStatus.PENDING, index=True)
+    status: Mapped[AttemptStatus] = mapped_column(AttemptStatusType(), default=AttemptStatus.PENDING)
     stage: Mapped[str] = mapped_column(String(32), default="")
     stages: Mapped[list[Any]] = mapped_column(default=list)
     preflight: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -253,6 +286,13 @@ class Attempt(Base):
     signature: Mapped[Signature | None] = relationship()
 
 
+@event.listens_for(Attempt, "before_insert")
+def _copy_preset_of_revision(_mapper: Any, connection: Connection, attempt: Attempt) -> None:
+    """An attempt's preset is always its revision's: read here, at insert, for every way a row is made."""
+    query = select(PresetRevision.preset_id).where(PresetRevision.id == attempt.preset_revision_id)
+    attempt.preset_id = connection.scalar(query)
+
+
 class Workload(Base):
     """A named benchmark load, the same every time it runs, so figures compare across attempts."""
 
@@ -277,10 +317,15 @@ class Benchmark(Base):
     `<data_dir>/benchmarks/<id>.log`; the summary's figures are here."""
 
     __tablename__ = "benchmark"
-    __table_args__ = (Index("ix_benchmark_attempt_id", "attempt_id", "id"),)
+    __table_args__ = (
+        Index("ix_benchmark_attempt_id", "attempt_id", "id"),
+        Index("ix_benchmark_preset_id", "preset_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempt.id", ondelete="CASCADE"))
+    # The attempt's preset, so that a preset's chart reads its benchmarks from an index.
+    preset_id: Mapped[int] = mapped_column(ForeignKey("preset.id"))
     workload_id: Mapped[int | None] = mapped_column(ForeignKey("workload.id", ondelete="SET NULL"))
     workload: Mapped[dict[str, Any]] = mapped_column(default=dict)  # its settings as they ran
     status: Mapped[str] = mapped_column(String(16), default="running")  # running, done, failed
@@ -349,7 +394,12 @@ class AuditEvent(Base):
     """Who did what: logins, launches, stops. Never holds a secret."""
 
     __tablename__ = "audit_event"
-    __table_args__ = (Index("ix_audit_event_actor_id", "actor", "id"),)
+    __table_args__ = (
+        Index("ix_audit_event_actor_id", "actor", "id"),
+        Index("ix_audit_event_action_id", "action", "id"),
+        # Each person's last login, one index seek per person.
+        Index("ix_audit_event_action_actor_at", "action", "actor", "at"),
+    )
 
     id: Mapped[int] = mapped_column(BigInt, primary_key=True)
     at: Mapped[datetime] = mapped_column(default=utcnow, index=True)

@@ -151,11 +151,7 @@ async def last_successful_attempt(session: AsyncSession, attempt: Attempt) -> in
 
 
 def _same_preset(attempt: Attempt) -> Select[Any]:
-    return (
-        select(Attempt.id)
-        .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-        .where(PresetRevision.preset_id == attempt.revision.preset_id, Attempt.part_of_id.is_(None))
-    )
+    return select(Attempt.id).where(Attempt.preset_id == attempt.preset_id, Attempt.part_of_id.is_(None))
 
 
 def _side(attempt: Attempt, logs: LogLoan) -> Side:

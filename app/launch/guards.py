@@ -11,12 +11,14 @@ says nothing of the arguments.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Attempt, AttemptStatus, PresetRevision, Signature
@@ -47,6 +49,15 @@ class LaunchPermission:
 def configuration(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """What makes two launches the same, whichever port and GPUs each took."""
     return without_port(argv), {key: value for key, value in env.items() if key != "CUDA_VISIBLE_DEVICES"}
+
+
+def configuration_key(argv: Sequence[str], env: Mapping[str, str]) -> str:
+    """The configuration as a digest kept on each attempt (`Attempt.configuration`), so the
+    attempts of one configuration are found by an index. Migration 0013 computed it for the
+    attempts made before it with the same rule."""
+    kept_argv, kept_env = configuration(argv, env)
+    text = json.dumps([kept_argv, kept_env], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def without_port(argv: Sequence[str]) -> list[str]:
@@ -90,42 +101,37 @@ class PastFailures:
 async def past_failures(
     session: AsyncSession, revision: PresetRevision, argv: Sequence[str], env: Mapping[str, str]
 ) -> PastFailures | None:
-    """Earlier attempts of this revision, or of the same configuration, that failed with an error.
-    The configurations compared are those of the same model's revisions, found by the database."""
-    query = (
-        select(
-            Attempt.id,
-            Attempt.preset_revision_id,
-            Attempt.argv,
-            Attempt.env,
-            Attempt.ended_at,
-            Attempt.created_at,
-            Attempt.error,
-            Signature.fingerprint,
-            Signature.exception_type,
-            Signature.message,
-        )
-        .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-        .join(Signature, Attempt.signature_id == Signature.id)
-        .where(
-            Attempt.status == AttemptStatus.FAILED,
-            or_(Attempt.preset_revision_id == revision.id, PresetRevision.model_path == revision.model_path),
-        )
-        .order_by(Attempt.id.desc())
+    """Earlier attempts of this revision, or of the same configuration, that failed with an error:
+    each side counted from its own index (joined by OR, the planner may walk every failure), then
+    the newest read by its id."""
+    failed = select(func.count(), func.max(Attempt.id)).where(
+        Attempt.status == AttemptStatus.FAILED, Attempt.signature_id.is_not(None)
     )
-    wanted = configuration(argv, env)
-    rows = [
-        row
-        for row in (await session.execute(query)).all()
-        if row.preset_revision_id == revision.id or configuration(row.argv, row.env) == wanted
-    ]
-    if not rows:
+    of_revision = (await session.execute(failed.where(Attempt.preset_revision_id == revision.id))).one()
+    of_configuration = (
+        await session.execute(
+            failed.where(
+                Attempt.configuration == configuration_key(argv, env), Attempt.preset_revision_id != revision.id
+            )
+        )
+    ).one()
+    count = of_revision[0] + of_configuration[0]
+    newest = max(of_revision[1] or 0, of_configuration[1] or 0)
+    if not count:
         return None
-    last = rows[0]
-    title = f"{last.exception_type}: {last.message}" if last.exception_type else last.message or last.error
+    last = (
+        await session.execute(
+            select(Attempt.id, Attempt.ended_at, Attempt.created_at, Attempt.error, Signature)
+            .join(Signature, Attempt.signature_id == Signature.id)
+            .where(Attempt.id == newest)
+        )
+    ).one()
+    signature = last.Signature
+    title = f"{signature.exception_type}: {signature.message}" if signature.exception_type else signature.message
+    title = title or last.error
     if len(title) > TITLE_LENGTH:
         title = title[: TITLE_LENGTH - 1] + "…"
-    return PastFailures(len(rows), last.id, last.ended_at or last.created_at, title, last.fingerprint)
+    return PastFailures(count, last.id, last.ended_at or last.created_at, title, signature.fingerprint)
 
 
 def refuse_failed_before(past: PastFailures) -> FailedBefore:

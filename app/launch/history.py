@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import ScalarSelect, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import joinedload, load_only, selectinload
+from sqlalchemy.orm import load_only, selectinload
 
 from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus, Host, Preset, PresetRevision
 from app.errors import InvalidInput, NotFound
@@ -15,9 +15,10 @@ from app.errors import InvalidInput, NotFound
 # What an attempt's pages show of it besides its own row.
 ATTEMPT_RELATIONS = (selectinload(Attempt.host), selectinload(Attempt.revision).selectinload(PresetRevision.preset))
 
-# What a list shows of each attempt: its own small columns and, joined into the same query, the
-# names of its host and preset. The documents (diagnosis, preflight, script, ...) stay in the
-# database; touching one on a listed attempt raises instead of loading it row by row.
+# What a list shows of each attempt: its own small columns and, by primary key in one more query
+# each, its host and preset (joined into the list's query, they let the planner start from the
+# small tables and sort every attempt). The documents (diagnosis, preflight, script, ...) stay in
+# the database; touching one on a listed attempt raises instead of loading it row by row.
 LISTED = (
     load_only(
         *(getattr(Attempt, name) for name in (
@@ -27,8 +28,8 @@ LISTED = (
         )),
         raiseload=True,
     ),
-    joinedload(Attempt.host, innerjoin=True),
-    joinedload(Attempt.revision, innerjoin=True).joinedload(PresetRevision.preset, innerjoin=True),
+    selectinload(Attempt.host),
+    selectinload(Attempt.revision).selectinload(PresetRevision.preset),
 )  # fmt: skip
 
 
@@ -61,13 +62,9 @@ async def list_attempts(
         select(Attempt).options(*LISTED).where(Attempt.part_of_id.is_(None)).order_by(Attempt.id.desc()).limit(limit)
     )
     if host:
-        query = query.join(Host, Attempt.host_id == Host.id).where(Host.name == host)
+        query = query.where(Attempt.host_id == select(Host.id).where(Host.name == host).scalar_subquery())
     if preset:
-        query = (
-            query.join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-            .join(Preset, PresetRevision.preset_id == Preset.id)
-            .where(Preset.name == preset)
-        )
+        query = query.where(Attempt.preset_id == _preset_id(preset))
     if status:
         if status not in set(AttemptStatus):
             raise InvalidInput(f"status: {status!r} is not one of {', '.join(AttemptStatus)}")
@@ -82,13 +79,15 @@ async def last_launch(session: AsyncSession, *, preset: str, actor: str) -> Atte
     query = (
         select(Attempt)
         .options(*LISTED)
-        .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-        .join(Preset, PresetRevision.preset_id == Preset.id)
-        .where(Preset.name == preset, Attempt.launched_by == actor, Attempt.part_of_id.is_(None))
+        .where(Attempt.preset_id == _preset_id(preset), Attempt.launched_by == actor, Attempt.part_of_id.is_(None))
         .order_by(Attempt.id.desc())
         .limit(1)
     )
     return await session.scalar(query)
+
+
+def _preset_id(name: str) -> ScalarSelect[int]:
+    return select(Preset.id).where(Preset.name == name).scalar_subquery()
 
 
 async def parts_of(session: AsyncSession, attempt_id: int) -> list[Attempt]:

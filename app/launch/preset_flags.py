@@ -12,10 +12,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Attempt, Host, Preset, PresetRevision
+from app.db.models import UNKNOWN_VERSION, Attempt, Host, Preset, PresetRevision
 from app.diagnose import flag_history
 from app.errors import InvalidInput
 from app.launch.presets import PresetInput, latest, revision_fields, save_preset
@@ -34,21 +34,22 @@ class FlagReport:
 
 
 async def versions_seen(session: AsyncSession, python: str) -> dict[str, str]:
-    """Host name -> the SGLang version `python` reported there at its latest launch that said."""
-    newest = (
-        select(func.max(Attempt.id).label("id"))
+    """Host name -> the SGLang version `python` reported there at its latest launch that said.
+    One short walk per host, newest first, over the attempts that recorded a version."""
+    latest = (
+        select(Attempt.sglang_version)
         .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-        .where(PresetRevision.python == python, Attempt.sglang_version != "")
-        .group_by(Attempt.host_id)
-        .subquery()
+        .where(
+            Attempt.host_id == Host.id,
+            Attempt.sglang_version != literal_column(UNKNOWN_VERSION),
+            PresetRevision.python == python,
+        )
+        .order_by(Attempt.id.desc())
+        .limit(1)
+        .scalar_subquery()
     )
-    rows = await session.execute(
-        select(Host.name, Attempt.sglang_version)
-        .join(Host, Host.id == Attempt.host_id)
-        .where(Attempt.id.in_(select(newest.c.id)))
-        .order_by(Host.name)
-    )
-    return {name: version for name, version in rows.all()}
+    rows = await session.execute(select(Host.name, latest).order_by(Host.name))
+    return {name: version for name, version in rows.all() if version}
 
 
 async def flag_reports(session: AsyncSession, revision: PresetRevision) -> list[FlagReport]:

@@ -144,7 +144,12 @@ class Benchmarks:
             settings = settings_of(chosen)
             argv = bench_argv(attempt, settings)
             benchmark = Benchmark(
-                attempt_id=attempt_id, workload_id=chosen.id, workload=settings, argv=argv, started_by=actor
+                attempt_id=attempt_id,
+                preset_id=attempt.preset_id,
+                workload_id=chosen.id,
+                workload=settings,
+                argv=argv,
+                started_by=actor,
             )
             session.add(benchmark)
             await session.flush()
@@ -255,10 +260,12 @@ async def latest_done(session: AsyncSession, attempt_ids: list[int], *, done: bo
     outcome (attempts with none are left out)."""
     if not attempt_ids:
         return {}
-    newest = select(func.max(Benchmark.id)).where(Benchmark.attempt_id.in_(attempt_ids)).group_by(Benchmark.attempt_id)
+    # One short walk of the index per attempt, newest first: GROUP BY would sort them all.
+    newest = select(func.max(Benchmark.id)).where(Benchmark.attempt_id == Attempt.id)
     if done:
         newest = newest.where(Benchmark.status == DONE)
-    rows = (await session.scalars(select(Benchmark).where(Benchmark.id.in_(newest)))).all()
+    latest = select(newest.scalar_subquery()).where(Attempt.id.in_(attempt_ids))
+    rows = (await session.scalars(select(Benchmark).where(Benchmark.id.in_(latest)))).all()
     return {row.attempt_id: row for row in rows}
 
 
@@ -274,7 +281,7 @@ async def preset_benchmarks(session: AsyncSession, preset_id: int, limit: int = 
         select(PresetRevision.number, Benchmark)
         .join(Attempt, Benchmark.attempt_id == Attempt.id)
         .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-        .where(PresetRevision.preset_id == preset_id, Benchmark.status == DONE)
+        .where(Benchmark.preset_id == preset_id, Benchmark.status == DONE)
         .order_by(Benchmark.id.desc())
         .limit(limit)
     )
