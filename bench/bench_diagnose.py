@@ -21,6 +21,8 @@ pace and memory. Two hostile inputs, generated from fixed seeds:
   runs on for 20 MB of printable characters and never ends (against 2 MB). Its answer: the stage
   the startup reached, the exception as the root error, cut to the length of one record.
   Anchor for both: `LC_ALL=C grep -c x FILE`, best of 3 after a warm-up.
+
+A smoke run (`run(smoke=True)`) does all of it on files of 1 to 4 MB.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +44,7 @@ from app.diagnose.lines import MAX_RECORD
 
 ROOT = Path(__file__).resolve().parents[1]
 GNU_TIME = "/usr/bin/time"
-SIZE, SMALL_SIZE, CHUNK = 200_000_000, 20_000_000, 64 * 1024
-RANDOM_SIZE, SMALL_RANDOM_SIZE, LINE_SIZE, SMALL_LINE_SIZE = 50_000_000, 5_000_000, 20_000_000, 2_000_000
+CHUNK = 64 * 1024
 HOSTILE_GOAL_MB_S = 50
 MINUTES = 119  # of serving, 10:01 to 11:59; the traceback comes at 12:00:00
 ROOT_ERROR = (
@@ -97,19 +99,37 @@ PREFILL = (
 ACCESS = b'INFO:     127.0.0.1:%d - "POST /generate HTTP/1.1" 200 OK\n'
 
 
-def run() -> dict[str, dict[str, Any]]:
+@dataclass(frozen=True)
+class Sizes:
+    """Bytes of each file, and of the smaller one of the same shape its peak RSS is held against.
+    The hostile files are written a whole MB at a time."""
+
+    log: int
+    small_log: int
+    random: int
+    small_random: int
+    line: int
+    small_line: int
+
+
+FULL = Sizes(200_000_000, 20_000_000, 50_000_000, 5_000_000, 20_000_000, 2_000_000)
+SMOKE = Sizes(4_000_000, 2_000_000, 2_000_000, 1_000_000, 2_000_000, 1_000_000)
+
+
+def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
+    sizes = SMOKE if smoke else FULL
     with tempfile.TemporaryDirectory(prefix="bench-diagnose-") as tmp:
-        big, small = Path(tmp) / "server.log", Path(tmp) / "server-20mb.log"
+        big, small = Path(tmp) / "server.log", Path(tmp) / "server-small.log"
         began = time.perf_counter()
-        _write_log(big, SIZE)
-        _write_log(small, SMALL_SIZE)
+        _write_log(big, sizes.log)
+        _write_log(small, sizes.small_log)
         size_mb = big.stat().st_size / 1e6
         small_mb, elapsed = small.stat().st_size / 1e6, time.perf_counter() - began
         _say(f"wrote {size_mb:.0f} MB and {small_mb:.0f} MB logs in {elapsed:.1f} s")
-        results = {**_cli(big, small, size_mb), **_incremental(big, size_mb)}
+        results = {**_cli(big, small, size_mb, small_mb), **_incremental(big, size_mb)}
         big.unlink()
         small.unlink()
-        return {**results, **_hostile(Path(tmp))}
+        return {**results, **_hostile(Path(tmp), sizes)}
 
 
 def _say(message: str) -> None:
@@ -189,18 +209,18 @@ def _check(output: bytes) -> list[str]:
     ]
 
 
-def _cli(big: Path, small: Path, size_mb: float) -> dict[str, dict[str, Any]]:
+def _cli(big: Path, small: Path, size_mb: float, small_mb: float) -> dict[str, dict[str, Any]]:
     launchdeck = Path(sys.executable).with_name("launchdeck")
     command = [str(launchdeck)] if launchdeck.exists() else [sys.executable, "-m", "app.cli"]
     seconds, rss, out = _best_of_3([*command, "diagnose", str(big), "--json"])
     problems = _check(out)
     small_seconds, small_rss, small_out = _best_of_3([*command, "diagnose", str(small), "--json"])
-    problems += [f"20 MB log: {p}" for p in _check(small_out)]
+    problems += [f"{small_mb:.0f} MB log: {p}" for p in _check(small_out)]
     grep = ["grep", "-c", "Decode batch", str(big)]
     grep_seconds, _, _ = _best_of_3(grep, {**os.environ, "LC_ALL": "C"})
     flat = rss <= max(1.25 * small_rss, small_rss + 20)
     _say(f"diagnose_200mb: CLI {seconds:.2f} s, peak RSS {rss:.0f} MiB")
-    _say(f"diagnose_200mb: 20 MB log {small_seconds:.2f} s, peak RSS {small_rss:.0f} MiB")
+    _say(f"diagnose_200mb: {small_mb:.0f} MB log {small_seconds:.2f} s, peak RSS {small_rss:.0f} MiB")
     _say(f"diagnose_200mb: grep -c {grep_seconds:.3f} s")
     for problem in problems:
         _say(f"diagnose_200mb: wrong answer: {problem}")
@@ -209,7 +229,8 @@ def _cli(big: Path, small: Path, size_mb: float) -> dict[str, dict[str, Any]]:
             "value": round(seconds, 2),
             "unit": f"s (best of 3 after a warm-up), `launchdeck diagnose FILE --json` as a subprocess on a "
             f"{size_mb:.0f} MB SGLang log ending in a CUDA OOM traceback; peak RSS {rss:.0f} MiB "
-            f"(20 MB log of the same shape: {small_rss:.0f} MiB); answer {'correct' if not problems else 'WRONG'}",
+            f"({small_mb:.0f} MB log of the same shape: {small_rss:.0f} MiB); "
+            f"answer {'correct' if not problems else 'WRONG'}",
             "anchor": 'LC_ALL=C grep -c "Decode batch" FILE (best of 3 after a warm-up)',
             "anchor_value": round(grep_seconds, 3),
             "ratio": round(seconds / grep_seconds, 2),
@@ -279,13 +300,13 @@ def write_endless_line(path: Path, size: int) -> None:
             f.write(bytes(rng.choices(alphabet, k=1_000_000)))
 
 
-def _hostile(tmp: Path) -> dict[str, dict[str, Any]]:
+def _hostile(tmp: Path, sizes: Sizes) -> dict[str, dict[str, Any]]:
     launchdeck = Path(sys.executable).with_name("launchdeck")
     command = [str(launchdeck)] if launchdeck.exists() else [sys.executable, "-m", "app.cli"]
     results = {}
     for name, write, size, small_size, expected in (
-        ("diagnose_hostile_random", write_random_bytes, RANDOM_SIZE, SMALL_RANDOM_SIZE, _nothing_found),
-        ("diagnose_hostile_line", write_endless_line, LINE_SIZE, SMALL_LINE_SIZE, _cut_exception),
+        ("diagnose_hostile_random", write_random_bytes, sizes.random, sizes.small_random, _nothing_found),
+        ("diagnose_hostile_line", write_endless_line, sizes.line, sizes.small_line, _cut_exception),
     ):
         big, small = tmp / f"{name}.log", tmp / f"{name}-small.log"
         write(big, size)

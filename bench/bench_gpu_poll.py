@@ -3,10 +3,10 @@ share and memory.
 
 The dashboard is `launchdeck serve` as shipped: one SSH connection and one streaming GPU probe per
 host, samples into its SQLite database. The simulated hosts are real SSH servers on loopback that
-run the real probe (the NVML program over the simulated pynvml, one process per host), up to
-HOSTS_PER_PROCESS hosts to a Python process so that 512 fit on a small machine. Their processes and
-everything they run are measured apart from the dashboard. The hosts run their commands without a
-network namespace each: the probe uses no network, and a namespace costs two processes per host.
+run the real probe (the NVML program over the simulated pynvml, one process per host), up to 128
+hosts to a Python process so that 512 fit on a small machine. Their processes and everything they
+run are measured apart from the dashboard. The hosts run their commands without a network
+namespace each: the probe uses no network, and a namespace costs two processes per host.
 
 CPU is the dashboard's user + system time over a steady window (after every host has reported
 and the first samples were stored) divided by the window's length: the share of one core. The
@@ -16,6 +16,8 @@ dashboard had not yet read from its connections, so a dashboard that fell behind
 Anchors, measured in the same run: for 64 hosts, a client on the same connections that runs
 `nvidia-smi --query-gpu` once per poll per host over SSH; for 512 hosts, the dashboard at 64 hosts
 (a ratio of 8 is linear in the hosts).
+
+A smoke run (`run(smoke=True)`) does the same with 2 and 4 hosts, 2 to a process, and short windows.
 """
 
 from __future__ import annotations
@@ -38,9 +40,6 @@ import httpx
 from app.ssh import load_hosts_file
 
 GPUS = 8
-HOSTS_PER_PROCESS = 128
-WARMUP = 15.0  # after every host has reported: the first samples' burst and the handshakes are over
-WINDOW = 30.0  # three of the monitor's 10 s sample periods
 TOKEN = "bench-token-0123456789abcdef0123456789"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,6 +111,19 @@ asyncio.run(main())
 
 
 @dataclass(frozen=True)
+class Sizes:
+    small_hosts: int  # measured with the anchor
+    large_hosts: int
+    hosts_per_process: int
+    warmup: float  # s after every host has reported: the first samples' burst and the handshakes are over
+    window: float  # s measured; the full run's 30 s are three of the monitor's 10 s sample periods
+
+
+FULL = Sizes(small_hosts=64, large_hosts=512, hosts_per_process=128, warmup=15.0, window=30.0)
+SMOKE = Sizes(small_hosts=2, large_hosts=4, hosts_per_process=2, warmup=1.0, window=3.0)
+
+
+@dataclass(frozen=True)
 class Reading:
     """Counters of the dashboard and of the simulated hosts at one moment."""
 
@@ -122,15 +134,16 @@ class Reading:
     load: float
 
 
-def run() -> dict[str, dict[str, Any]]:
-    small = measure_hosts(64, anchor=True)
-    large = measure_hosts(512)
+def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
+    sizes = SMOKE if smoke else FULL
+    small = measure_hosts(sizes.small_hosts, sizes, anchor=True)
+    large = measure_hosts(sizes.large_hosts, sizes)
     return {
         "gpu_poll_64x8": {
             "value": small["cpu_pct"],
             "unit": f"% of one core ({_details(small)})",
             "anchor": f"nvidia-smi --query-gpu once per poll per host over SSH ({small['anchor_polls_per_s']:.0f} "
-            "polls/s achieved of 64)",
+            f"polls/s achieved of {sizes.small_hosts})",
             "anchor_value": small["anchor_cpu_pct"],
             "ratio": round(small["anchor_cpu_pct"] / small["cpu_pct"], 2) if small["cpu_pct"] else None,
             "goal": "<= 15% of one core",
@@ -139,7 +152,8 @@ def run() -> dict[str, dict[str, Any]]:
         "gpu_poll_512x8": {
             "value": large["cpu_pct"],
             "unit": f"% of one core ({_details(large)})",
-            "anchor": "the dashboard at 64 hosts x 8 GPUs, same run (ratio 8 is linear)",
+            "anchor": f"the dashboard at {sizes.small_hosts} hosts x {GPUS} GPUs, same run "
+            f"(ratio {sizes.large_hosts // sizes.small_hosts} is linear)",
             "anchor_value": small["cpu_pct"],
             "ratio": round(large["cpu_pct"] / small["cpu_pct"], 2) if small["cpu_pct"] else None,
             "goal": "<= 50% of one core",
@@ -156,17 +170,17 @@ def _details(result: dict[str, Any]) -> str:
     )
 
 
-def measure_hosts(hosts: int, *, anchor: bool = False) -> dict[str, Any]:
+def measure_hosts(hosts: int, sizes: Sizes, *, anchor: bool = False) -> dict[str, Any]:
     """The dashboard watching `hosts` simulated hosts; with `anchor`, the nvidia-smi client after it."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        sims = _start_sim_hosts(root / "cluster", hosts, env)
+        sims = _start_sim_hosts(root / "cluster", hosts, sizes.hosts_per_process, env)
         try:
             hosts_file = root / "cluster" / "hosts.toml"
-            result = _measure_dashboard(root, hosts_file, hosts, [sim.pid for sim in sims], env)
+            result = _measure_dashboard(root, hosts_file, hosts, [sim.pid for sim in sims], env, sizes)
             if anchor:
-                result |= _measure_anchor(hosts_file, env)
+                result |= _measure_anchor(hosts_file, env, sizes.window)
         finally:
             for sim in sims:
                 assert sim.stdin
@@ -176,11 +190,11 @@ def measure_hosts(hosts: int, *, anchor: bool = False) -> dict[str, Any]:
     return result
 
 
-def _start_sim_hosts(folder: Path, hosts: int, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+def _start_sim_hosts(folder: Path, hosts: int, per_process: int, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
     sims = []
     try:
-        for first in range(0, hosts, HOSTS_PER_PROCESS):
-            count = min(HOSTS_PER_PROCESS, hosts - first)
+        for first in range(0, hosts, per_process):
+            count = min(per_process, hosts - first)
             argv = [sys.executable, "-c", SIM_HOSTS, str(folder), str(first), str(count), str(GPUS)]
             sims.append(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=ROOT))
         for sim in sims:
@@ -194,7 +208,7 @@ def _start_sim_hosts(folder: Path, hosts: int, env: dict[str, str]) -> list[subp
 
 
 def _measure_dashboard(
-    root: Path, hosts_file: Path, hosts: int, sim_pids: list[int], env: dict[str, str]
+    root: Path, hosts_file: Path, hosts: int, sim_pids: list[int], env: dict[str, str], sizes: Sizes
 ) -> dict[str, Any]:
     port = _free_port()
     known = load_hosts_file(hosts_file)[0].known_hosts or ""
@@ -207,9 +221,9 @@ def _measure_dashboard(
         )  # fmt: skip
     try:
         _wait_for_every_probe(sim_pids, hosts, root / "dashboard.log")
-        time.sleep(WARMUP)
+        time.sleep(sizes.warmup)
         before = _read_counters(dashboard.pid, sim_pids)
-        time.sleep(WINDOW)
+        time.sleep(sizes.window)
         after = _read_counters(dashboard.pid, sim_pids)
         unread = _unread_bytes(hosts_file)
         rss_mib = _rss_mib(dashboard.pid)
@@ -260,7 +274,7 @@ def _check_every_host_listed(port: int, hosts: int) -> None:
         raise RuntimeError("the dashboard does not list every host with its GPUs")
 
 
-def _measure_anchor(hosts_file: Path, env: dict[str, str]) -> dict[str, float]:
+def _measure_anchor(hosts_file: Path, env: dict[str, str], window: float) -> dict[str, float]:
     known = load_hosts_file(hosts_file)[0].known_hosts or ""
     counter = hosts_file.parent / "anchor-polls"
     client = subprocess.Popen(
@@ -270,7 +284,7 @@ def _measure_anchor(hosts_file: Path, env: dict[str, str]) -> dict[str, float]:
         assert client.stdout and client.stdout.readline().strip() == b"ready"
         time.sleep(3)
         polls, cpu, started = int(counter.read_text()), _cpu_seconds(client.pid), time.monotonic()
-        time.sleep(WINDOW)
+        time.sleep(window)
         elapsed = time.monotonic() - started
         return {
             "anchor_cpu_pct": round(100 * (_cpu_seconds(client.pid) - cpu) / elapsed, 1),

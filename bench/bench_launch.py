@@ -28,13 +28,13 @@ from app.launch import remote
 from app.ssh import HostSpec, render_hosts
 from app.web.app import create_app
 
-ROUNDS = 7
+ROUNDS, SMOKE_ROUNDS = 7, 2
 TOKEN = "bench-token-0123456789abcdef0123456789"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
-def run() -> dict[str, dict[str, Any]]:
-    ours, anchor = asyncio.run(_measure())
+def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
+    ours, anchor = asyncio.run(_measure(SMOKE_ROUNDS if smoke else ROUNDS))
     ours_s, anchor_s = statistics.median(ours), statistics.median(anchor)
     ratio = anchor_s / ours_s
     return {
@@ -50,20 +50,20 @@ def run() -> dict[str, dict[str, Any]]:
     }
 
 
-async def _measure() -> tuple[list[float], list[float]]:
+async def _measure(rounds: int) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         cluster = SimCluster(root / "cluster", [SimHostSpec("bench-01", "rtx-pro-6000", 4)], time_scale=0.02)
         (spec,) = await cluster.start()
         try:
-            ours = await _through_launchdeck(root, spec)
-            anchor = await _through_openssh(spec)
+            ours = await _through_launchdeck(root, spec, rounds)
+            anchor = await _through_openssh(spec, rounds)
         finally:
             await cluster.stop()
     return ours, anchor
 
 
-async def _through_launchdeck(root: Path, spec: HostSpec) -> list[float]:
+async def _through_launchdeck(root: Path, spec: HostSpec, rounds: int) -> list[float]:
     (root / "hosts.toml").write_text(render_hosts([spec]))
     settings = Settings(
         data_dir=root / "data",
@@ -81,7 +81,7 @@ async def _through_launchdeck(root: Path, spec: HostSpec) -> list[float]:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with AsyncClient(transport=ASGITransport(app=app), base_url="http://bench", headers=headers) as api:
             await api.post("/api/presets", json={"name": "llama", "model_path": MODEL})
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 began = utcnow()
                 attempt_id = (await api.post("/api/attempts", json={"preset": "llama", "host": spec.name})).json()["id"]
                 while (attempt := (await api.get(f"/api/attempts/{attempt_id}")).json())["started_at"] is None:
@@ -98,13 +98,13 @@ def _parse(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-async def _through_openssh(spec: HostSpec) -> list[float]:
+async def _through_openssh(spec: HostSpec, rounds: int) -> list[float]:
     base = [
         "ssh", "-p", str(spec.port), "-i", spec.identity_files[0], "-o", f"UserKnownHostsFile={spec.known_hosts}",
         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "127.0.0.1",
     ]  # fmt: skip
     times = []
-    for round_number in range(ROUNDS):
+    for round_number in range(rounds):
         directory = f"{remote.ATTEMPTS_DIR}/openssh-{round_number}-{time.monotonic_ns()}"
         script = remote.render_script(
             attempt_id=0,

@@ -17,6 +17,8 @@ window are not timed, for ours and the anchors alike.
 - sse_fanout: 200 viewers of the dashboard's SSE endpoint at 1,000 lines/s: p99 delivery
   latency, the dashboard's RSS, and the number of readers on the host. No external anchor
   exists: the anchor is one viewer of the same dashboard in the same run.
+
+A smoke run (`run(smoke=True)`) does all of it with a 10 MB log, 5 viewers and 3 s windows.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import sys
 import tempfile
 import time
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +56,42 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token-0123456789abcdef0123456789"
 HOST = "bench-01"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-LATENCY_RATE, LATENCY_SECONDS = 5000, 10.0
-FANOUT_RATE, FANOUT_SECONDS, VIEWERS = 1000, 12.0, 200
+LATENCY_RATE, FANOUT_RATE = 5000, 1000
 WARMUP = 1.0  # lines written in the first second of a window are not counted (ours and anchors alike)
-LOG_BYTES, PAGE_OFFSET, PAGE_LINES = 1_000_000_000, 900_000_000, 500
+PAGE_LINES = 500
 NEEDLE = "Watchdog caught collective operation timeout"
-NEEDLE_AT = (100_000_000, 500_000_000, 950_000_000)
 ATTEMPT_ID = 1
 STAMP = re.compile(rb"written: (\d+\.\d+)")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    latency_seconds: float
+    fanout_seconds: float  # over WARMUP + 1: the dashboard is probed from WARMUP to 1 s before the end
+    viewers: int
+    log_bytes: int
+    # Where the rare line the grep looks for goes: at the first end of a block (about 1.3 MB) past
+    # each, so the last has to come more than a block before log_bytes.
+    needle_at: tuple[int, ...]
+    page_offset: int
+
+
+FULL = Sizes(
+    latency_seconds=10.0,
+    fanout_seconds=12.0,
+    viewers=200,
+    log_bytes=1_000_000_000,
+    needle_at=(100_000_000, 500_000_000, 950_000_000),
+    page_offset=900_000_000,
+)
+SMOKE = Sizes(
+    latency_seconds=3.0,
+    fanout_seconds=3.0,
+    viewers=5,
+    log_bytes=10_000_000,
+    needle_at=(1_000_000, 5_000_000, 8_000_000),
+    page_offset=9_000_000,
+)
 
 CLUSTER = """
 import asyncio, sys
@@ -101,7 +132,8 @@ print(n)
 """
 
 
-def run() -> dict[str, dict[str, Any]]:
+def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
+    sizes = SMOKE if smoke else FULL
     with tempfile.TemporaryDirectory(prefix="bench-logs-") as tmp:
         root = Path(tmp)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -114,8 +146,8 @@ def run() -> dict[str, dict[str, Any]]:
             home = Path(cluster.stdout.readline().decode().strip())
             spec = load_hosts_file(root / "cluster" / "hosts.toml")[0]
             _say(f"simulated host {HOST} on port {spec.port}")
-            live = _live(root, spec, home, env)
-            bulk = asyncio.run(_bulk(root, spec, home))
+            live = _live(root, spec, home, env, sizes)
+            bulk = asyncio.run(_bulk(root, spec, home, sizes))
         finally:
             assert cluster.stdin
             cluster.stdin.close()
@@ -215,7 +247,7 @@ def _readers(log_path: str) -> int:
     return count
 
 
-def _live(root: Path, spec: HostSpec, home: Path, env: dict[str, str]) -> dict[str, dict[str, Any]]:
+def _live(root: Path, spec: HostSpec, home: Path, env: dict[str, str], sizes: Sizes) -> dict[str, dict[str, Any]]:
     port = _free_port()
     launchdeck = Path(sys.executable).with_name("launchdeck")
     command = [str(launchdeck), "serve"] if launchdeck.exists() else [sys.executable, "-m", "app.cli", "serve"]
@@ -233,7 +265,7 @@ def _live(root: Path, spec: HostSpec, home: Path, env: dict[str, str]) -> dict[s
         api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"})
         attempt = _launch(api)
         _say(f"dashboard pid {dashboard.pid} launched attempt {attempt['id']} in {attempt['remote_dir']}")
-        result = asyncio.run(_live_measure(port, attempt, spec, home, dashboard.pid, api))
+        result = asyncio.run(_live_measure(port, attempt, spec, home, dashboard.pid, api, sizes))
         api.post(f"/api/attempts/{attempt['id']}/stop")
         return result
     except Exception:
@@ -264,7 +296,7 @@ def _launch(api: httpx.Client) -> dict[str, Any]:
 
 
 async def _live_measure(
-    port: int, attempt: dict[str, Any], spec: HostSpec, home: Path, pid: int, api: httpx.Client
+    port: int, attempt: dict[str, Any], spec: HostSpec, home: Path, pid: int, api: httpx.Client, sizes: Sizes
 ) -> dict[str, dict[str, Any]]:
     attempt_id, remote_log = attempt["id"], f"{attempt['remote_dir']}/server.log"
     log_path = home / remote_log
@@ -274,23 +306,24 @@ async def _live_measure(
         return f"/api/attempts/{attempt_id}/events?offset={size}"
 
     # a: one viewer of the dashboard, then `ssh tail -F`, each on its own run of the writer.
-    _say(f"log_latency: dashboard SSE, {LATENCY_RATE} lines/s for {LATENCY_SECONDS:.0f} s")
-    (viewer,), written, _ = await _watch(port, events_path(), 1, log_path, LATENCY_RATE, LATENCY_SECONDS)
+    latency_s, fanout_s, viewers_count = sizes.latency_seconds, sizes.fanout_seconds, sizes.viewers
+    _say(f"log_latency: dashboard SSE, {LATENCY_RATE} lines/s for {latency_s:.0f} s")
+    (viewer,), written, _ = await _watch(port, events_path(), 1, log_path, LATENCY_RATE, latency_s)
     ours = viewer.latencies
     _say(f"  received {viewer.lines} of {written} lines, {viewer.skipped} skipped markers")
-    _say(f"log_latency: ssh tail -F, {LATENCY_RATE} lines/s for {LATENCY_SECONDS:.0f} s")
-    anchor, anchor_lines, anchor_written = await _tail_latency(spec, home, "bench/anchor.log")
+    _say(f"log_latency: ssh tail -F, {LATENCY_RATE} lines/s for {latency_s:.0f} s")
+    anchor, anchor_lines, anchor_written = await _tail_latency(spec, home, "bench/anchor.log", latency_s)
     _say(f"  received {anchor_lines} of {anchor_written} lines")
     p99, anchor_p99 = _pct(ours, 0.99), _pct(anchor, 0.99)
     p50, anchor_p50 = _pct(ours, 0.5), _pct(anchor, 0.5)
 
     # e: one viewer, then 200, at 1,000 lines/s.
-    _say(f"sse_fanout: 1 viewer, {FANOUT_RATE} lines/s for {FANOUT_SECONDS:.0f} s")
-    (single,), _, _ = await _watch(port, events_path(), 1, log_path, FANOUT_RATE, FANOUT_SECONDS)
-    _say(f"sse_fanout: {VIEWERS} viewers, {FANOUT_RATE} lines/s for {FANOUT_SECONDS:.0f} s")
+    _say(f"sse_fanout: 1 viewer, {FANOUT_RATE} lines/s for {fanout_s:.0f} s")
+    (single,), _, _ = await _watch(port, events_path(), 1, log_path, FANOUT_RATE, fanout_s)
+    _say(f"sse_fanout: {viewers_count} viewers, {FANOUT_RATE} lines/s for {fanout_s:.0f} s")
     rss_before = _rss_mib(pid)
     viewers, written, probe = await _watch(
-        port, events_path(), VIEWERS, log_path, FANOUT_RATE, FANOUT_SECONDS, pid=pid, remote_log=remote_log
+        port, events_path(), viewers_count, log_path, FANOUT_RATE, fanout_s, pid=pid, remote_log=remote_log
     )
     many = array("d")
     for v in viewers:
@@ -317,7 +350,7 @@ async def _live_measure(
         },
         "sse_fanout": {
             "value": round(fan_p99, 1),
-            "unit": f"ms p99 over {VIEWERS} SSE viewers at {FANOUT_RATE} lines/s (p50 {_pct(many, 0.5):.1f} ms); "
+            "unit": f"ms p99 over {viewers_count} SSE viewers at {FANOUT_RATE} lines/s (p50 {_pct(many, 0.5):.1f} ms); "
             f"dashboard RSS {probe['rss_mib']:.0f} MiB (before {rss_before:.0f}), {probe['cpu'] * 100:.0f}% of a "
             f"core; {readers} reader(s) on the host",
             "anchor": "one SSE viewer of the same dashboard in the same run (no external fan-out anchor)",
@@ -381,7 +414,7 @@ async def _watch(
     return viewers, written, probe
 
 
-async def _tail_latency(spec: HostSpec, home: Path, name: str) -> tuple[array[float], int, int]:
+async def _tail_latency(spec: HostSpec, home: Path, name: str, seconds: float) -> tuple[array[float], int, int]:
     """`ssh host tail -F` of a file the writer appends to: latencies, lines received, lines written."""
     path = home / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -393,9 +426,9 @@ async def _tail_latency(spec: HostSpec, home: Path, name: str) -> tuple[array[fl
     try:
         await asyncio.wait_for(tail.stdout.readline(), 30)  # tail runs: the writer may start
         since = time.time() + WARMUP
-        writing = asyncio.create_task(_write(path, LATENCY_RATE, LATENCY_SECONDS))
+        writing = asyncio.create_task(_write(path, LATENCY_RATE, seconds))
         buffer = b""
-        while not (writing.done() and time.time() > since + LATENCY_SECONDS):
+        while not (writing.done() and time.time() > since + seconds):
             with contextlib.suppress(TimeoutError):
                 data = await asyncio.wait_for(tail.stdout.read(1 << 16), 0.5)
                 if not data:
@@ -422,7 +455,7 @@ def _free_port() -> int:
 # b, c, d: a 1 GB log
 
 
-def _write_big_log(path: Path) -> None:
+def _write_big_log(path: Path, sizes: Sizes) -> None:
     block = b"".join(
         b"[2026-01-05 10:%02d:%02d TP%d] Decode batch, #running-req: %d, #token: %d, token usage: 0.%02d, "
         b"cuda graph: True, gen throughput (token/s): %d.%02d, #queue-req: %d\n"
@@ -432,18 +465,18 @@ def _write_big_log(path: Path) -> None:
     needle = f"[2026-01-05 10:13:07 TP3] {NEEDLE}: WorkNCCL(SeqNum=4711, OpType=ALLREDUCE) ran for 600000 ms\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
-        size, pending = 0, list(NEEDLE_AT)
-        while size < LOG_BYTES:
+        size, pending = 0, list(sizes.needle_at)
+        while size < sizes.log_bytes:
             if pending and size >= pending[0]:
                 pending.pop(0)
                 size += f.write(needle.encode())
             size += f.write(block)
 
 
-async def _bulk(root: Path, spec: HostSpec, home: Path) -> dict[str, dict[str, Any]]:
+async def _bulk(root: Path, spec: HostSpec, home: Path, sizes: Sizes) -> dict[str, dict[str, Any]]:
     host_path = home / "bench" / "big.log"
-    _say("writing a 1 GB log on the host")
-    _write_big_log(host_path)
+    _say(f"writing a {sizes.log_bytes / 1e6:,.0f} MB log on the host")
+    _write_big_log(host_path, sizes)
     size_mb = host_path.stat().st_size / 1e6
     logs = root / "data" / "logs"
 
@@ -485,7 +518,7 @@ async def _bulk(root: Path, spec: HostSpec, home: Path) -> dict[str, dict[str, A
             "anchor_to_file_mb_s": round(size_mb / to_file_s, 1),
         }
     }
-    results.update(await _grep_and_page(root, spec, logs))
+    results.update(await _grep_and_page(root, spec, logs, sizes))
     return results
 
 
@@ -520,7 +553,7 @@ async def _mirror(root: Path, spec: HostSpec, logs: Path) -> tuple[float, float,
         await connection.close()
 
 
-async def _grep_and_page(root: Path, spec: HostSpec, logs: Path) -> dict[str, dict[str, Any]]:
+async def _grep_and_page(root: Path, spec: HostSpec, logs: Path, sizes: Sizes) -> dict[str, dict[str, Any]]:
     hosts_file = root / "cluster" / "hosts.toml"
     settings = Settings(
         data_dir=root / "data", hosts_file=hosts_file, token=TOKEN,  # type: ignore[arg-type]
@@ -541,7 +574,7 @@ async def _grep_and_page(root: Path, spec: HostSpec, logs: Path) -> dict[str, di
                     headers={"Authorization": f"Bearer {TOKEN}"},
                 )
                 ours.append(time.perf_counter() - began)
-                assert response.status_code == 200 and response.json()["total"] == len(NEEDLE_AT), response.text
+                assert response.status_code == 200 and response.json()["total"] == len(sizes.needle_at), response.text
                 began = time.perf_counter()
                 found = await asyncio.to_thread(
                     subprocess.run,
@@ -550,7 +583,7 @@ async def _grep_and_page(root: Path, spec: HostSpec, logs: Path) -> dict[str, di
                     env={**os.environ, "LC_ALL": "C"},
                 )
                 anchor.append(time.perf_counter() - began)
-                assert found.stdout.count(b"\n") == len(NEEDLE_AT)
+                assert found.stdout.count(b"\n") == len(sizes.needle_at)
             grep_s, grep_anchor_s = statistics.median(ours), statistics.median(anchor)
             _say(f"grep_1gb: API {grep_s:.3f} s, grep -n {grep_anchor_s:.3f} s")
 
@@ -559,7 +592,7 @@ async def _grep_and_page(root: Path, spec: HostSpec, logs: Path) -> dict[str, di
             for _ in range(15):
                 began = time.perf_counter()
                 log = LogFile(logs, ATTEMPT_ID)
-                number, _ = log.line_at(PAGE_OFFSET)
+                number, _ = log.line_at(sizes.page_offset)
                 page = log.lines(number, PAGE_LINES)
                 page_ms.append((time.perf_counter() - began) * 1000)
             assert len(page.lines) == PAGE_LINES
@@ -572,14 +605,15 @@ async def _grep_and_page(root: Path, spec: HostSpec, logs: Path) -> dict[str, di
                 )
                 sed_ms.append((time.perf_counter() - began) * 1000)
             assert printed.stdout.split(b"\n")[:-1] == [line.text for line in page.lines]
-            endpoint_ms = await _page_endpoint(client)
+            endpoint_ms = await _page_endpoint(client, sizes.page_offset)
     page_value, sed_value = statistics.median(page_ms), statistics.median(sed_ms)
     _say(f"page_1gb: LogFile {page_value:.2f} ms, sed {sed_value:.0f} ms, page endpoint {endpoint_ms:.1f} ms")
     path.unlink()
     return {
         "grep_1gb": {
             "value": round(grep_s, 3),
-            "unit": "s (median of 3), GET /api/attempts/{id}/grep?q=<rare fixed string> on a 1 GB mirror",
+            "unit": "s (median of 3), GET /api/attempts/{id}/grep?q=<rare fixed string> on a "
+            f"{sizes.log_bytes / 1e6:,.0f} MB mirror",
             "anchor": "LC_ALL=C grep -n PATTERN file",
             "anchor_value": round(grep_anchor_s, 3),
             "ratio": round(grep_s / grep_anchor_s, 2),
@@ -588,7 +622,8 @@ async def _grep_and_page(root: Path, spec: HostSpec, logs: Path) -> dict[str, di
         },
         "page_1gb": {
             "value": round(page_value, 2),
-            "unit": f"ms (median of 15), {PAGE_LINES} lines at byte {PAGE_OFFSET:,} of a 1 GB log, LogFile opened "
+            "unit": f"ms (median of 15), {PAGE_LINES} lines at byte {sizes.page_offset:,} of a "
+            f"{sizes.log_bytes / 1e6:,.0f} MB log, LogFile opened "
             f"fresh each time (page endpoint with HTML: {endpoint_ms:.1f} ms)",
             "anchor": f"sed -n '{first},{last}p;{last}q' file",
             "anchor_value": round(sed_value, 1),
@@ -601,7 +636,7 @@ async def _grep_and_page(root: Path, spec: HostSpec, logs: Path) -> dict[str, di
 
 
 async def _add_attempt(sessions: Any) -> None:
-    """A finished attempt whose mirrored log is the 1 GB file."""
+    """A finished attempt whose mirrored log is the big file."""
     async with sessions() as session:
         host = await session.scalar(select(Host).where(Host.name == HOST))
         assert host is not None, "the hosts file's host is registered at startup"
@@ -615,7 +650,7 @@ async def _add_attempt(sessions: Any) -> None:
         await session.commit()
 
 
-async def _page_endpoint(client: AsyncClient) -> float:
+async def _page_endpoint(client: AsyncClient, offset: int) -> float:
     """The full-log page at the same offset, HTML included, as a logged-in browser gets it."""
     form = await client.get("/login")
     csrf = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
@@ -624,7 +659,7 @@ async def _page_endpoint(client: AsyncClient) -> float:
     times = []
     for _ in range(7):
         began = time.perf_counter()
-        response = await client.get(f"/attempts/{ATTEMPT_ID}/log", params={"offset": PAGE_OFFSET, "count": PAGE_LINES})
+        response = await client.get(f"/attempts/{ATTEMPT_ID}/log", params={"offset": offset, "count": PAGE_LINES})
         times.append((time.perf_counter() - began) * 1000)
         assert response.status_code == 200, response.status_code
     return statistics.median(times)

@@ -36,7 +36,7 @@ from playwright.async_api import Page, async_playwright
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "bench-token-0123456789abcdef0123456789"
-RUNS = 20
+RUNS, SMOKE_RUNS = 20, 2
 TIME_SCALE = "0.3"  # the simulated server loads for a few seconds: time to open its page first
 HOST, PRESET = "rtxpro-01", "llama31-8b"
 GOAL_MS = 200.0
@@ -69,12 +69,13 @@ document.addEventListener("htmx:sseOpen", () => note("connected"));
 """
 
 
-def run() -> dict[str, dict[str, Any]]:
+def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-root-cause-") as tmp:
         root, port = Path(tmp), _free_port()
         demo = _start_demo(root, port)
         try:
-            runs = asyncio.run(_measure(f"http://127.0.0.1:{port}", root / "data" / "demo" / "hosts" / HOST / "home"))
+            home = root / "data" / "demo" / "hosts" / HOST / "home"
+            runs = asyncio.run(_measure(f"http://127.0.0.1:{port}", home, SMOKE_RUNS if smoke else RUNS))
         except Exception:
             sys.stderr.write((root / "demo.log").read_text(errors="replace")[-3000:])
             raise
@@ -172,7 +173,7 @@ def _start_demo(root: Path, port: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
 
 
-async def _measure(base: str, home: Path) -> list[dict[str, float]]:
+async def _measure(base: str, home: Path, count: int) -> list[dict[str, float]]:
     async with (
         httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api,
         async_playwright() as playwright,
@@ -188,7 +189,7 @@ async def _measure(base: str, home: Path) -> list[dict[str, float]]:
         await page.get_by_label("Access token").fill(TOKEN)
         await page.get_by_role("button", name="Log in").click()
         await page.wait_for_load_state()
-        runs = [await _one_run(api, page, home, number) for number in range(RUNS)]
+        runs = [await _one_run(api, page, home, number) for number in range(count)]
         await browser.close()
         return runs
 

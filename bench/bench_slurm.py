@@ -27,15 +27,15 @@ from app.ssh import HostConnection, SSHOptions, render_hosts
 from app.ssh.hosts import SlurmSettings
 from app.web.app import create_app
 
-ROUNDS = 5
+ROUNDS, SMOKE_ROUNDS = 5, 2
 TOKEN = "bench-token-0123456789abcdef0123456789"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 POLL = 0.02
 GOAL_S = 1.0
 
 
-def run() -> dict[str, dict[str, Any]]:
-    ours, anchor = asyncio.run(_measure())
+def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
+    ours, anchor = asyncio.run(_measure(SMOKE_ROUNDS if smoke else ROUNDS))
     ours_s, anchor_s = statistics.median(ours), statistics.median(anchor)
     return {
         "slurm_queue_to_page": {
@@ -50,7 +50,7 @@ def run() -> dict[str, dict[str, Any]]:
     }
 
 
-async def _measure() -> tuple[list[float], list[float]]:
+async def _measure(rounds: int) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         site = SlurmSite(root / "slurm", "cluster", [SimHostSpec("node-01", "b200", 2)], {"gpu": ["node-01"]})
@@ -61,13 +61,13 @@ async def _measure() -> tuple[list[float], list[float]]:
             await login.wait_online(10)
             cluster = SlurmSettings(partition="gpu", gpus_per_node=2, output_dir=site.output_dir)
             (root / "hosts.toml").write_text(render_hosts([dataclasses.replace(spec, slurm=cluster)]))
-            return await _rounds(root, login)
+            return await _rounds(root, login, rounds)
         finally:
             await login.close()
             await site.stop()
 
 
-async def _rounds(root: Path, login: HostConnection) -> tuple[list[float], list[float]]:
+async def _rounds(root: Path, login: HostConnection, rounds: int) -> tuple[list[float], list[float]]:
     settings = Settings(
         data_dir=root / "data",
         hosts_file=root / "hosts.toml",
@@ -90,7 +90,7 @@ async def _rounds(root: Path, login: HostConnection) -> tuple[list[float], list[
         ):
             await _log_in(browser)
             await api.post("/api/presets", json={"name": "llama", "model_path": MODEL})
-            for _ in range(ROUNDS):
+            for _ in range(rounds):
                 page_s, squeue_s = await _one_round(api, browser, login)
                 ours.append(page_s)
                 anchor.append(squeue_s)

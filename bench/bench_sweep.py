@@ -1,9 +1,10 @@
 """sweep_overhead: the dashboard's own time per sweep point, beyond the launch and the benchmark.
 
-A four-point grid of llama31-8b on one simulated RTX PRO host, each point launched, benchmarked
-with a small workload and stopped. Per point, the host's share is its start-up (recorded -> ready),
-its benchmark (started -> ended) and its shutdown (benchmark ended -> attempt ended); what is left
-of the sweep's wall time (created -> ended) is the dashboard's. Anchor: the host's share per point.
+A four-point grid (two in a smoke run) of llama31-8b on one simulated RTX PRO host, each point
+launched, benchmarked with a small workload and stopped. Per point, the host's share is its start-up
+(recorded -> ready), its benchmark (started -> ended) and its shutdown (benchmark ended -> attempt
+ended); what is left of the sweep's wall time (created -> ended) is the dashboard's. Anchor: the
+host's share per point.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from app.web.app import create_app
 
 TOKEN = "bench-token-0123456789abcdef0123456789"
 WORKLOAD = {"name": "bench-small", "num_prompts": 8, "input_len": 64, "output_len": 32, "max_concurrency": 4}
+GRID, SMOKE_GRID = ["8", "16", "24", "32"], ["8", "16"]  # --max-running-requests
 
 
-def run() -> dict[str, dict[str, Any]]:
-    overhead, host = asyncio.run(_measure())
+def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
+    overhead, host = asyncio.run(_measure(SMOKE_GRID if smoke else GRID))
     return {
         "sweep_overhead": {
             "value": round(overhead, 3),
@@ -45,7 +47,7 @@ def _at(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-async def _measure() -> tuple[float, float]:
+async def _measure(grid: list[str]) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         cluster = SimCluster(root / "cluster", [SimHostSpec("bench-01", "rtx-pro-6000", 1)], time_scale=0.02)
@@ -61,20 +63,20 @@ async def _measure() -> tuple[float, float]:
                 await app.state.runtime.ssh.get(spec.name).wait_online(10)
                 headers = {"Authorization": f"Bearer {TOKEN}"}
                 async with AsyncClient(transport=ASGITransport(app=app), base_url="http://b", headers=headers) as api:
-                    return await _sweep(api, spec.name)
+                    return await _sweep(api, spec.name, grid)
         finally:
             await cluster.stop()
 
 
-async def _sweep(api: AsyncClient, host: str) -> tuple[float, float]:
+async def _sweep(api: AsyncClient, host: str, values: list[str]) -> tuple[float, float]:
     await api.post("/api/presets", json={"name": "llama", "model_path": "meta-llama/Llama-3.1-8B-Instruct"})
     await api.post("/api/workloads", json=WORKLOAD)
-    grid = {"--max-running-requests": ["8", "16", "24", "32"]}
+    grid = {"--max-running-requests": values}
     body = {"preset": "llama", "host": host, "gpus": [0], "grid": grid, "workload": WORKLOAD["name"]}
     sweep_id = (await api.post("/api/sweeps", json=body)).json()["id"]
     while (sweep := (await api.get(f"/api/sweeps/{sweep_id}")).json())["status"] == "running":
         await asyncio.sleep(0.05)
-    assert [p["status"] for p in sweep["points"]] == ["served"] * 4, sweep
+    assert [p["status"] for p in sweep["points"]] == ["served"] * len(values), sweep
     host_share = 0.0
     for point in sweep["points"]:
         attempt = (await api.get(f"/api/attempts/{point['attempt_id']}")).json()
