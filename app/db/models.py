@@ -289,8 +289,12 @@ class Attempt(Base):
 @event.listens_for(Attempt, "before_insert")
 def _copy_preset_of_revision(_mapper: Any, connection: Connection, attempt: Attempt) -> None:
     """An attempt's preset is always its revision's: read here, at insert, for every way a row is made."""
-    query = select(PresetRevision.preset_id).where(PresetRevision.id == attempt.preset_revision_id)
-    attempt.preset_id = connection.scalar(query)
+    preset_id = connection.scalar(
+        select(PresetRevision.preset_id).where(PresetRevision.id == attempt.preset_revision_id)
+    )
+    if preset_id is None:
+        raise ValueError(f"attempt for revision {attempt.preset_revision_id}: no such preset revision")
+    attempt.preset_id = preset_id
 
 
 class Workload(Base):

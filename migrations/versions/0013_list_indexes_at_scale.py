@@ -1,6 +1,7 @@
 """indexes that serve each list's filter and its order at 100k attempts: the preset on each
-attempt and benchmark row, status with id, pairs of filters, a partial index for multi-node parts (the old one took every row), the
-versions hosts reported, and the audit trail's actions
+attempt and benchmark row, status with id, pairs of filters, a partial index for multi-node parts
+(the old one took every row), the versions hosts reported, each attempt's configuration for the
+"failed before" guard, and the audit trail's actions
 
 Revision ID: 0013
 Revises: 0012
