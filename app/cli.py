@@ -11,7 +11,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.errors import InvalidInput, LaunchdeckError
 
@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 DEMO_ADMIN = "demo"
 ROLES = ("viewer", "operator", "admin")  # app.db.models.Role, named here so `--help` imports no database code
+# Seconds a dashboard told to stop (SIGTERM, Ctrl-C) gives the requests in flight before cutting
+# them short: container runtimes send SIGKILL 10 s after SIGTERM, and the services' close
+# (app.web.app.CLOSE_SECONDS) and the demo's simulated hosts need the rest.
+DRAIN_SECONDS = 3
 
 # What `launchdeck diagnose` prints of a diagnosis: these keys of the API's diagnosis object (a
 # StoredDiagnosis), with the same values, and with --rules its `rule` and `built_in` too.
@@ -235,6 +239,7 @@ def _run(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("uvicorn.error").addFilter(_without_cut_short_requests)
     try:
         settings = Settings()
     except ValidationError as exc:
@@ -527,8 +532,28 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     _freeze_startup_objects()
-    uvicorn.run(app, host=settings.bind, port=settings.port, log_level="info", proxy_headers=_forwarded_for(settings))
+    uvicorn.run(app, log_level="info", **_server_options(settings))
     return 0
+
+
+def _server_options(settings: Settings) -> dict[str, Any]:
+    """How uvicorn serves the dashboard, for `serve` and `demo` alike. Told to stop, it gives the
+    requests in flight DRAIN_SECONDS and then cancels them: by default it would wait for each to
+    end, and a download to a reader who stopped reading does not."""
+    return {
+        "host": settings.bind,
+        "port": settings.port,
+        "proxy_headers": _forwarded_for(settings),
+        "timeout_graceful_shutdown": DRAIN_SECONDS,
+    }
+
+
+def _without_cut_short_requests(record: logging.LogRecord) -> bool:
+    """Drops the traceback uvicorn logs for each request it cancelled at DRAIN_SECONDS: its own
+    line before them counts them, and the access log shows each one's 500."""
+    import asyncio
+
+    return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
 
 
 async def _accounts(settings: Settings) -> tuple[int, bool]:
@@ -602,9 +627,7 @@ async def demo(settings: Settings) -> int:
         demo_password = await _seed_demo_admin(settings)
         for spec, sim in zip(specs, host_specs, strict=True):
             print(f"simulated host {spec.name}: {sim.gpu_count} x {sim.gpu_model} GPUs, ssh on 127.0.0.1:{spec.port}")
-        server = uvicorn.Server(
-            uvicorn.Config(app, host=settings.bind, port=settings.port, proxy_headers=_forwarded_for(settings))
-        )
+        server = uvicorn.Server(uvicorn.Config(app, **_server_options(settings)))
         print(
             f"\nlaunchdeck dashboard: {_url(settings)}\naccess token:         {access_token(settings)}"
             f"\ndemo admin:           {DEMO_ADMIN} / {demo_password}\n",

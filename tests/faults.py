@@ -1,5 +1,5 @@
 """Processes for the fault tests: simulated hosts and a dashboard, each a real `launchdeck`
-process that a test can kill, freeze and start again.
+process that a test can kill, freeze, stop and start again.
 
 Every simulated host runs alone (`launchdeck demo --hosts-only --host NAME`), so killing one
 host's SSH server leaves the other hosts, and the servers launched on the killed one (started
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -149,7 +150,7 @@ class HostProcess(Process):
 
 @dataclass
 class Dashboard(Process):
-    """`launchdeck serve` against the simulated hosts' hosts file."""
+    """`launchdeck serve` against the simulated hosts' hosts file (or `launchdeck demo`)."""
 
     port: int = 0
     data_dir: Path = Path()
@@ -174,6 +175,20 @@ class Dashboard(Process):
         output = output or data_dir.parent / "dashboard.out"
         return cls(["serve"], env, output, port=port, data_dir=data_dir)
 
+    @classmethod
+    def demo(cls, data_dir: Path, time_scale: float) -> Dashboard:
+        """`launchdeck demo`: its simulated hosts (under `data_dir`/demo) and the dashboard in one process."""
+        port = free_port()
+        env = _environment(
+            LAUNCHDECK_DATA_DIR=str(data_dir),
+            LAUNCHDECK_TOKEN=TOKEN,
+            LAUNCHDECK_PORT=str(port),
+            LAUNCHDECK_DEMO_TIME_SCALE=str(time_scale),
+            LAUNCHDECK_COOKIE_SECURE="false",
+        )
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return cls(["demo"], env, data_dir.parent / "demo.out", port=port, data_dir=data_dir)
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -193,6 +208,41 @@ class Dashboard(Process):
             return all(host["state"] == "online" for host in hosts)
 
         wait_until(online, 60, "the dashboard did not start with every host online", interval=0.2)
+
+
+def process_alive(pid: int | None) -> bool:
+    """The simulated hosts are local processes: their servers' pids are this machine's."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, TypeError):
+        return False
+
+
+def assert_status_is_true(host: HostProcess, attempt: dict[str, Any]) -> None:
+    """What the attempt says against what its host shows (the pid file and exit status its
+    launch script wrote): a live server is ready, a dead one is not, and the exit status is
+    the one recorded."""
+    directory = host.home / attempt["remote_dir"]
+    where = f"attempt {attempt['id']} ({attempt['status']}: {attempt['error']!r})"
+    pid_file, exit_file = directory / "pid", directory / "exit_code"
+    pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+    if pid is not None:
+        assert attempt["pid"] == pid, f"{where}: its server's pid on {host.name} is {pid}"
+    if process_alive(pid):
+        assert attempt["status"] == "ready", f"{where}: its server runs on {host.name}"
+    else:
+        assert attempt["status"] in ("failed", "stopped", "lost"), f"{where}: no server of it runs on {host.name}"
+    if exit_file.exists():
+        assert attempt["exit_code"] == int(exit_file.read_text()), where
+
+
+async def form_login(browser: httpx.AsyncClient) -> httpx.Response:
+    """A browser login: the form, then the token."""
+    form = await browser.get("/login")
+    found = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+    assert found, form.text[:500]
+    return await browser.post("/login", data={"token": TOKEN, "next": "/hosts", "csrf_token": found[1]})
 
 
 @dataclass

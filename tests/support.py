@@ -1,5 +1,5 @@
-"""Real servers for the tests: an OpenSSH sshd and a TCP relay that can go silent; and a small
-filesystem to fill up."""
+"""Real servers for the tests: an OpenSSH sshd and a TCP relay that can go silent; a small
+filesystem to fill up; and the processes left running under a directory."""
 
 from __future__ import annotations
 
@@ -78,6 +78,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def processes_under(directory: Path) -> list[str]:
+    """Live processes whose cwd, command line or environment points into `directory`
+    (the simulated hosts run every command in a home under it, with its GPU state file in the
+    environment). Zombies are left out: they hold nothing and are gone once reaped."""
+    marker = str(directory.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+            if stat[stat.rindex(b")") + 2 :].split()[0] in (b"Z", b"X"):
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
+            cwd = os.readlink(entry / "cwd")
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or a kernel thread
+        if marker in cmdline or marker in environ or cwd == marker or cwd.startswith(marker + "/"):
+            found.append(f"pid {entry.name} (cwd {cwd}): {cmdline}")
+    return found
 
 
 @dataclass

@@ -39,7 +39,7 @@ from playwright.async_api import (
 )
 
 from app.demo.hostlib import simgpu
-from tests.support import free_port, require
+from tests.support import free_port, processes_under, require
 
 pytestmark = pytest.mark.browser
 
@@ -81,29 +81,6 @@ class Demo:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
-
-
-def processes_under(directory: Path) -> list[str]:
-    """Live processes whose cwd, command line or environment points into `directory`
-    (the simulated hosts run every command in a home under it, with its GPU state file in the
-    environment). Zombies are left out: they hold nothing and are gone once reaped."""
-    marker = str(directory.resolve())
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            stat = (entry / "stat").read_bytes()
-            if stat[stat.rindex(b")") + 2 :].split()[0] in (b"Z", b"X"):
-                continue
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            environ = (entry / "environ").read_bytes().decode(errors="replace")
-            cwd = os.readlink(entry / "cwd")
-        except (OSError, ValueError):
-            continue  # gone meanwhile, or a kernel thread
-        if marker in cmdline or marker in environ or cwd == marker or cwd.startswith(marker + "/"):
-            found.append(f"pid {entry.name} (cwd {cwd}): {cmdline}")
-    return found
 
 
 async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float, what: str, demo: Demo) -> None:

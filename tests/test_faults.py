@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -27,7 +26,19 @@ from app.demo.inventory import SimHostSpec
 from app.demo.presets import DEMO_PRESETS
 from app.demo.sshserver import SimHost
 from app.ssh import HostConnection
-from tests.faults import AUTH, KEEPALIVE, TOKEN, Dashboard, HostProcess, Watch, follow_events, watching
+from tests.faults import (
+    AUTH,
+    KEEPALIVE,
+    TOKEN,
+    Dashboard,
+    HostProcess,
+    Watch,
+    assert_status_is_true,
+    follow_events,
+    form_login,
+    process_alive,
+    watching,
+)
 from tests.support import fill, free_port, require, small_filesystem, until
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, line_numbers, log_in, open_tab
 
@@ -134,15 +145,6 @@ def host_file(host: HostProcess, attempt: dict[str, Any]) -> bytes:
     return path.read_bytes() if path.exists() else b""
 
 
-def process_alive(pid: int | None) -> bool:
-    """The simulated hosts are local processes: their servers' pids are this machine's."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, TypeError):
-        return False
-
-
 async def mirrored(client: httpx.AsyncClient, attempt_id: int) -> tuple[bytes, bool]:
     """The whole mirrored log and whether the dashboard says it is complete."""
     data, complete = b"", False
@@ -165,24 +167,6 @@ async def mirror_matches(client: httpx.AsyncClient, host: HostProcess, attempt: 
 
     size = await until(check, f"attempt {attempt['id']}'s mirror did not match the host's file")
     return int(size)
-
-
-def assert_status_is_true(host: HostProcess, attempt: dict[str, Any]) -> None:
-    """What the attempt says against what its host shows (the pid file and exit status its
-    launch script wrote): a live server is ready, a dead one is not, and the exit status is
-    the one recorded."""
-    directory = host.home / attempt["remote_dir"]
-    where = f"attempt {attempt['id']} ({attempt['status']}: {attempt['error']!r})"
-    pid_file, exit_file = directory / "pid", directory / "exit_code"
-    pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
-    if pid is not None:
-        assert attempt["pid"] == pid, f"{where}: its server's pid on {host.name} is {pid}"
-    if process_alive(pid):
-        assert attempt["status"] == "ready", f"{where}: its server runs on {host.name}"
-    else:
-        assert attempt["status"] in ("failed", "stopped", "lost"), f"{where}: no server of it runs on {host.name}"
-    if exit_file.exists():
-        assert attempt["exit_code"] == int(exit_file.read_text()), where
 
 
 async def kill_and_restart(host: HostProcess, watch: Watch, during: Awaitable[Any]) -> tuple[float, float, float]:
@@ -459,14 +443,6 @@ def small_data_dir(tmp_path: Path) -> Iterator[Path]:
     """A 30 MB filesystem for the dashboard's data dir."""
     with small_filesystem(tmp_path / "small", "30m") as mount_point:
         yield mount_point
-
-
-async def form_login(browser: httpx.AsyncClient) -> httpx.Response:
-    """A browser login: the form, then the token."""
-    form = await browser.get("/login")
-    found = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
-    assert found, form.text[:500]
-    return await browser.post("/login", data={"token": TOKEN, "next": "/hosts", "csrf_token": found[1]})
 
 
 async def test_a_full_data_dir_refuses_writes_with_a_sentence_keeps_reads_and_resumes_the_mirror_exactly(

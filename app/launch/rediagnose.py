@@ -96,6 +96,7 @@ class Rediagnosis:
         self.passes = 0  # passes completed, for the tests
         self.changed = 0  # attempts whose diagnosis the last pass changed
         self._log_budget = PASS_LOG_BYTES  # log bytes the pass under way may still read
+        self._closing = False  # read by a batch in its thread, which no cancellation reaches
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="rediagnosis")
@@ -111,6 +112,7 @@ class Rediagnosis:
         self._wake.set()
 
     async def close(self) -> None:
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -184,6 +186,8 @@ class Rediagnosis:
         paths = self.logs.paths([attempt_id for attempt_id, _ in rows])
         reads_logs = any(rule.scope == RuleScope.ANY for _, rule in rules)
         for attempt_id, row in rows:
+            if self._closing:  # a batch reading logs may take seconds; the process must not wait for it
+                return {}
             found = StoredDiagnosis.from_json(row)
             if not found.stage:
                 continue

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -64,6 +65,7 @@ log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC_DIR = ROOT / "static"
+CLOSE_SECONDS = 3.0  # for the services to close at shutdown, after the requests in flight had theirs
 
 
 def frontend_versions() -> dict[str, str]:
@@ -118,6 +120,23 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+@asynccontextmanager
+async def closing_within(seconds: float) -> AsyncIterator[AsyncExitStack]:
+    """An exit stack whose callbacks, run when the block ends, get `seconds` in all: a dashboard
+    told to stop must be gone before the SIGKILL that follows SIGTERM (10 s in container runtimes).
+    What a close cut short leaves running, the event loop cancels as it ends; statuses are not
+    written on the way out (servers keep running, and a restart follows them again)."""
+    stack = AsyncExitStack()
+    try:
+        yield stack
+    finally:
+        try:
+            async with asyncio.timeout(seconds):
+                await stack.aclose()
+        except TimeoutError:
+            log.warning("the services did not all stop within %g s; going on without them", seconds)
+
+
 def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> FastAPI:
     """Migrates the database and reads the hosts file first, so that a problem with either is an
     error here, with its message, before any server starts; the lifespan opens the connections.
@@ -133,87 +152,90 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = db.create_engine(url, on_full=data_dir.full)
-        sessions = db.Sessions.of(engine)
-        async with sessions.write() as session:
-            await register_hosts(session, specs)
-        async with sessions.write.begin() as session:
-            await ensure_built_in(session)
-        options = SSHOptions(
-            known_hosts=settings.known_hosts.expanduser(),
-            ssh_config=settings.ssh_config,
-            keepalive_interval=settings.ssh_keepalive_interval,
-            connect_timeout=settings.ssh_connect_timeout,
-        )
-        ssh = SSHManager(specs, options)
-        ssh.start()
-        gpus = GpuMonitor(sessions, ssh)
-        gpus.start()
-        logs = LogStore(settings.data_dir / "logs", data_dir)
-        mirrors = Mirrors(logs)
-        attempts = AttemptService(
-            sessions,
-            ssh,
-            mirrors,
-            stop_grace=settings.stop_grace_seconds,
-            pace=Pace(hang=settings.hang_seconds),
-            gpus=gpus,
-        )
-        await attempts.start()
-        benchmarks = Benchmarks(
-            sessions,
-            ssh,
-            settings.data_dir / "benchmarks",
-            timeout=settings.bench_timeout_seconds,
-            memory_mib=settings.bench_memory_mib,
-        )
-        await benchmarks.start()
-        sweeps = Sweeps(sessions, attempts, benchmarks)
-        await sweeps.start()
-        rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
-        rediagnosis.start()
-        attempts.on_followed = rediagnosis.attempt_ended
-        webhook = settings.webhook_url.get_secret_value() if settings.webhook_url else None
-        notifier = Notifier(sessions, public_url=settings.resolved_public_url(), webhook_url=webhook)
-        attempts.on_status = notifier.status_changed
-        versions = frontend_versions()
-        app.state.runtime = Runtime(
-            settings=settings,
-            data_dir=data_dir,
-            token=access_token(settings),
-            sessions=sessions,
-            ssh=ssh,
-            attempts=attempts,
-            benchmarks=benchmarks,
-            sweeps=sweeps,
-            rediagnosis=rediagnosis,
-            notifier=notifier,
-            gpus=gpus,
-            logs=logs,
-            mirrors=mirrors,
-            fanout=Fanout(logs),
-            grep_limits=GrepLimits(
-                seconds=settings.grep_timeout_seconds,
-                memory_bytes=settings.grep_memory_mib << 20,
-                at_once=settings.grep_max_running,
-                wait_seconds=settings.grep_wait_seconds,
-            ),
-            htmx_version=versions["htmx.org"],
-            htmx_sse_version=versions["htmx-ext-sse"],
-            setup_link=setup_link,
-        )
-        log.info("launchdeck: %d host(s) from %s", len(specs), hosts_file or "no hosts file")
         try:
-            yield
+            # Each service's close is pushed as soon as the service exists, so that a start that
+            # fails closes what had started; they run in reverse, the services using others first.
+            async with closing_within(CLOSE_SECONDS) as services:
+                sessions = db.Sessions.of(engine)
+                async with sessions.write() as session:
+                    await register_hosts(session, specs)
+                async with sessions.write.begin() as session:
+                    await ensure_built_in(session)
+                options = SSHOptions(
+                    known_hosts=settings.known_hosts.expanduser(),
+                    ssh_config=settings.ssh_config,
+                    keepalive_interval=settings.ssh_keepalive_interval,
+                    connect_timeout=settings.ssh_connect_timeout,
+                )
+                ssh = SSHManager(specs, options)
+                services.push_async_callback(ssh.close)
+                ssh.start()
+                gpus = GpuMonitor(sessions, ssh)
+                services.push_async_callback(gpus.close)
+                gpus.start()
+                logs = LogStore(settings.data_dir / "logs", data_dir)
+                mirrors = Mirrors(logs)
+                services.push_async_callback(mirrors.close)
+                webhook = settings.webhook_url.get_secret_value() if settings.webhook_url else None
+                notifier = Notifier(sessions, public_url=settings.resolved_public_url(), webhook_url=webhook)
+                services.push_async_callback(notifier.close)
+                attempts = AttemptService(
+                    sessions,
+                    ssh,
+                    mirrors,
+                    stop_grace=settings.stop_grace_seconds,
+                    pace=Pace(hang=settings.hang_seconds),
+                    gpus=gpus,
+                )
+                services.push_async_callback(attempts.close)
+                await attempts.start()
+                benchmarks = Benchmarks(
+                    sessions,
+                    ssh,
+                    settings.data_dir / "benchmarks",
+                    timeout=settings.bench_timeout_seconds,
+                    memory_mib=settings.bench_memory_mib,
+                )
+                services.push_async_callback(benchmarks.close)
+                await benchmarks.start()
+                sweeps = Sweeps(sessions, attempts, benchmarks)
+                services.push_async_callback(sweeps.close)
+                await sweeps.start()
+                rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
+                services.push_async_callback(rediagnosis.close)
+                rediagnosis.start()
+                attempts.on_followed = rediagnosis.attempt_ended
+                attempts.on_status = notifier.status_changed
+                versions = frontend_versions()
+                app.state.runtime = Runtime(
+                    settings=settings,
+                    data_dir=data_dir,
+                    token=access_token(settings),
+                    sessions=sessions,
+                    ssh=ssh,
+                    attempts=attempts,
+                    benchmarks=benchmarks,
+                    sweeps=sweeps,
+                    rediagnosis=rediagnosis,
+                    notifier=notifier,
+                    gpus=gpus,
+                    logs=logs,
+                    mirrors=mirrors,
+                    fanout=Fanout(logs),
+                    grep_limits=GrepLimits(
+                        seconds=settings.grep_timeout_seconds,
+                        memory_bytes=settings.grep_memory_mib << 20,
+                        at_once=settings.grep_max_running,
+                        wait_seconds=settings.grep_wait_seconds,
+                    ),
+                    htmx_version=versions["htmx.org"],
+                    htmx_sse_version=versions["htmx-ext-sse"],
+                    setup_link=setup_link,
+                )
+                log.info("launchdeck: %d host(s) from %s", len(specs), hosts_file or "no hosts file")
+                yield
         finally:
-            await rediagnosis.close()
-            await sweeps.close()
-            await benchmarks.close()
-            await attempts.close()
-            await notifier.close()
-            await mirrors.close()
-            await gpus.close()
-            await ssh.close()
-            await engine.dispose()
+            await engine.dispose()  # always, and last: an open SQLite connection's thread would keep the process alive
 
     app = FastAPI(
         title="launchdeck",
