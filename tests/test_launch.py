@@ -18,10 +18,12 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
+from sqlalchemy import select
 
-from app.db.models import ACTIVE_STATUSES
+from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus, Host, PresetRevision
 from app.demo.presets import seed_demo_presets
 from app.gpu.nvidia_smi import read_gpu_memory
+from app.launch.follower import INTERRUPTED_LAUNCH
 from app.launch.record import Pace
 from app.ssh import HostSpec, render_hosts
 from app.web.app import create_app
@@ -373,6 +375,38 @@ async def test_ranks_left_by_a_killed_server_are_found_and_stopped(api: AsyncCli
     await wait_until_free(host, [3])
     check = (await api.post("/api/preflight", json={"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [3]})).json()
     assert not check["blocked"], [c for c in check["checks"] if not c["ok"]]
+
+
+async def test_a_start_cut_short_before_the_server_ran_is_an_interrupted_launch(
+    tmp_path: Path, sim_specs: list[HostSpec]
+) -> None:
+    """A dashboard stopped while its start command ran, before the server detached from the SSH
+    session: the hangup ended it, so no pid was recorded and no pid file written. After a restart
+    that is an interrupted launch (which a sweep launches again), not a server that was lost."""
+    settings = make_settings(tmp_path, sim_specs)
+    directory = f".launchdeck/attempts/cut-short-{uuid.uuid4().hex[:8]}"
+    first = create_app(settings)
+    async with first.router.lifespan_context(first):
+        runtime = first.state.runtime
+        async with runtime.sessions.write() as session:
+            await seed_demo_presets(session)
+        host = runtime.ssh.get("rtxpro-01")
+        await host.wait_online(10)
+        await host.run(["mkdir", "-p", directory])
+        async with runtime.sessions.write.begin() as session:
+            revision = await session.scalar(select(PresetRevision).limit(1))
+            host_row = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
+            assert revision is not None and host_row is not None
+            attempt = Attempt(host_id=host_row.id, preset_revision_id=revision.id, remote_dir=directory,
+                              status=AttemptStatus.STARTING, stage=AttemptStatus.STARTING)  # fmt: skip
+            session.add(attempt)
+        attempt_id = attempt.id
+    second = create_app(settings)
+    async with second.router.lifespan_context(second):
+        second.state.runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10, start_grace=1)
+        async with AsyncClient(transport=ASGITransport(app=second), base_url="http://t", headers=AUTH) as api:
+            ended = await wait_for(api, attempt_id, FINAL)
+    assert (ended["status"], ended["error"]) == ("failed", INTERRUPTED_LAUNCH)
 
 
 async def test_attempt_on_a_host_offline_at_start_up_is_reconciled_when_it_returns(

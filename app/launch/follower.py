@@ -171,6 +171,7 @@ class Follower:
         mirror: LogMirror | None = None
         loop = asyncio.get_running_loop()
         quiet_since, size = loop.time(), -1
+        following_since = loop.time()
         try:
             while True:
                 try:
@@ -186,6 +187,12 @@ class Follower:
                     start = probe.start_time
                     await self.record.update(pid_start_time=start)
                 if probe.missing or (pid is None and status in (AttemptStatus.PENDING, AttemptStatus.UPLOADING)):
+                    await self.record.finish(AttemptStatus.FAILED, error=INTERRUPTED_LAUNCH)
+                    return
+                if pid is None and status is AttemptStatus.STARTING:  # the start was cut short
+                    if loop.time() - following_since < self.dashboard.pace.start_grace:
+                        await asyncio.sleep(self.dashboard.pace.loading)
+                        continue
                     await self.record.finish(AttemptStatus.FAILED, error=INTERRUPTED_LAUNCH)
                     return
                 if status in UNSTARTED_STATUSES:

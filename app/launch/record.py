@@ -41,6 +41,9 @@ class Pace:
     serving: float = 10.0
     health_timeout: float = 30.0
     hang: float = 600.0  # a loading launch whose log stays silent this long is reported hung
+    # How long a start cut short (no pid recorded) waits for the script's pid file before it counts
+    # as interrupted: the server did not run (a hangup before it detached from the session).
+    start_grace: float = 10.0
     # How long a finished attempt waits for its log to be drained before it is marked finished
     # (the mirror goes on after that, if the host is slow or away, or the data dir full).
     drain: float = 30.0
