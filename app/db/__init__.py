@@ -60,9 +60,16 @@ def sync_url(url: str) -> URL:
 
 
 # Connections kept open. SQLAlchemy's default keeps 5 and opens (then closes) up to 10 more when
-# busy; under 50 clients every burst opened new ones, each a thread, a file or a socket, and on
-# SQLite a schema read, and the requests that waited for them were the slowest of a run.
+# busy; under 50 clients every burst opened new ones, each a socket and a server process, and the
+# requests that waited for them were the slowest of a run. PostgreSQL runs statements in its own
+# processes, so many may be in flight while this process serves others.
 POOL_SIZE = 20
+# On SQLite every statement runs here, in its connection's thread (aiosqlite), on the same cores as
+# the event loop: more connections than that only share the cores among more statements, the loop
+# getting less, and none finishes sooner. So at most SQLITE_CONNECTIONS statements run at once (on
+# a 2-core machine: two computing, two more waiting on the disk or the write lock); the next waits
+# for a connection with an await, which costs the loop nothing. docs/database.md says more.
+SQLITE_CONNECTIONS = 4
 
 
 def _in_memory(url: str) -> bool:
@@ -74,7 +81,10 @@ def create_engine(url: str, *, on_full: Callable[[], DiskFull] | None = None, **
     """An async engine; on SQLite with WAL, a busy timeout, and transactions that begin
     immediate unless the connection is a read session's (see `Sessions`); a full disk raises
     what `on_full` gives."""
-    if not _in_memory(url):
+    if make_url(url).get_backend_name() == "sqlite":
+        if not _in_memory(url):
+            kwargs = {"pool_size": SQLITE_CONNECTIONS, "max_overflow": 0} | kwargs
+    else:
         kwargs = {"pool_size": POOL_SIZE, "max_overflow": POOL_SIZE} | kwargs
     engine = create_async_engine(async_url(url), **kwargs)
     if engine.dialect.name == "sqlite":
