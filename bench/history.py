@@ -72,7 +72,8 @@ def seed(url: str, size: Size = Size()) -> History:
                 parent = _attempt(len(rows) + 1, n, size, now, rng, host_ids)
                 rows.append(parent)
                 parents.append(parent["id"])
-                if n % 100 == 50:
+                if n % 100 == 50:  # the processes are the parts': a multi-node attempt has none of its own
+                    parent.update(pid=None, pgid=None, pid_start_time=None)
                     for rank in range(2):
                         rows.append(_part(parent, rank, host_ids, len(rows) + 1))
             for start in range(0, len(rows), BATCH):
@@ -182,7 +183,8 @@ def _attempt(row_id: int, n: int, size: Size, now: datetime, rng: random.Random,
 
 def _part(parent: dict[str, Any], rank: int, host_ids: list[int], row_id: int) -> dict[str, Any]:
     host = host_ids[(host_ids.index(parent["host_id"]) + rank) % len(host_ids)]
-    return parent | {"id": row_id, "host_id": host, "part_of_id": parent["id"], "node_rank": rank,
+    process = {"pid": 2000 + row_id % 60_000, "pgid": 2000 + row_id % 60_000, "pid_start_time": 6_000_000 + row_id}
+    return parent | process | {"id": row_id, "host_id": host, "part_of_id": parent["id"], "node_rank": rank,
                      "remote_dir": f".launchdeck/attempts/{row_id}", "signature_id": None}  # fmt: skip
 
 

@@ -48,6 +48,7 @@ def gib(mib: int | None, unit: bool = True) -> str:
 
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
+templates.env.auto_reload = False  # the templates ship with the code: no stat of each file per page
 templates.env.globals["AttemptStatus"] = AttemptStatus  # pages compare statuses with the enum
 templates.env.filters["linkify"] = linkify
 templates.env.filters["gib"] = gib
