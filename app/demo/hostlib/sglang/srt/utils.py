@@ -47,6 +47,9 @@ def configure_logger(log_level: str = "info", prefix: str = "") -> None:
         stream=sys.stderr,
         force=True,
     )
+    # A record written while the node is being killed (its stream already closed) is dropped, not
+    # reported with logging's "--- Logging error ---" block, which no SGLang format has.
+    logging.raiseExceptions = False
 
 
 def rank_prefix(tp_size: int, tp_rank: int) -> str:
