@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.accounts.limits import Burst
 from app.db.models import AuditEvent
-from app.login_limits import Burst
 
 # How the current request's caller came, when that is worth recording ("token ci"). Set by the
 # web layer around a request, so the domain functions that record events need not pass it along.

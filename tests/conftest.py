@@ -29,8 +29,8 @@ from app.demo.slurm import SlurmSite, unavailable
 from app.gpu.nvidia_smi import read_gpu_memory
 from app.launch.record import Pace
 from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
-from app.web import host_pages
 from app.web.app import create_app
+from app.web.pages import hosts as host_pages
 from tests import slurm
 from tests.oracle.environment import OracleEnvironment, OracleUnavailable, oracle_environment
 from tests.support import STRICT, OpenSSHServer, require

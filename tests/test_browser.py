@@ -1153,7 +1153,7 @@ def generated_hosts_page(count: int) -> str:
     and context (the demo has three hosts; 64 real ones would cost a minute of CPU to start)."""
     from starlette.requests import Request as StarletteRequest
 
-    from app.web.host_pages import HostsQuery, hosts_context
+    from app.web.pages.hosts import HostsQuery, hosts_context
     from app.web.templating import templates
     from tests.test_host_views import generated_hosts
 

@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from httpx import AsyncClient
 
-from app.launch.history import load_attempt
+from app.db.history import load_attempt
 from app.launch.record import Pace
 from tests.conftest import TOKEN
 from tests.support import until

@@ -10,10 +10,10 @@ from fastapi import FastAPI
 from httpx import AsyncClient
 from sqlalchemy import select
 
+from app.casebook.signatures import assign_signature
 from app.db.models import Attempt, Host, Preset, PresetRevision
 from app.diagnose.analyze import diagnose
 from app.diagnose.stored import stored
-from app.launch.failure_signatures import assign_signature
 from app.launch.record import Pace
 from tests.support import free_port
 from tests.test_diagnose_versions import MODEL, NEWEST_ARGV, NEWEST_OOM_LOG

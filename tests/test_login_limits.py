@@ -6,8 +6,8 @@ from fastapi import FastAPI
 from httpx import AsyncClient
 from sqlalchemy import select
 
+from app.accounts.limits import LoginLimiter
 from app.db.models import AuditEvent
-from app.login_limits import LoginLimiter
 from tests.conftest import AUTH, TOKEN
 from tests.test_pages import csrf_from
 

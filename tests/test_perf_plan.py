@@ -7,9 +7,9 @@ import argparse
 
 import pytest
 
-from app.client import sweep_request
+from app.casebook.compare import Row
+from app.cli.client import sweep_request
 from app.errors import InvalidInput
-from app.launch.compare import Row
 from app.perf import plan
 from app.perf.summary import parse_summary, record_name
 from app.perf.workloads import WorkloadInput

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.db.models import PresetRevision
-from app.launch import presets
 from app.launch.remote import render_script
+from app.presets import revisions
 from tests.conftest import TOKEN
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -89,38 +89,38 @@ def test_sglang_serve_runs_next_to_the_presets_python() -> None:
     revision = PresetRevision(
         model_path=LLAMA, launcher="sglang serve", python="/opt/venv/bin/python", port=31000, args=["--tp", "2"]
     )
-    assert presets.command_argv(revision) == [
+    assert revisions.command_argv(revision) == [
         "/opt/venv/bin/sglang", "serve", "--model-path", LLAMA, "--port", "31000", "--tp", "2",
     ]  # fmt: skip
 
 
 def test_editor_fields_and_extra_arguments_round_trip() -> None:
     fields = {"tp_size": "2", "mem_fraction_static": "0.9", "disable_radix_cache": "on", "speculative_algorithm": ""}
-    args = presets.args_from_form(fields, "--enable-metrics --served-model-name 'my model'")
+    args = revisions.args_from_form(fields, "--enable-metrics --served-model-name 'my model'")
     assert args == [
         "--tp-size", "2", "--mem-fraction-static", "0.9", "--disable-radix-cache",
         "--enable-metrics", "--served-model-name", "my model",
     ]  # fmt: skip
-    assert presets.form_from_args(args) == (
+    assert revisions.form_from_args(args) == (
         {"tp_size": "2", "mem_fraction_static": "0.9", "disable_radix_cache": "on"},
         "--enable-metrics --served-model-name 'my model'",
     )
-    with pytest.raises(presets.InvalidInput, match="extra_args: No closing quotation"):
-        presets.args_from_form({}, "--served-model-name 'unclosed")
+    with pytest.raises(revisions.InvalidInput, match="extra_args: No closing quotation"):
+        revisions.args_from_form({}, "--served-model-name 'unclosed")
 
 
 def test_editor_fields_keep_the_spelling_the_revision_used() -> None:
     """A field filled by an alias or by a later release's name for its flag is saved with that
     name: saving from the editor never renames a flag under the host's SGLang."""
     args = ["--tensor-parallel-size", "2", "--cuda-graph-max-bs", "8", "--mamba-radix-cache-strategy", "extra_buffer"]
-    fields, extra = presets.form_from_args(args)
+    fields, extra = revisions.form_from_args(args)
     assert (fields["tp_size"], fields["mamba_scheduler_strategy"], fields["cuda_graph_max_bs"], extra) == (
         "2", "extra_buffer", "8", ""
     )  # fmt: skip
-    assert presets.args_from_form(fields, extra) == args
-    assert presets.args_from_form({"tp_size": "2"}, "") == ["--tp-size", "2"]  # a new field: the flag's own name
-    with pytest.raises(presets.InvalidInput, match=r"tp_size\.flag: '--rm' is not a name of --tp-size"):
-        presets.args_from_form({"tp_size": "2", "tp_size.flag": "--rm"}, "")
+    assert revisions.args_from_form(fields, extra) == args
+    assert revisions.args_from_form({"tp_size": "2"}, "") == ["--tp-size", "2"]  # a new field: the flag's own name
+    with pytest.raises(revisions.InvalidInput, match=r"tp_size\.flag: '--rm' is not a name of --tp-size"):
+        revisions.args_from_form({"tp_size": "2", "tp_size.flag": "--rm"}, "")
 
 
 FAKE_SERVER = "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('VALUE')]))"

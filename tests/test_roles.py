@@ -11,8 +11,8 @@ from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
 from app.accounts import tokens, users
+from app.accounts.limits import LoginLimiter
 from app.db.models import Role
-from app.login_limits import LoginLimiter
 from tests.conftest import TOKEN
 from tests.test_input_limits import api_routes
 from tests.test_pages import csrf_from

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.db.models import AttemptStatus
+from app.gpu.partitions import gpu_count, parse_sinfo
 from app.slurm import batch
-from app.slurm.gpus import gpu_count, parse_sinfo
 from app.slurm.jobs import JobState, expand_hostlist, parse_accounting, parse_queue
 from app.slurm.outcomes import outcome_of
 from app.ssh.hosts import SlurmSettings

@@ -14,13 +14,13 @@ import pytest
 from sqlalchemy import select
 
 from app import audit, db
+from app.casebook import team_rules
+from app.casebook.rediagnose import Rediagnosis, decide
+from app.casebook.signatures import assign_signature
 from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
 from app.diagnose.rules import parse_rules
 from app.diagnose.stored import BuiltIn, StoredDiagnosis
 from app.errors import InvalidInput, NotFound
-from app.launch import team_rules
-from app.launch.failure_signatures import assign_signature
-from app.launch.rediagnose import Rediagnosis, decide
 from app.logs.store import LogStore
 from tests.support import until
 

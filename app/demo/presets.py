@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Preset
-from app.launch.presets import PresetInput, create_preset
+from app.presets.revisions import PresetInput, create_preset
 
 MTP = [
     "--speculative-algorithm", "EAGLE",

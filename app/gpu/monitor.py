@@ -25,6 +25,7 @@ from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import GpuSample, Host
 from app.errors import DiskFull, HostError
+from app.gpu.partitions import JobGpus, PartitionGpus, read_job_gpus, read_partitions
 from app.gpu.probe import (
     NVML_PROBE,
     SMI_PROBE,
@@ -35,7 +36,6 @@ from app.gpu.probe import (
     parse_smi_block,
 )
 from app.slurm.batch import attempt_of
-from app.slurm.gpus import JobGpus, PartitionGpus, read_job_gpus, read_partitions
 from app.slurm.jobs import read_queue
 from app.ssh import HostConnection, SSHManager
 

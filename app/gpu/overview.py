@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, replace
 from app.errors import HostError
 from app.gpu.monitor import HostGpus
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
+from app.gpu.partitions import JobGpus, PartitionGpus
 from app.gpu.probe import GpuProcess
-from app.slurm.gpus import JobGpus, PartitionGpus
 from app.ssh import HostConnection, HostState, HostStatus
 
 # The hosts list must answer quickly even when a host hangs.

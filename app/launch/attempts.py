@@ -30,20 +30,19 @@ from sqlalchemy.orm import selectinload
 from app import audit
 from app.clock import utcnow
 from app.db import Sessions
+from app.db.history import load_attempt
 from app.db.models import ACTIVE_STATUSES, FINISHED_STATUSES, Attempt, AttemptStatus, Host, PresetRevision
 from app.errors import HostError, InvalidInput, NotFound
-from app.launch import guards, nodes, remote
+from app.launch import guards, nodes, remote, slurm_lifecycle
 from app.launch.follower import Follower, GpuReadings, NoGpuReadings
 from app.launch.group import GroupFollower
-from app.launch.history import load_attempt
 from app.launch.owners import owners_by_host, started_by_launchdeck
 from app.launch.preflight import OwnersOf, Preflight, run_preflight
-from app.launch.presets import MAX_OVERRIDE_REASON, check_text, command_argv, get_preset, latest, revision_of
 from app.launch.record import AttemptRecord, Changes, Pace, Tracking, reason_of
+from app.launch.slurm_follower import SlurmFollower
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
+from app.presets.revisions import MAX_OVERRIDE_REASON, check_text, command_argv, get_preset, latest, revision_of
 from app.slurm import batch as slurm_batch
-from app.slurm import lifecycle as slurm_lifecycle
-from app.slurm.follower import SlurmFollower
 from app.ssh import HostConnection, SSHManager
 from app.ssh.hosts import SlurmSettings
 

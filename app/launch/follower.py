@@ -18,14 +18,14 @@ from typing import Any, Protocol
 import httpx
 from sqlalchemy import select
 
+from app.casebook.signatures import LiveDiagnosis
 from app.clock import utcnow
 from app.db import Sessions
+from app.db.history import load_attempt
 from app.db.models import UNSTARTED_STATUSES, Attempt, AttemptStatus
 from app.diagnose.stored import StoredDiagnosis, stored
 from app.errors import HostError
 from app.launch import remote
-from app.launch.failure_signatures import LiveDiagnosis
-from app.launch.history import load_attempt
 from app.launch.record import AttemptRecord, Pace
 from app.logs.mirror import LogMirror
 from app.logs.store import LogFile

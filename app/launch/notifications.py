@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from app.db import Sessions
+from app.db.history import load_attempt
 from app.db.models import Attempt, AttemptStatus
 from app.diagnose.stored import StoredDiagnosis
-from app.launch.history import load_attempt
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.casebook.rediagnose import decide_live
+from app.casebook.signatures import assign_signature
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import DiskFull
-from app.launch.failure_signatures import assign_signature
-from app.launch.rediagnose import decide_live
 from app.logs.mirror import Mirrors
 
 log = logging.getLogger(__name__)

@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from app.db.history import load_attempt, parts_of
 from app.db.models import Attempt, AttemptStatus, PresetRevision
 from app.diagnose.hints import SuggestedChange
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
 from app.launch.attempts import AttemptService
 from app.launch.guards import LaunchPermission
-from app.launch.history import load_attempt, parts_of
 from app.launch.nodes import option_value
-from app.launch.presets import (
+from app.presets.revisions import (
     FIELD_BY_OPTION,
     PresetInput,
     diff_revisions,

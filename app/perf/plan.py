@@ -23,8 +23,8 @@ from typing import Any
 from app.diagnose.hints import SuggestedChange
 from app.errors import InvalidInput
 from app.launch.preflight import OVERHEAD_BYTES, memory_need
-from app.launch.presets import FIELD_BY_OPTION
 from app.launch.relaunch import apply_change
+from app.presets.revisions import FIELD_BY_OPTION
 
 MODES = ("grid", "list", "bisect")
 MAX_POINTS = 200

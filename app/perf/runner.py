@@ -30,10 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import audit
 from app.clock import utcnow
 from app.db import Sessions
+from app.db.history import load_attempt
 from app.db.models import Attempt, AttemptStatus, Benchmark, PresetRevision
 from app.errors import Conflict, HostError, NotFound
 from app.launch.guards import LaunchPermission
-from app.launch.history import load_attempt
 from app.launch.nodes import option_value
 from app.perf.summary import parse_summary
 from app.perf.workloads import DEFAULT_WORKLOAD, get_workload, settings_of

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from app import audit
+from app.casebook.signatures import failures_of
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus, Benchmark, Preset, PresetRevision, Sweep
@@ -37,14 +38,13 @@ from app.diagnose.stored import StoredDiagnosis
 from app.errors import Conflict, FailedBefore, InvalidInput, LaunchdeckError, NotFound, PreflightBlocked
 from app.launch import nodes
 from app.launch.attempts import AttemptService
-from app.launch.failure_signatures import failures_of
 from app.launch.follower import INTERRUPTED_LAUNCH
 from app.launch.guards import LaunchPermission
 from app.launch.preflight import tp_size
-from app.launch.presets import PresetInput, get_preset, latest, revision_of, same_revision, save_preset
 from app.perf import plan
 from app.perf.runner import DONE, INTERRUPTED, RUNNING, Benchmarks, latest_done
 from app.perf.workloads import DEFAULT_WORKLOAD, get_workload
+from app.presets.revisions import PresetInput, get_preset, latest, revision_of, same_revision, save_preset
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import audit
 from app.db.models import Workload
 from app.errors import InvalidInput, NotFound
-from app.launch.presets import check_text
+from app.presets.revisions import check_text
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DATASETS = ("random", "random-ids", "sharegpt")

@@ -17,13 +17,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import audit, credentials, db
 from app.accounts.setup import SetupLink
+from app.casebook.rediagnose import Rediagnosis
 from app.config import Settings
 from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.notifications import Notifier
 from app.launch.record import Pace
-from app.launch.rediagnose import Rediagnosis
 from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
@@ -33,30 +33,7 @@ from app.perf.sweeps import Sweeps
 from app.perf.workloads import ensure_built_in
 from app.ssh import SSHManager, SSHOptions, load_hosts_file
 from app.ssh.registry import register_hosts
-from app.web import (
-    account_pages,
-    api,
-    api_attempts,
-    api_diagnosis,
-    api_logs,
-    api_perf,
-    api_presets,
-    api_rules,
-    attempt_pages,
-    diagnosis_pages,
-    docs,
-    host_pages,
-    log_pages,
-    pages,
-    perf_pages,
-    preset_pages,
-    relaunch_pages,
-    rule_pages,
-    setup_pages,
-    sweep_pages,
-    token_pages,
-    user_pages,
-)
+from app.web import api, pages
 from app.web.deps import Runtime
 from app.web.errors import install_error_handlers
 from app.web.limits import AllowedHosts, RequestLimits
@@ -240,7 +217,7 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
     app = FastAPI(
         title="launchdeck",
         lifespan=lifespan,
-        docs_url=None,  # served by app.web.docs, behind the login
+        docs_url=None,  # served by app.web.api.docs, behind the login
         redoc_url=None,
         openapi_url=None,
     )
@@ -262,26 +239,6 @@ def create_app(settings: Settings, *, setup_link: SetupLink | None = None) -> Fa
     app.add_middleware(AuditSource)
 
     app.include_router(api.router)
-    app.include_router(api_presets.router)
-    app.include_router(api_attempts.router)
-    app.include_router(api_perf.router)
-    app.include_router(api_logs.router)
-    app.include_router(api_diagnosis.router)
-    app.include_router(api_rules.router)
-    app.include_router(docs.router)
     app.include_router(pages.router)
-    app.include_router(host_pages.router)
-    app.include_router(preset_pages.router)
-    app.include_router(attempt_pages.router)
-    app.include_router(perf_pages.router)
-    app.include_router(sweep_pages.router)
-    app.include_router(log_pages.router)
-    app.include_router(diagnosis_pages.router)
-    app.include_router(rule_pages.router)
-    app.include_router(relaunch_pages.router)
-    app.include_router(token_pages.router)
-    app.include_router(account_pages.router)
-    app.include_router(user_pages.router)
-    app.include_router(setup_pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -30,20 +30,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
 from app.accounts import tokens, users
+from app.accounts.limits import LoginLimiter
 from app.accounts.logins import Login, Timeouts, find_login
 from app.accounts.proxy import Network, from_proxy, ignore_header, proxy_login
 from app.accounts.setup import SetupLink
+from app.casebook.rediagnose import Rediagnosis
 from app.config import Settings
 from app.db import Sessions
+from app.db.history import load_attempt
 from app.db.models import Attempt, Role
 from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.guards import LaunchPermission
-from app.launch.history import load_attempt
 from app.launch.notifications import Notifier
-from app.launch.rediagnose import Rediagnosis
-from app.login_limits import LoginLimiter
 from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors

@@ -7,11 +7,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.casebook import signatures
 from app.db.models import Attempt
 from app.diagnose.analyze import STAGES
 from app.diagnose.lexicon import HINTS
 from app.diagnose.stored import StoredDiagnosis
-from app.launch import failure_signatures
 
 SAME_SIGNATURE_SHOWN = 10
 # The serving metrics charted from the decode-batch lines: (key, label, format).
@@ -31,14 +31,14 @@ async def diagnosis_context(db: AsyncSession, attempt: Attempt) -> dict[str, Any
     earlier: list[int] = []
     same = 0
     if attempt.signature_id is not None:
-        same = await failure_signatures.count_with_signature(db, attempt.signature_id, before=attempt.id)
-        earlier = await failure_signatures.attempt_ids_with_signature(
+        same = await signatures.count_with_signature(db, attempt.signature_id, before=attempt.id)
+        earlier = await signatures.attempt_ids_with_signature(
             db, attempt.signature_id, before=attempt.id, limit=SAME_SIGNATURE_SHOWN
         )
     return {
         "diagnosis": found,
         "unrecognised": not found.recognised,
-        "drift": failure_signatures.drift_of(attempt),
+        "drift": signatures.drift_of(attempt),
         "same_signature": same,
         "earlier": earlier,
         "charts": charts(found.decode),

@@ -13,9 +13,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
+from app.db.history import list_attempts
 from app.db.models import Attempt
 from app.errors import SearchTooSlow
-from app.launch.history import list_attempts
 from app.logs.render import line_class, render_line
 from app.logs.search import TRACEBACK, count_matches
 from app.logs.store import Line, LogFile

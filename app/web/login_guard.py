@@ -15,8 +15,8 @@ from fastapi import HTTPException, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
+from app.accounts.limits import Burst, LoginLimiter
 from app.errors import DiskFull
-from app.login_limits import Burst, LoginLimiter
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from fastapi import Request
 
 from app.db.models import Preset
 from app.errors import InvalidInput
-from app.launch import presets
+from app.presets import revisions
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -24,45 +24,45 @@ def parse_env(text: str) -> dict[str, str]:
     return env
 
 
-async def preset_input(request: Request, name: str) -> presets.PresetInput:
+async def preset_input(request: Request, name: str) -> revisions.PresetInput:
     form = await request.form()
     values = {key: str(value) for key, value in form.items()}
     try:
         port = int(values.get("port") or 30000)
     except ValueError:
         raise InvalidInput(f"port: {values.get('port')!r} is not a whole number") from None
-    return presets.PresetInput(
+    return revisions.PresetInput(
         name=name,
         description=values.get("description", ""),
         webhook_url=values.get("webhook_url", ""),
         model_path=values.get("model_path", ""),
-        launcher=values.get("launcher", presets.LAUNCHERS[0]),
+        launcher=values.get("launcher", revisions.LAUNCHERS[0]),
         python=values.get("python", "python3"),
         port=port,
         env=parse_env(values.get("env", "")),
-        args=presets.args_from_form(values, values.get("extra_args", "")),
+        args=revisions.args_from_form(values, values.get("extra_args", "")),
     )
 
 
-def editor_context(data: presets.PresetInput | None, error: str | None = None) -> dict[str, Any]:
+def editor_context(data: revisions.PresetInput | None, error: str | None = None) -> dict[str, Any]:
     if data is None:
-        data = presets.PresetInput(name="", model_path="")
-    fields, extra = presets.form_from_args(data.args)
+        data = revisions.PresetInput(name="", model_path="")
+    fields, extra = revisions.form_from_args(data.args)
     return {
         "data": data,
         "fields": fields,
         "extra_args": extra,
         "env_text": "\n".join(f"{k}={v}" for k, v in data.env.items()),
-        "flags": presets.FLAGS,
-        "launchers": presets.LAUNCHERS,
+        "flags": revisions.FLAGS,
+        "launchers": revisions.LAUNCHERS,
         "error": error,
     }
 
 
-def input_of(preset: Preset) -> presets.PresetInput:
-    return presets.PresetInput(
+def input_of(preset: Preset) -> revisions.PresetInput:
+    return revisions.PresetInput(
         name=preset.name,
         description=preset.description,
         webhook_url=preset.webhook_url,
-        **presets.revision_fields(presets.latest(preset)),
+        **revisions.revision_fields(revisions.latest(preset)),
     )

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.errors import InvalidInput, LaunchdeckError
-from app.launch import presets
 from app.perf import plan, sweeps, workloads
+from app.presets import revisions
 from app.web import charts
 from app.web.deps import Caller, Launcher, Operator, ReadDb, Runtime, RuntimeDep, Viewer
 from app.web.errors import status_of
@@ -48,7 +48,7 @@ def parse_grid(text: str) -> dict[str, list[str | None]]:
 async def form_context(runtime: Runtime, db: Any, user: Caller, form: dict[str, Any]) -> dict[str, Any]:
     return {
         "user": user,
-        "presets": await presets.list_presets(db),
+        "presets": await revisions.list_presets(db),
         "hosts": [host.name for host in runtime.ssh if host.spec.kind == "ssh"],
         "workloads": await workloads.list_workloads(db),
         "form": form,

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import FormData
 
+from app.casebook import team_rules
 from app.diagnose.lexicon import HINTS
 from app.errors import InvalidInput
-from app.launch import team_rules
 from app.web.deps import Caller, Operator, ReadDb, RuntimeDep, Viewer, WriteDb
 from app.web.params import Int64
 from app.web.templating import render

@@ -10,9 +10,9 @@ from typing import Any
 from fastapi import APIRouter, Body, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.casebook import team_rules
 from app.db.models import DiagnosisRule
 from app.errors import InvalidInput
-from app.launch import team_rules
 from app.web.deps import ApiOperator, ApiViewer, ReadDb, RuntimeDep, WriteDb
 from app.web.params import Int64
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.history import load_attempt
 from app.db.models import AttemptStatus
 from app.errors import LaunchdeckError
-from app.launch.history import load_attempt
 from app.perf import runner, workloads
 from app.web.deps import Launcher, Operator, ReadDb, Runtime, RuntimeDep, Viewer
 from app.web.errors import status_of

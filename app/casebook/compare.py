@@ -10,12 +10,12 @@ from typing import Any
 from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.casebook.signatures import drift_of
+from app.db.history import durations, load_attempt
 from app.db.models import Attempt, Benchmark, PresetRevision
 from app.diagnose.drift import Drift, requested_args
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
-from app.launch.failure_signatures import drift_of
-from app.launch.history import durations, load_attempt
 from app.logs.store import Line, LogLoan
 from app.perf.runner import latest_done
 

@@ -9,10 +9,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.casebook import signatures
+from app.db import history
 from app.db.models import Preset
 from app.errors import InvalidInput
-from app.launch import failure_signatures, history, preset_flags, presets
 from app.perf import runner, sweeps
+from app.presets import flags, revisions
 from app.web import charts as charts_layout
 from app.web.deps import Caller, Operator, ReadDb, Viewer, WriteDb
 from app.web.params import Int64
@@ -24,7 +26,7 @@ router = APIRouter(include_in_schema=False)
 
 @router.get("/presets", response_class=HTMLResponse)
 async def presets_page(request: Request, db: ReadDb, user: Viewer, archived: bool = False) -> Response:
-    rows = await presets.list_presets(db, archived=archived)
+    rows = await revisions.list_presets(db, archived=archived)
     return render(request, "presets.html", {"user": user, "presets": rows, "archived": archived})
 
 
@@ -40,7 +42,7 @@ async def create_preset(request: Request, db: WriteDb, user: Operator) -> Respon
     data = None
     try:
         data = await preset_input(request, name)
-        await presets.create_preset(db, data, actor=user.name)
+        await revisions.create_preset(db, data, actor=user.name)
     except InvalidInput as exc:
         context = {"user": user, **editor_context(data, str(exc))}
         context["data"].name = name
@@ -58,28 +60,28 @@ async def preset_page(
     b: Int64 | None = None,
     saved: str | None = None,
 ) -> Response:
-    preset = await presets.get_preset(db, name)
+    preset = await revisions.get_preset(db, name)
     context = await preset_context(db, preset, user, input_of(preset), a=a, b=b, saved=saved)
     return render(request, "preset.html", context, block="diff")
 
 
 async def preset_context(
-    db: AsyncSession, preset: Preset, user: Caller, data: presets.PresetInput, *, error: str | None = None,
+    db: AsyncSession, preset: Preset, user: Caller, data: revisions.PresetInput, *, error: str | None = None,
     a: Int64 | None = None, b: Int64 | None = None, saved: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    current = presets.latest(preset)
+    current = revisions.latest(preset)
     a = a or max(1, current.number - 1)
     b = b or current.number
-    changes = presets.diff_revisions(presets.revision_of(preset, a), presets.revision_of(preset, b))
+    changes = revisions.diff_revisions(revisions.revision_of(preset, a), revisions.revision_of(preset, b))
     return {
         "user": user,
         "preset": preset,
         "current": current,
-        "command": shlex.join(presets.command_argv(current)),
+        "command": shlex.join(revisions.command_argv(current)),
         "revisions": list(reversed(preset.revisions)),
         "diff": {"a": a, "b": b, "changes": changes},
         "saved": saved,
-        "flag_reports": await preset_flags.flag_reports(db, current),
+        "flag_reports": await flags.flag_reports(db, current),
         **await attempts_context(db, preset.name),
         **await performance_context(db, preset),
         **editor_context(data, error),
@@ -88,11 +90,11 @@ async def preset_context(
 
 @router.post("/presets/{name}", response_class=HTMLResponse)
 async def save_preset(request: Request, name: str, db: WriteDb, user: Operator) -> Response:
-    preset = await presets.get_preset(db, name)
+    preset = await revisions.get_preset(db, name)
     data = None
     try:
         data = await preset_input(request, name)
-        revision = await presets.save_preset(db, preset, data, actor=user.name)
+        revision = await revisions.save_preset(db, preset, data, actor=user.name)
     except InvalidInput as exc:
         context = await preset_context(db, preset, user, data or input_of(preset), error=str(exc))
         return render(request, "preset.html", context, status_code=422)
@@ -102,9 +104,9 @@ async def save_preset(request: Request, name: str, db: WriteDb, user: Operator) 
 @router.post("/presets/{name}/clone")
 async def clone_preset(request: Request, name: str, db: WriteDb, user: Operator) -> Response:
     new_name = str((await request.form()).get("new_name", "")).strip()
-    preset = await presets.get_preset(db, name)
+    preset = await revisions.get_preset(db, name)
     try:
-        await presets.clone_preset(db, preset, new_name, actor=user.name)
+        await revisions.clone_preset(db, preset, new_name, actor=user.name)
     except InvalidInput as exc:
         context = await preset_context(db, preset, user, input_of(preset), error=f"clone: {exc}")
         return render(request, "preset.html", context, status_code=422)
@@ -114,7 +116,7 @@ async def clone_preset(request: Request, name: str, db: WriteDb, user: Operator)
 @router.post("/presets/{name}/archive")
 async def archive_preset(request: Request, name: str, db: WriteDb, user: Operator) -> Response:
     restore = (await request.form()).get("restore") == "1"
-    await presets.archive_preset(db, await presets.get_preset(db, name), actor=user.name, archived=not restore)
+    await revisions.archive_preset(db, await revisions.get_preset(db, name), actor=user.name, archived=not restore)
     return RedirectResponse(f"/presets/{name}", status_code=303)
 
 
@@ -122,9 +124,9 @@ async def archive_preset(request: Request, name: str, db: WriteDb, user: Operato
 async def rewrite_preset(request: Request, name: str, db: WriteDb, user: Operator) -> Response:
     """The one-click rewrite of the flags the chosen SGLang release renamed, deprecated or removed."""
     version = str((await request.form()).get("version", "")).strip()
-    preset = await presets.get_preset(db, name)
+    preset = await revisions.get_preset(db, name)
     try:
-        revision = await preset_flags.rewrite_preset(db, preset, version=version, actor=user.name)
+        revision = await flags.rewrite_preset(db, preset, version=version, actor=user.name)
     except InvalidInput as exc:
         context = await preset_context(db, preset, user, input_of(preset), error=f"rewrite: {exc}")
         return render(request, "preset.html", context, status_code=422)
@@ -138,7 +140,7 @@ async def attempts_context(db: AsyncSession, name: str) -> dict[str, Any]:
     """The preset's newest attempts with how each failed, for its page."""
     rows = await history.list_attempts(db, preset=name, limit=PRESET_ATTEMPTS + 1)
     shown = rows[:PRESET_ATTEMPTS]
-    failures = await failure_signatures.failures_of(db, [row.id for row in shown])
+    failures = await signatures.failures_of(db, [row.id for row in shown])
     return {"attempts": shown, "failures": failures, "more_attempts": len(rows) > PRESET_ATTEMPTS}
 
 

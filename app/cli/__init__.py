@@ -233,7 +233,8 @@ def _run(argv: list[str] | None) -> int:
 
     from pydantic import ValidationError
 
-    from app import client, db
+    from app import db
+    from app.cli import client
     from app.config import Settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -721,7 +722,3 @@ def _redacted(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

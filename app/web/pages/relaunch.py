@@ -12,8 +12,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from app.db.models import Attempt, AttemptStatus
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import FailedBefore, HostError, InvalidInput, LaunchRefused, PreflightBlocked
-from app.launch import presets
 from app.launch.relaunch import Target, changed_input, changes_from, relaunch, suggested_change
+from app.presets import revisions
 from app.web.deps import AttemptDep, Caller, Launcher, Operator, RuntimeDep
 from app.web.errors import status_of
 from app.web.preset_form import editor_context, preset_input
@@ -27,7 +27,7 @@ NOT_CARRIED = frozenset({"csrf_token", "confirmed", "confirm_failed_before", "ov
 def relaunch_context(
     attempt: Attempt,
     user: Caller,
-    data: presets.PresetInput | None,
+    data: revisions.PresetInput | None,
     *,
     confirming: bool,
     posted: list[tuple[str, str]] | None = None,

@@ -12,12 +12,12 @@ from sqlalchemy import Select, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
+from app.db.history import ATTEMPT_RELATIONS
 from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
 from app.diagnose.analyze import Analyzer
 from app.diagnose.drift import Drift, drift
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import NotFound
-from app.launch.history import ATTEMPT_RELATIONS
 
 # The timeline's name for a log stage where it differs: the ready line alone is not "ready",
 # which needs /health to answer too.

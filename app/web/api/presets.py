@@ -8,7 +8,7 @@ from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 
 from app.db.models import Preset, PresetRevision
-from app.launch import preset_flags, presets
+from app.presets import flags, revisions
 from app.web.deps import ApiOperator, ApiViewer, ReadDb, WriteDb
 from app.web.params import Int64
 
@@ -21,15 +21,15 @@ class PresetIn(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     description: str = ""
-    launcher: str = presets.LAUNCHERS[0]
+    launcher: str = revisions.LAUNCHERS[0]
     python: str = "python3"
     port: Int64 = 30000
     webhook_url: str = Field(
         "", description="incoming webhook told of this preset's attempts; both it and the dashboard's are told"
     )
 
-    def domain(self) -> presets.PresetInput:
-        return presets.PresetInput(**self.model_dump())
+    def domain(self) -> revisions.PresetInput:
+        return revisions.PresetInput(**self.model_dump())
 
 
 class PresetUpdate(BaseModel):
@@ -37,7 +37,7 @@ class PresetUpdate(BaseModel):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     description: str = ""
-    launcher: str = presets.LAUNCHERS[0]
+    launcher: str = revisions.LAUNCHERS[0]
     python: str = "python3"
     port: Int64 = 30000
     webhook_url: str = ""
@@ -58,9 +58,9 @@ class RevisionPublic(BaseModel):
     @classmethod
     def of(cls, revision: PresetRevision) -> RevisionPublic:
         return cls(
-            **presets.revision_fields(revision),
+            **revisions.revision_fields(revision),
             number=revision.number,
-            command=presets.command_argv(revision),
+            command=revisions.command_argv(revision),
             created_at=revision.created_at,
             created_by=revision.created_by,
         )
@@ -81,7 +81,7 @@ class PresetPublic(BaseModel):
             description=preset.description,
             webhook_url=preset.webhook_url,
             archived=preset.archived_at is not None,
-            revision=RevisionPublic.of(presets.latest(preset)),
+            revision=RevisionPublic.of(revisions.latest(preset)),
             revisions=len(preset.revisions),
         )
 
@@ -110,7 +110,7 @@ class FlagReportPublic(BaseModel):
     rewritten_args: list[str] | None
 
     @classmethod
-    def of(cls, report: preset_flags.FlagReport) -> FlagReportPublic:
+    def of(cls, report: flags.FlagReport) -> FlagReportPublic:
         findings = [
             FlagFinding(
                 flag=finding.flag,
@@ -133,35 +133,35 @@ class Change(BaseModel):
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 async def create_preset(body: PresetIn, db: WriteDb, user: ApiOperator) -> PresetPublic:
-    return PresetPublic.of(await presets.create_preset(db, body.domain(), actor=user.name))
+    return PresetPublic.of(await revisions.create_preset(db, body.domain(), actor=user.name))
 
 
 @router.get("")
 async def list_presets(db: ReadDb, _user: ApiViewer, archived: bool = False) -> list[PresetPublic]:
-    return [PresetPublic.of(preset) for preset in await presets.list_presets(db, archived=archived)]
+    return [PresetPublic.of(preset) for preset in await revisions.list_presets(db, archived=archived)]
 
 
 @router.get("/{name}")
 async def get_preset(name: str, db: ReadDb, _user: ApiViewer) -> PresetPublic:
-    return PresetPublic.of(await presets.get_preset(db, name))
+    return PresetPublic.of(await revisions.get_preset(db, name))
 
 
 @router.get("/{name}/revisions")
 async def list_revisions(name: str, db: ReadDb, _user: ApiViewer) -> list[RevisionPublic]:
-    return [RevisionPublic.of(revision) for revision in (await presets.get_preset(db, name)).revisions]
+    return [RevisionPublic.of(revision) for revision in (await revisions.get_preset(db, name)).revisions]
 
 
 @router.put("/{name}")
 async def update_preset(name: str, body: PresetUpdate, db: WriteDb, read: ReadDb, user: ApiOperator) -> PresetPublic:
     """Saves a new revision when anything changed; the answer shows the latest revision either way."""
-    preset = await presets.get_preset(db, name)
-    await presets.save_preset(db, preset, presets.PresetInput(name=name, **body.model_dump()), actor=user.name)
-    return PresetPublic.of(await presets.get_preset(read, name))
+    preset = await revisions.get_preset(db, name)
+    await revisions.save_preset(db, preset, revisions.PresetInput(name=name, **body.model_dump()), actor=user.name)
+    return PresetPublic.of(await revisions.get_preset(read, name))
 
 
 @router.post("/{name}/clone", status_code=status.HTTP_201_CREATED)
 async def clone_preset(name: str, body: CloneIn, db: WriteDb, user: ApiOperator) -> PresetPublic:
-    clone = await presets.clone_preset(db, await presets.get_preset(db, name), body.name, actor=user.name)
+    clone = await revisions.clone_preset(db, await revisions.get_preset(db, name), body.name, actor=user.name)
     return PresetPublic.of(clone)
 
 
@@ -169,15 +169,15 @@ async def clone_preset(name: str, body: CloneIn, db: WriteDb, user: ApiOperator)
 async def archive_preset(
     name: str, db: WriteDb, read: ReadDb, user: ApiOperator, restore: bool = False
 ) -> PresetPublic:
-    preset = await presets.get_preset(db, name)
-    await presets.archive_preset(db, preset, actor=user.name, archived=not restore)
-    return PresetPublic.of(await presets.get_preset(read, name))
+    preset = await revisions.get_preset(db, name)
+    await revisions.archive_preset(db, preset, actor=user.name, archived=not restore)
+    return PresetPublic.of(await revisions.get_preset(read, name))
 
 
 @router.get("/{name}/diff")
 async def diff(name: str, a: Int64, b: Int64, db: ReadDb, _user: ApiViewer) -> list[Change]:
-    preset = await presets.get_preset(db, name)
-    changes = presets.diff_revisions(presets.revision_of(preset, a), presets.revision_of(preset, b))
+    preset = await revisions.get_preset(db, name)
+    changes = revisions.diff_revisions(revisions.revision_of(preset, a), revisions.revision_of(preset, b))
     return [Change(field=field, before=before, after=after) for field, before, after in changes]
 
 
@@ -185,14 +185,14 @@ async def diff(name: str, a: Int64, b: Int64, db: ReadDb, _user: ApiViewer) -> l
 async def flag_reports(name: str, db: ReadDb, _user: ApiViewer) -> list[FlagReportPublic]:
     """The latest revision's flags against each SGLang version its Python last reported on a host
     (or the newest release known, when none has): renamed, deprecated and removed ones."""
-    revision = presets.latest(await presets.get_preset(db, name))
-    return [FlagReportPublic.of(report) for report in await preset_flags.flag_reports(db, revision)]
+    revision = revisions.latest(await revisions.get_preset(db, name))
+    return [FlagReportPublic.of(report) for report in await flags.flag_reports(db, revision)]
 
 
 @router.post("/{name}/rewrite")
 async def rewrite_preset(name: str, body: RewriteIn, db: WriteDb, read: ReadDb, user: ApiOperator) -> PresetPublic:
     """Saves a new revision with the flags that SGLang `version` renamed, deprecated or removed
     rewritten as SGLang advises; 422 when there is nothing to rewrite."""
-    preset = await presets.get_preset(db, name)
-    await preset_flags.rewrite_preset(db, preset, version=body.version, actor=user.name)
-    return PresetPublic.of(await presets.get_preset(read, name))
+    preset = await revisions.get_preset(db, name)
+    await flags.rewrite_preset(db, preset, version=body.version, actor=user.name)
+    return PresetPublic.of(await revisions.get_preset(read, name))

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import UNKNOWN_VERSION, Attempt, Host, Preset, PresetRevision
 from app.diagnose import flag_history
 from app.errors import InvalidInput
-from app.launch.presets import PresetInput, latest, revision_fields, save_preset
+from app.presets.revisions import PresetInput, latest, revision_fields, save_preset
 
 
 @dataclass

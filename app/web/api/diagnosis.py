@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from app.launch import compare, failure_signatures
+from app.casebook import compare, signatures
 from app.web.deps import ApiViewer, LogsDep, ReadDb
 from app.web.paging import link_next
 from app.web.params import Int64, compared_ids
@@ -48,7 +48,7 @@ async def compare_attempts(
 
 
 @router.get("/signatures")
-async def signatures(
+async def list_signatures(
     request: Request,
     response: Response,
     db: ReadDb,
@@ -61,7 +61,7 @@ async def signatures(
     `limit` (at most 200) at a time, the `Link` header's rel="next" being the next page (`before`
     is the fingerprint of the last cause sent)."""
     limit = max(1, min(limit, 200))
-    groups = await failure_signatures.signature_groups(db, failure_class=failure_class, before=before, limit=limit + 1)
+    groups = await signatures.signature_groups(db, failure_class=failure_class, before=before, limit=limit + 1)
     link_next(request, response, groups[limit - 1].signature.fingerprint if len(groups) > limit else None)
     return [
         SignaturePublic.model_validate(group.signature, from_attributes=True).model_copy(
@@ -83,8 +83,8 @@ async def signature_attempts(
 ) -> list[int]:
     """Ids of the attempts that failed this way, newest first, `limit` (at most 1000) at a time;
     the `Link` header's rel="next" is the next page."""
-    signature = await failure_signatures.get_signature(db, fingerprint)
+    signature = await signatures.get_signature(db, fingerprint)
     limit = max(1, min(limit, 1000))
-    ids = await failure_signatures.attempt_ids_with_signature(db, signature.id, before=before, limit=limit + 1)
+    ids = await signatures.attempt_ids_with_signature(db, signature.id, before=before, limit=limit + 1)
     link_next(request, response, ids[limit - 1] if len(ids) > limit else None)
     return ids[:limit]

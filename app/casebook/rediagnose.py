@@ -30,12 +30,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.casebook.signatures import assign_signature
+from app.casebook.team_rules import active_rules
 from app.db import Sessions
 from app.db.models import Attempt
 from app.diagnose.rules import Rule, RuleScanner, RuleScope
 from app.diagnose.stored import AppliedRule, StoredDiagnosis
-from app.launch.failure_signatures import assign_signature
-from app.launch.team_rules import active_rules
 from app.logs.store import LogStore
 
 log = logging.getLogger(__name__)

@@ -11,12 +11,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app import audit
+from app.casebook import compare, signatures
+from app.db import history
 from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus
 from app.errors import AccessRefused, HostError, InvalidInput, LaunchdeckError, LaunchRefused
 from app.gpu.overview import current_overview
-from app.launch import compare, failure_signatures, guards, history, nodes, presets
+from app.launch import guards, nodes
 from app.launch.preflight import Preflight
 from app.logs.live import tail
+from app.presets import revisions
 from app.web.deps import Caller, Launcher, LogsDep, Operator, ReadDb, Runtime, RuntimeDep, Viewer, audit_actor
 from app.web.diagnosis_panel import diagnosis_context
 from app.web.errors import status_of
@@ -69,7 +72,7 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
     """The form's choices, those not given taken from the user's last launch of the preset; the
     host's GPUs may be asked of the host, after the presets are read."""
     async with runtime.sessions.read() as db:
-        active = await presets.list_presets(db)
+        active = await revisions.list_presets(db)
         preset_name = choice.get("preset") or (active[0].name if active else "")
         if preset_name and not choice.get("host"):  # the choices of the user's last launch of it
             last = await history.last_launch(db, preset=preset_name, actor=user.name)
@@ -77,10 +80,10 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
                 choice = {**choice, "host": last.host.name, "gpus": choice.get("gpus") or list(last.gpus)}
                 choice["port"] = choice.get("port") or last.port
         preset = next((p for p in active if p.name == preset_name), None)
-        revision = presets.latest(preset) if preset else None
+        revision = revisions.latest(preset) if preset else None
         past = None  # the form says before the launch whether this configuration failed already
         if revision is not None:
-            past = await guards.past_failures(db, revision, presets.command_argv(revision), revision.env)
+            past = await guards.past_failures(db, revision, revisions.command_argv(revision), revision.env)
     hosts = [host.name for host in runtime.ssh]
     nnodes = nodes.nnodes_of(revision.args) if revision else 1
     node_hosts: list[str] = []
@@ -92,7 +95,7 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
     overview = None
     if host_name in hosts:
         overview = await current_overview(runtime.ssh.get(host_name), runtime.gpus.hosts[host_name], 5.0)
-    command = presets.command_argv(revision) if revision else []
+    command = revisions.command_argv(revision) if revision else []
     if command and choice.get("port"):
         command[command.index("--port") + 1] = str(choice["port"])  # the preview follows the typed port
     return {
@@ -188,12 +191,12 @@ async def attempts_page(
     context = {
         "user": user,
         "attempts": rows[:PAGE_SIZE],
-        "failures": await failure_signatures.failures_of(db, [row.id for row in rows[:PAGE_SIZE]]),
+        "failures": await signatures.failures_of(db, [row.id for row in rows[:PAGE_SIZE]]),
         "older": rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None,
         "before": before,
         "filters": {"host": host, "preset": preset, "status": status},
         "hosts": [h.name for h in runtime.ssh],
-        "presets": await presets.preset_names(db),
+        "presets": await revisions.preset_names(db),
         "statuses": list(AttemptStatus),
     }
     return render(request, "attempts.html", context, block="attempt_list")

@@ -10,12 +10,13 @@ from fastapi import APIRouter, Request, Response, status
 from pydantic import BaseModel, Field
 
 from app import audit
+from app.casebook import signatures
+from app.casebook.signatures import drift_of
+from app.db import history
 from app.db.models import Attempt, AttemptStatus, Benchmark
 from app.diagnose.hints import SuggestedChange
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
-from app.launch import failure_signatures, history
-from app.launch.failure_signatures import drift_of
 from app.launch.relaunch import changed_input, relaunch, suggested_change
 from app.perf.runner import latest_done
 from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, AttemptDep, ReadDb, RuntimeDep, audit_actor
@@ -240,7 +241,7 @@ class AttemptSummary(AttemptListed):
     fingerprint: str | None
 
     @classmethod
-    def of(cls, attempt: Attempt, failure: failure_signatures.Failure | None) -> AttemptSummary:
+    def of(cls, attempt: Attempt, failure: signatures.Failure | None) -> AttemptSummary:
         return cls(
             **cls.fields_of(attempt),
             failure_class=failure.failure_class if failure else None,
@@ -345,7 +346,7 @@ async def list_attempts(
     limit = max(1, min(limit, 500))
     rows = await history.list_attempts(db, host=host, preset=preset, status=status, before=before, limit=limit + 1)
     link_next(request, response, rows[limit - 1].id if len(rows) > limit else None)
-    failures = await failure_signatures.failures_of(db, [row.id for row in rows[:limit]])
+    failures = await signatures.failures_of(db, [row.id for row in rows[:limit]])
     return [AttemptSummary.of(row, failures.get(row.id)) for row in rows[:limit]]
 
 

@@ -12,8 +12,8 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import HTMLResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from app.db.history import attempt_finished
 from app.errors import InvalidInput, SearchBusy, SearchTooSlow
-from app.launch.history import attempt_finished
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import FIRST_ERROR, LogSearch, first_line, match_ranges, search_log
 from app.logs.store import Line, LogFile

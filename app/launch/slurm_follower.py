@@ -20,11 +20,12 @@ from typing import Any
 import httpx
 
 from app.clock import utcnow
+from app.db.history import load_attempt
 from app.db.models import UNSTARTED_STATUSES, AttemptStatus
 from app.errors import HostError
+from app.launch import slurm_lifecycle
 from app.launch.follower import Follower
-from app.launch.history import load_attempt
-from app.slurm import jobs, lifecycle
+from app.slurm import jobs
 from app.slurm.outcomes import outcome_of
 from app.ssh import HostConnection
 
@@ -111,7 +112,7 @@ class SlurmFollower(Follower):
                 hung = status == AttemptStatus.LOADING and loop.time() - quiet_since > self.dashboard.pace.hang
                 await self._record_log_progress(mirror, hung=hung)
                 if job.final:
-                    await lifecycle.mark_ended(connection, directory)
+                    await slurm_lifecycle.mark_ended(connection, directory)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(mirror.done.wait(), self.dashboard.pace.drain)
                     await self._record_log_progress(mirror, hung=hung and mirror.log.size == size, final=True)
@@ -127,7 +128,7 @@ class SlurmFollower(Follower):
         while True:
             try:
                 await connection.wait_online(3600)
-                job_id = await lifecycle.find_submitted(connection, directory)
+                job_id = await slurm_lifecycle.find_submitted(connection, directory)
                 break
             except HostError:
                 await asyncio.sleep(self.dashboard.pace.loading)
@@ -155,7 +156,7 @@ class SlurmFollower(Follower):
     async def _finish_job(self, connection: HostConnection, directory: str, job: jobs.JobState) -> None:
         async with self.dashboard.sessions.read() as session:
             attempt = await load_attempt(session, self.attempt_id)
-        server_exit = await lifecycle.server_exit(connection, directory)
+        server_exit = await slurm_lifecycle.server_exit(connection, directory)
         outcome = outcome_of(job, server_exit=server_exit, stop_requested=attempt.stop_requested_at is not None)
         changes: dict[str, Any] = {"exit_code": outcome.exit_code, "error": outcome.error}
         if outcome.status == AttemptStatus.FAILED:

@@ -8,10 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app.casebook import compare, signatures
 from app.diagnose.lexicon import HINTS
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import NotFound
-from app.launch import compare, failure_signatures
 from app.web.deps import AttemptDep, LogsDep, ReadDb, Viewer
 from app.web.log_views import lines_html
 from app.web.params import Int64, compared_ids
@@ -25,7 +25,7 @@ ERROR_GROUPS_SHOWN = 50
 async def errors_page(
     request: Request, db: ReadDb, user: Viewer, failure_class: str = "", before: str = ""
 ) -> Response:
-    groups = await failure_signatures.signature_groups(
+    groups = await signatures.signature_groups(
         db, failure_class=failure_class or None, before=before or None, limit=ERROR_GROUPS_SHOWN + 1
     )
     context = {
@@ -42,14 +42,14 @@ async def errors_page(
 async def error_group_page(
     request: Request, fingerprint: str, db: ReadDb, user: Viewer, before: Int64 | None = None
 ) -> Response:
-    signature = await failure_signatures.get_signature(db, fingerprint)
+    signature = await signatures.get_signature(db, fingerprint)
     page_size = 50
-    rows = await failure_signatures.attempts_with_signature(db, signature.id, before=before, limit=page_size + 1)
+    rows = await signatures.attempts_with_signature(db, signature.id, before=before, limit=page_size + 1)
     attempts = [(attempt, StoredDiagnosis.from_json(attempt.diagnosis)) for attempt in rows[:page_size]]
     context = {
         "user": user,
         "signature": signature,
-        "unrecognised": failure_signatures.signature_unrecognised(signature),
+        "unrecognised": signatures.signature_unrecognised(signature),
         "attempts": attempts,  # with their diagnoses
         "newest": attempts[0][1] if attempts else None,
         "older": rows[page_size - 1].id if len(rows) > page_size else None,

@@ -1,0 +1,1 @@
+"""Presets: every edit an immutable revision, and the flags each SGLang release accepts."""

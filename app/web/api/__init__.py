@@ -1,0 +1,9 @@
+"""The JSON API under /api: one router gathering each resource's routes."""
+
+from fastapi import APIRouter
+
+from app.web.api import attempts, diagnosis, docs, hosts, logs, perf, presets, rules
+
+router = APIRouter()
+for module in (hosts, presets, attempts, perf, logs, diagnosis, rules, docs):
+    router.include_router(module.router)
