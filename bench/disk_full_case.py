@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 
 from app.demo.presets import DEMO_PRESETS
-from tests.faults import AUTH, TOKEN, Dashboard, HostProcess
-from tests.support import free_port
+from tests.support.faults import AUTH, TOKEN, Dashboard, HostProcess
+from tests.support.servers import free_port
 
 
 def fill(directory: Path) -> Path:

@@ -1,5 +1,5 @@
 """A dashboard's history at scale, inserted in bulk: what `api_load` serves and what the query-plan
-tests read (tests/test_list_plans.py), so both look at the same shape of data.
+tests read (tests/db/test_list_plans.py), so both look at the same shape of data.
 
 A team's year or two: finished attempts (a third failed, each with a diagnosis as big as a real
 one; one in a hundred spread over two nodes, its parts right after it), failure signatures,

@@ -1,16 +1,10 @@
 from __future__ import annotations
 
 import asyncio
-import atexit
-import contextlib
-import functools
 import os
-import shutil
-import sys
-import tempfile
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -22,23 +16,19 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app import db
 from app.accounts import passwords
-from app.config import Settings
 from app.demo.cluster import SimCluster
 from app.demo.presets import seed_demo_presets
 from app.demo.slurm import SlurmSite, unavailable
-from app.gpu.nvidia_smi import read_gpu_memory
 from app.launch.record import Pace
-from app.ssh import HostConnection, HostSpec, SSHOptions, render_hosts
-from app.web.app import create_app
-from app.web.pages import hosts as host_pages
-from tests import slurm
+from app.ssh import HostConnection, HostSpec, SSHOptions
 from tests.oracle.environment import OracleEnvironment, OracleUnavailable, oracle_environment
-from tests.support import STRICT, OpenSSHServer, require
-
-POSTGRES_ADMIN_URL = os.environ.get("LAUNCHDECK_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
-TOKEN = "test-token-0123456789abcdef012345"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SIM_TIME_SCALE = 0.02  # simulated SGLang servers start in about a second
+from tests.support import slurm
+from tests.support.dashboard import AUTH, SIM_TIME_SCALE, started_app
+from tests.support.hangs import LOOPS, print_tasks
+from tests.support.hosts import wait_until_free
+from tests.support.postgres import POSTGRES_ADMIN_URL, postgres_available
+from tests.support.servers import OpenSSHServer
+from tests.support.strict import STRICT, require
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -105,7 +95,7 @@ async def connect(tmp_path: Path) -> AsyncIterator[Callable[..., HostConnection]
 
 @pytest.fixture(scope="session")
 async def slurm_site(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SlurmSite]:
-    """A real Slurm cluster (tests/slurm.py says which) and its login node, for the session."""
+    """A real Slurm cluster (tests/support/slurm.py says which) and its login node, for the session."""
     problem = unavailable()
     require(problem is None, f"no Slurm tests: {problem}")
     site = SlurmSite(
@@ -122,14 +112,6 @@ async def slurm_login(slurm_site: SlurmSite, connect: Callable[..., HostConnecti
     login = connect(slurm_site.login_spec())
     await login.run(["mkdir", "-p", slurm_site.output_dir])
     return login
-
-
-def postgres_available() -> bool:
-    try:
-        with psycopg.connect(POSTGRES_ADMIN_URL, connect_timeout=2):
-            return True
-    except psycopg.OperationalError:
-        return False
 
 
 @pytest.fixture(scope="session")
@@ -174,60 +156,6 @@ async def db_session(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterato
         yield session
 
 
-@functools.cache
-def migrated_sqlite() -> Path:
-    """An empty SQLite database at the latest schema, made once per run: migrating one from nothing
-    takes a good part of a second, and most tests start the app on an empty database."""
-    folder = Path(tempfile.mkdtemp(prefix="launchdeck-schema-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    db.upgrade(f"sqlite:///{folder / 'launchdeck.db'}")
-    return folder / "launchdeck.db"
-
-
-def make_settings(tmp_path: Path, specs: list[HostSpec], **overrides: object) -> Settings:
-    """Settings for an app on `specs`; its data dir starts with an empty database at the latest
-    schema (a copy of migrated_sqlite(), which create_app finds up to date), unless the test gives
-    a database of its own."""
-    hosts_file = tmp_path / "hosts.toml"
-    hosts_file.write_text(render_hosts(specs))
-    values: dict[str, object] = {
-        "data_dir": tmp_path / "data",
-        "hosts_file": hosts_file,
-        "token": TOKEN,
-        "known_hosts": tmp_path / "known_hosts",
-        "ssh_config": tmp_path / "no-ssh-config",
-        "cookie_secure": False,
-        **overrides,
-    }
-    settings = Settings(**values)  # type: ignore[arg-type]
-    database = settings.data_dir / "launchdeck.db"
-    if settings.database_url is None and not database.exists():
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(migrated_sqlite(), database)
-    return settings
-
-
-@contextlib.asynccontextmanager
-async def started_app(folder: Path, specs: list[HostSpec]) -> AsyncIterator[FastAPI]:
-    """The app with its lifespan running on `specs`, its data under `folder`, once its hosts are
-    online and their GPUs read."""
-    with pytest.MonkeyPatch.context() as patch:
-        # The in-process client (httpx's ASGITransport) hands a response over only once it has
-        # ended: here the host list's event stream, which a browser keeps open for seconds, ends
-        # after its first push instead of making each request that reads it wait those seconds.
-        patch.setattr(host_pages, "STREAM_LIFETIME", 0.2)
-        patch.setattr(host_pages, "MIN_PUSH_INTERVAL", 0.2)
-        app = create_app(make_settings(folder, specs))
-        async with app.router.lifespan_context(app):
-            for host in app.state.runtime.ssh:
-                await host.wait_online(10)
-            for _ in range(100):  # the GPU probes' first readings
-                if all(gpus.snapshot for gpus in app.state.runtime.gpus.hosts.values()):
-                    break
-                await asyncio.sleep(0.1)
-            yield app
-
-
 @pytest.fixture
 async def running_app(tmp_path: Path, sim_specs: list[HostSpec]) -> AsyncIterator[FastAPI]:
     """The app with its lifespan running, connected to the simulated cluster."""
@@ -258,26 +186,6 @@ async def api(running_app: FastAPI, app_client: AsyncClient) -> AsyncIterator[As
         await wait_until_free(host)
 
 
-async def end_every_attempt(
-    api: AsyncClient, ssh: Iterable[HostConnection], by_name: Callable[[str], HostConnection]
-) -> None:
-    """After a test: every attempt's process group killed, and every host's GPUs free again."""
-    for attempt in (await api.get("/api/attempts")).json():
-        if attempt["pgid"]:
-            await by_name(attempt["host"]).run(["env", "kill", "-KILL", "--", f"-{attempt['pgid']}"], check=False)
-    for host in ssh:
-        await wait_until_free(host)
-
-
-async def wait_until_free(host: HostConnection, gpus: list[int] | None = None, timeout: float = 10) -> None:
-    for _ in range(int(timeout * 10)):
-        used = {gpu.index: gpu.memory_used_mib for gpu in await read_gpu_memory(host)}
-        if not any(used[index] for index in (gpus if gpus is not None else used)):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{host.name}: GPU memory still in use: {used}")
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """In strict runs (CI) a skipped test is a failure: every group must really run."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -285,12 +193,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-_LOOP: list[asyncio.AbstractEventLoop] = []  # the session's event loop, for the hang report
-
-
 @pytest.fixture(scope="session", autouse=True)
 async def _session_loop() -> None:
-    _LOOP.append(asyncio.get_running_loop())
+    LOOPS.append(asyncio.get_running_loop())  # for the hang report
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -299,22 +204,12 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     test hung in asyncio, the thread stacks pytest-timeout prints show only the loop's selector."""
     marker = item.get_closest_marker("timeout")
     limit = float(marker.args[0]) if marker else float(item.config.getini("timeout") or 0)
-    timer = threading.Timer(max(limit - 20, 1), _print_tasks, args=(item.nodeid,))
+    timer = threading.Timer(max(limit - 20, 1), print_tasks, args=(item.nodeid,))
     timer.daemon = True
     if limit:
         timer.start()
     yield
     timer.cancel()
-
-
-def _print_tasks(nodeid: str) -> None:
-    def dump() -> None:
-        print(f"\n===== {nodeid} is about to time out; its event loop's tasks:", file=sys.__stderr__)
-        for task in asyncio.all_tasks(loop):
-            task.print_stack(limit=12, file=sys.__stderr__)
-
-    for loop in _LOOP:
-        loop.call_soon_threadsafe(dump)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 from app.config import Settings
 from app.demo.inventory import parse_host_specs
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.cli import run_cli
+from tests.support.paths import README
 
 
 def test_every_setting_is_documented_in_the_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = README.read_text()
     missing = [name for name in Settings.model_fields if f"`LAUNCHDECK_{name.upper()}`" not in readme]
     assert missing == []
 
@@ -29,33 +26,24 @@ def test_defaults_keep_everything_local() -> None:
     assert settings.resolved_database_url().endswith("/data/launchdeck.db")
 
 
-def launchdeck(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-
-
 def test_db_upgrade_migrates_and_says_so(tmp_path: Path) -> None:
-    result = launchdeck("db", "upgrade", env={"LAUNCHDECK_DATA_DIR": str(tmp_path)})
+    result = run_cli("db", "upgrade", env={"LAUNCHDECK_DATA_DIR": str(tmp_path)}, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "is up to date" in result.stdout
     assert (tmp_path / "launchdeck.db").exists()
 
 
 def test_bad_setting_exits_2_with_a_sentence(tmp_path: Path) -> None:
-    result = launchdeck("db", "upgrade", env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_PORT": "99999"})
+    result = run_cli(
+        "db", "upgrade", env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_PORT": "99999"}, timeout=60
+    )
     assert result.returncode == 2
     assert "LAUNCHDECK_PORT" in result.stderr and "65535" in result.stderr
 
 
 def test_unreachable_database_exits_1_with_a_sentence(tmp_path: Path) -> None:
-    result = launchdeck(
-        "db", "upgrade", env={"LAUNCHDECK_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"}
+    result = run_cli(
+        "db", "upgrade", env={"LAUNCHDECK_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"}, timeout=60
     )
     assert result.returncode == 1
     assert "cannot reach the database" in result.stderr
@@ -71,7 +59,9 @@ def test_empty_token_variable_means_a_generated_token(monkeypatch) -> None:  # t
 
 
 def test_demo_with_bad_simulated_hosts_exits_2_with_a_sentence(tmp_path: Path) -> None:
-    result = launchdeck("demo", env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_DEMO_HOSTS": "big-01:h100:8"})
+    result = run_cli(
+        "demo", env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_DEMO_HOSTS": "big-01:h100:8"}, timeout=60
+    )
     assert result.returncode == 2
     assert "unknown GPU model 'h100'; choose from b200, rtx-pro-6000" in result.stderr
 
@@ -84,8 +74,10 @@ def test_demo_hosts_scale_to_a_large_cluster() -> None:
 def test_busy_port_exits_1_with_a_sentence_and_starts_nothing(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        result = launchdeck(
-            "demo", env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_PORT": str(port), "LAUNCHDECK_TOKEN": ""}
+        result = run_cli(
+            "demo",
+            env={"LAUNCHDECK_DATA_DIR": str(tmp_path), "LAUNCHDECK_PORT": str(port), "LAUNCHDECK_TOKEN": ""},
+            timeout=60,
         )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use; set LAUNCHDECK_PORT" in result.stderr

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from app.demo.inventory import B200, RTX_PRO_6000, GpuModel
+from tests.support.paths import MODEL_FILES
 
-MODEL_FILES = Path(__file__).resolve().parents[2] / "app" / "demo" / "model_files"
 MODELS = {
     "Qwen3.6-27B": MODEL_FILES / "Qwen--Qwen3.6-27B",
     "Llama-3.1-8B": MODEL_FILES / "meta-llama--Llama-3.1-8B-Instruct",

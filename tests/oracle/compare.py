@@ -22,10 +22,10 @@ from typing import Any
 
 from tests.oracle.cases import MODEL_FILES, OracleCase, oracle_cases
 from tests.oracle.environment import ORACLE_VERSIONS, OracleEnvironment, oracle_environment
+from tests.support.paths import HOSTLIB, ROOT
 
-REPO = Path(__file__).resolve().parents[2]
 RESOLVER = Path(__file__).with_name("resolve.py")
-SIMULATED_PACKAGE = REPO / "app" / "demo" / "hostlib"
+SIMULATED_PACKAGE = HOSTLIB
 VERSION_ENV = "LAUNCHDECK_SIM_SGLANG_VERSION"
 
 # Not compared: drawn at random whenever it is not given.
@@ -60,7 +60,7 @@ def resolve(command: list[str], env: dict[str, str], cases: list[OracleCase]) ->
     # would change the outcomes behind the cases' back.
     inherited = {name: os.environ[name] for name in ("PATH", "HOME", "LANG") if name in os.environ}
     result = subprocess.run(
-        command, input=payload, capture_output=True, text=True, env={**inherited, **env}, cwd=REPO, check=False
+        command, input=payload, capture_output=True, text=True, env={**inherited, **env}, cwd=ROOT, check=False
     )
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-5000:]}")

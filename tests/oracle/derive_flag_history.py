@@ -26,8 +26,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-TABLE = ROOT / "app" / "diagnose" / "flag_history.json"
+from tests.support.paths import APP, ROOT
+
+TABLE = APP / "diagnose" / "flag_history.json"
 PARSER_SCRIPT = Path(__file__).with_name("sglang_parser.py")
 ORACLE = Path(os.environ.get("LAUNCHDECK_ORACLE_CACHE") or Path.home() / ".cache/launchdeck/sglang-oracle")
 DEPRECATED_ACTIONS = ("DeprecatedStoreTrueAction", "DeprecatedStoreConstAction", "DeprecatedAliasStoreAction")

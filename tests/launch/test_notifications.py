@@ -1,0 +1,188 @@
+"""Webhook notifications, delivered to a real HTTP server on loopback: what they say, and that a
+webhook that is down or hangs is tried a few times, logged and given up, and delays nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from httpx import ASGITransport, AsyncClient
+
+from app.db.models import AttemptStatus
+from app.demo.presets import seed_demo_presets
+from app.launch.notifications import Delivery, Notice, slack_message
+from app.launch.record import Pace
+from app.ssh import HostSpec
+from app.web.app import create_app
+from tests.support.dashboard import AUTH, make_settings
+from tests.support.hosts import end_every_attempt
+from tests.support.launching import REPLAY, launch, wait_for
+from tests.support.web import log_in
+
+PUBLIC_URL = "https://launchdeck.example"
+SECRET = "T0000/B0000/not-a-real-token"  # the part of a webhook URL that must stay out of logs
+
+
+@dataclass
+class Hook:
+    """A loopback HTTP server that takes webhook posts: /ok answers 200, /down 503, /hang once released."""
+
+    port: int
+    received: list[tuple[str, dict[str, Any]]]
+    release: threading.Event
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}/{SECRET}"
+
+    def posts(self, path: str) -> list[dict[str, Any]]:
+        return [body for where, body in self.received if where == f"{path}/{SECRET}"]
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    release = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            assert self.headers["Content-Type"] == "application/json"
+            found.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            if self.path.startswith("/hang"):
+                release.wait(10)
+            self.send_response(503 if self.path.startswith("/down") else 200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Hook(server.server_address[1], found, release)
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_message_says_which_attempt_what_happened_and_where_to_look() -> None:
+    notice = Notice(
+        attempt_id=12, status=AttemptStatus.FAILED, preset="qwen-mtp", revision=3, host="b200-01", gpus=(0, 1),
+        failure_class="arg-conflict", root_error="ValueError: <module> needs a & b" + "x" * 600,
+        error="the server exited with 1", link=f"{PUBLIC_URL}/attempts/12",
+    )  # fmt: skip
+    message = slack_message(notice)
+    assert list(message) == ["text"]
+    first, root, error, link = message["text"].split("\n")
+    assert first == "launchdeck: attempt #12 is failed · qwen-mtp r3 on b200-01 (GPUs 0,1)"
+    assert root.startswith("root error (arg-conflict): ValueError: &lt;module&gt; needs a &amp; b") and root.endswith(
+        " …"
+    )
+    assert len(root) < 600
+    assert error == "the server exited with 1"
+    assert link == f"<{PUBLIC_URL}/attempts/12|open attempt #12>"
+
+
+@pytest.fixture
+async def notifying_app(tmp_path: Path, sim_specs: list[HostSpec], hook: Hook) -> AsyncIterator[FastAPI]:
+    settings = make_settings(tmp_path, sim_specs, webhook_url=hook.url("/ok"), public_url=PUBLIC_URL + "/")
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        runtime = app.state.runtime
+        runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
+        runtime.notifier.delivery = Delivery(timeout=20, tries=3, backoff=0.05)
+        async with runtime.sessions.write() as session:
+            await seed_demo_presets(session)
+        for host in runtime.ssh:
+            await host.wait_online(10)
+        yield app
+        async with AsyncClient(transport=ASGITransport(app=app), base_url="http://t", headers=AUTH) as api:
+            await end_every_attempt(api, runtime.ssh, runtime.ssh.get)
+
+
+async def test_webhooks_hear_ready_failed_and_unhealthy_and_a_dead_one_delays_nothing(
+    notifying_app: FastAPI, hook: Hook, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dashboard's webhook hears of every attempt, a preset's of its own. One preset's webhook
+    is down (503): tried 3 times, then logged without its secret path. The other's hangs: its first
+    message is still unanswered while the attempt goes on to unhealthy and the team hears of it."""
+    runtime = notifying_app.state.runtime
+    async with AsyncClient(transport=ASGITransport(app=notifying_app), base_url="http://t", headers=AUTH) as api:
+        for preset, path in (("llama31-8b", "/hang"), ("qwen36-27b-mtp-strategy-unset", "/down")):
+            body = (await api.get(f"/api/presets/{preset}")).json()
+            update = {**body["revision"], "description": body["description"], "webhook_url": hook.url(path)}
+            answer = await api.put(f"/api/presets/{preset}", json=update)
+            assert answer.status_code == 200 and answer.json()["webhook_url"] == hook.url(path), answer.text
+        refused = await api.put("/api/presets/llama31-8b", json={**update, "webhook_url": "hooks.example/x"})
+        assert refused.status_code == 422 and "webhook_url: give an http:// or https:// URL" in refused.text
+
+        with caplog.at_level(logging.WARNING, logger="app.launch.notifications"):
+            served = await launch(api, "llama31-8b", "rtxpro-01", [0])
+            failing = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY)
+            ready = await wait_for(api, served, {"ready"})
+            failed = await wait_for(api, failing, {"failed"})
+            host = runtime.ssh.get("rtxpro-01")
+            await host.run(["touch", f"{ready['remote_dir']}/sim-fault"])  # the simulator's zombie switch
+            await wait_for(api, served, {"unhealthy"})
+            for _ in range(50):
+                if len(hook.posts("/ok")) == 3 and len(caplog.records) == 1:
+                    break
+                await asyncio.sleep(0.1)
+            # Both messages to the hanging webhook are out and unanswered, neither waiting for the other.
+            assert len(hook.posts("/hang")) == 2
+            hook.release.set()
+            for _ in range(50):
+                if not any(task.get_name().startswith("notify-") for task in asyncio.all_tasks()):
+                    break
+                await asyncio.sleep(0.1)
+
+    team = [post["text"] for post in hook.posts("/ok")]
+    assert len(team) == 3, team
+    ready_text = next(text for text in team if f"#{served} is ready" in text)
+    assert ready_text == (
+        f"launchdeck: attempt #{served} is ready · llama31-8b r1 on rtxpro-01 (GPUs 0)\n"
+        f"<{PUBLIC_URL}/attempts/{served}|open attempt #{served}>"
+    )
+    failure = next(text for text in team if f"#{failing} is failed" in text)
+    assert "root error (arg-conflict): ValueError: Speculative decoding for" in failure
+    assert failure.endswith(
+        f"\nthe server exited with {failed['exit_code']}\n<{PUBLIC_URL}/attempts/{failing}|open attempt #{failing}>"
+    )
+    unhealthy = next(text for text in team if f"#{served} is unhealthy" in text)
+    assert "\nhealth check failed\n" in unhealthy
+    assert hook.posts("/down") == [{"text": failure}] * 3
+    assert [post["text"] for post in hook.posts("/hang")] == [ready_text, unhealthy]  # answered once released
+    logged = [record.getMessage() for record in caplog.records]
+    webhook = f"http://127.0.0.1:{hook.port}/…"
+    assert logged == [f"attempt {failing}: webhook {webhook} was not told it is failed after 3 tries (HTTP 503)"]
+    assert SECRET not in caplog.text
+
+
+async def test_preset_editor_keeps_a_webhook_and_the_audit_names_only_its_host(app_client: AsyncClient) -> None:
+    csrf = await log_in(app_client)
+    body = {"name": "p", "model_path": "meta-llama/Llama-3.1-8B-Instruct"}
+    assert (await app_client.post("/api/presets", json=body, headers=AUTH)).status_code == 201
+    url = f"https://hooks.example/services/{SECRET}"
+    form = {"csrf_token": csrf, "model_path": body["model_path"], "port": "30000", "webhook_url": url}
+    refused = await app_client.post("/presets/p", data={**form, "webhook_url": "ftp://hooks.example/x"})
+    assert refused.status_code == 422 and "webhook_url: give an http:// or https:// URL" in refused.text
+    saved = await app_client.post("/presets/p", data=form)
+    assert saved.status_code == 303 and saved.headers["location"] == "/presets/p?saved=unchanged"
+    assert f'name="webhook_url" type="url" value="{url}"' in (await app_client.get("/presets/p")).text
+    events = (await app_client.get("/api/audit", headers=AUTH)).json()
+    assert [(e["action"], e["detail"]) for e in events if e["action"] == "preset-webhook"] == [
+        ("preset-webhook", {"webhook": "https://hooks.example/…"})
+    ]
+    assert SECRET not in json.dumps(events)

@@ -1,0 +1,30 @@
+"""People with accounts: one added with the tests' password, a browser-like client of the app, and
+a login through the form with a user's fields (name and password, or the token)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from httpx import ASGITransport, AsyncClient
+
+from app.accounts import users
+from app.db.models import Role
+from tests.support.web import csrf_from
+
+PASSWORD = "correct horse battery"
+
+
+async def add_user(app: FastAPI, name: str, role: Role) -> None:
+    async with app.state.runtime.sessions.write() as session:
+        await users.add_user(session, name=name, password=PASSWORD, role=role)
+
+
+async def log_in(client: AsyncClient, **fields: str) -> str:
+    """Logs in through the form with `fields`; returns the page's CSRF token."""
+    form = await client.get("/login")
+    answer = await client.post("/login", data={**fields, "next": "/hosts", "csrf_token": csrf_from(form.text)})
+    assert answer.status_code == 303, answer.text
+    return csrf_from((await client.get("/hosts")).text)
+
+
+def browser(app: FastAPI) -> AsyncClient:
+    return AsyncClient(transport=ASGITransport(app=app), base_url="http://testserver")

@@ -1,0 +1,240 @@
+"""Preset, launch, attempt and audit pages as plain HTTP forms (what works without JavaScript)."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+
+from fastapi import FastAPI
+from httpx import AsyncClient
+from sqlalchemy import select
+
+from app.casebook.signatures import assign_signature
+from app.db.models import Attempt, Host, Preset, PresetRevision
+from app.diagnose.analyze import diagnose
+from app.diagnose.stored import stored
+from app.launch.record import Pace
+from tests.support.servers import free_port
+from tests.support.sglang_logs import MODEL, NEWEST_ARGV, NEWEST_OOM_LOG
+from tests.support.web import csrf_from, log_in
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+async def test_preset_editor_creates_validates_revises_and_diffs(app_client: AsyncClient) -> None:
+    csrf = await log_in(app_client)
+    form = {"csrf_token": csrf, "name": "llama", "model_path": LLAMA, "port": "31000", "tp_size": "1", "env": ""}
+    bad = await app_client.post("/presets", data={**form, "tp_size": "one"})
+    assert bad.status_code == 422
+    assert "tp_size: &#39;one&#39; is not a whole number" in bad.text
+    assert 'value="llama"' in bad.text  # what was typed is kept
+    created = await app_client.post("/presets", data=form)
+    assert created.status_code == 303 and created.headers["location"] == "/presets/llama"
+    assert "Not launched yet." in (await app_client.get("/presets/llama")).text
+
+    edit = {**form, "tp_size": "2", "disable_radix_cache": "on", "extra_args": "--served-model-name 'my model'",
+            "env": "HF_HUB_OFFLINE=1"}  # fmt: skip
+    saved = await app_client.post("/presets/llama", data=edit)
+    assert saved.headers["location"] == "/presets/llama?saved=2"
+    page = html.unescape((await app_client.get(saved.headers["location"])).text)
+    assert "Saved as revision 2." in page
+    assert (
+        f"python3 -m sglang.launch_server --model-path {LLAMA} --port 31000 --tp-size 2 --disable-radix-cache "
+        "--served-model-name 'my model'" in page
+    )
+    diff = html.unescape((await app_client.get("/presets/llama", params={"a": 1, "b": 2})).text)
+    assert re.search(r"<code>--tp-size</code></td><td class=\"before\">1</td><td class=\"after\">2</td>", diff)
+    assert re.search(r"<code>env HF_HUB_OFFLINE</code></td><td class=\"before\">\(unset\)</td>", diff)
+    fragment = await app_client.get("/presets/llama", params={"a": 2, "b": 2}, headers={"HX-Request": "true"})
+    assert fragment.text.strip().startswith('<div id="diff">') and "are the same" in fragment.text
+
+    unchanged = await app_client.post("/presets/llama", data=edit)
+    assert unchanged.headers["location"] == "/presets/llama?saved=unchanged"
+    cloned = await app_client.post("/presets/llama/clone", data={"csrf_token": csrf, "new_name": "llama-2"})
+    assert cloned.headers["location"] == "/presets/llama-2"
+    listing = (await app_client.get("/presets")).text
+    assert 'data-preset="llama"' in listing and 'data-preset="llama-2"' in listing
+    await app_client.post("/presets/llama-2/archive", data={"csrf_token": csrf})
+    assert 'data-preset="llama-2"' not in (await app_client.get("/presets")).text
+    assert 'data-preset="llama-2"' in (await app_client.get("/presets?archived=true")).text
+
+
+async def test_the_editor_keeps_a_flag_spelled_as_the_newest_release_spells_it(app_client: AsyncClient) -> None:
+    """A preset for the newest SGLang shows --mamba-radix-cache-strategy in the mamba strategy field;
+    saving the page's form as it is shown changes nothing, so no flag is renamed behind the user."""
+    csrf = await log_in(app_client)
+    form = {"csrf_token": csrf, "name": "newest", "model_path": LLAMA, "port": "30000", "env": "",
+            "extra_args": "--mamba-radix-cache-strategy extra_buffer"}  # fmt: skip
+    assert (await app_client.post("/presets", data=form)).status_code == 303
+    page = html.unescape((await app_client.get("/presets/newest")).text)
+    editor = page[page.index('class="flags"') :]
+    assert re.search(r"<code>--mamba-radix-cache-strategy</code>\s*<select name=\"mamba_scheduler_strategy\">", editor)
+    assert "<option selected>extra_buffer</option>" in editor
+    assert 'name="extra_args" value=""' in editor
+    shown = dict(re.findall(r'<input type="hidden" name="([\w.]+)" value="([^"]*)"', editor))
+    assert shown == {"mamba_scheduler_strategy.flag": "--mamba-radix-cache-strategy"}
+    again = {**form, "extra_args": "", "mamba_scheduler_strategy": "extra_buffer", **shown}
+    saved = await app_client.post("/presets/newest", data=again)
+    assert saved.headers["location"] == "/presets/newest?saved=unchanged"
+
+
+async def test_forms_without_csrf_token_are_refused(app_client: AsyncClient) -> None:
+    await log_in(app_client)
+    response = await app_client.post("/presets", data={"name": "x", "model_path": LLAMA})
+    assert response.status_code == 403
+    assert (
+        await app_client.get("/api/presets", headers={"Authorization": "Bearer test-token-0123456789abcdef012345"})
+    ).json() == []
+
+
+async def test_launch_form_checks_launches_and_stops(app_client: AsyncClient, running_app: FastAPI) -> None:
+    running_app.state.runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
+    csrf = await log_in(app_client)
+    await app_client.post("/presets", data={"csrf_token": csrf, "name": "llama", "model_path": LLAMA, "port": "30000"})
+    form = await app_client.get("/launch", params={"preset": "llama", "host": "rtxpro-01"})
+    assert form.text.count('name="gpus"') == 4 and "GPU 3 · 95.1 GiB free of 95.6" in form.text
+    choice = {"csrf_token": csrf, "preset": "llama", "host": "rtxpro-01", "gpus": ["2"], "port": str(free_port())}
+    checked = await app_client.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})
+    assert checked.text.strip().startswith('<div id="preflight">')
+    assert re.search(r'data-check="memory">\s*<td>memory</td><td>✓ enough free memory', checked.text)
+
+    launched = await app_client.post("/launch", data=choice)
+    assert launched.status_code == 303
+    attempt_url = launched.headers["location"]
+    for _ in range(300):
+        status_html = (await app_client.get(attempt_url, headers={"HX-Request": "true"})).text
+        if 'id="status">ready<' in status_html:
+            break
+        await asyncio.sleep(0.1)
+    assert 'id="status">ready<' in status_html and 'data-stage="cuda graph capture"' in status_html
+    attempts = (await app_client.get("/attempts", params={"host": "rtxpro-01", "status": "ready"})).text
+    assert f'href="{attempt_url}"' in attempts
+    assert "No attempts match these filters" in (await app_client.get("/attempts?status=lost")).text
+
+    attempt_number = attempt_url.removeprefix("/attempts/")
+    busy = await app_client.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})
+    assert f'from <a href="/attempts/{attempt_number}">attempt {attempt_number}</a>' in busy.text
+    assert f'formaction="/attempts/{attempt_number}/stop"' in busy.text
+    stopped = await app_client.post(f"{attempt_url}/stop", data={"csrf_token": csrf})
+    assert stopped.status_code == 303
+    for _ in range(100):
+        if 'id="status">stopped<' in (await app_client.get(attempt_url)).text:
+            break
+        await asyncio.sleep(0.1)
+    page = (await app_client.get(attempt_url)).text
+    assert 'id="status">stopped<' in page and "exit code 143" in page
+    audit = (await app_client.get("/audit")).text
+    assert f">attempt {attempt_number}</a>" in audit and "<td>stop</td>" in audit and "<td>launch</td>" in audit
+    on_its_preset = (await app_client.get("/presets/llama")).text  # the preset's page lists its attempts
+    assert f'<a href="{attempt_url}">{attempt_number}</a>' in on_its_preset and "status-stopped" in on_its_preset
+
+
+async def test_launch_form_keeps_the_choice_and_says_what_is_wrong(app_client: AsyncClient) -> None:
+    csrf = await log_in(app_client)
+    response = await app_client.post(
+        "/launch", data={"csrf_token": csrf, "preset": "missing", "host": "rtxpro-01", "gpus": ["1"]}
+    )
+    assert response.status_code == 422
+    assert "no preset named &#39;missing&#39;" in response.text
+    assert csrf_from(response.text) == csrf
+
+
+async def test_attempt_page_shows_drift_from_the_newest_releases_dict_dump(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    log = NEWEST_OOM_LOG
+    async with running_app.state.runtime.sessions.write() as session:
+        revision = PresetRevision(preset=Preset(name="newest-mtp"), number=1, model_path=MODEL)
+        host = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
+        assert host is not None
+        session.add(revision)
+        await session.flush()
+        attempt = Attempt(
+            host_id=host.id,
+            preset_revision_id=revision.id,
+            argv=NEWEST_ARGV,
+            status="failed",
+            diagnosis=stored(diagnose(log), NEWEST_ARGV).to_json(),
+        )
+        session.add(attempt)
+        await session.commit()
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    drift_table = page[page.index('id="drift"') : page.index("</table>", page.index('id="drift"'))]
+    rows = dict(re.findall(r'data-arg="(\w+)">\s*((?:<td>.*?</td>\s*)+)', drift_table, re.S))
+    cells = {name: re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for name, row in rows.items()}
+    assert cells["cuda_graph_backend_prefill"][:4] == ["<code>--cuda-graph-backend-prefill</code>", "breakable", "",
+                                                       "<b>disabled</b>"]  # fmt: skip
+    assert cells["mem_fraction_static"][1:4] == ["0.85", "", "<b>0.7712349018554687</b>"]
+    assert cells["max_running_requests"][1:4] == ["(default)", "", "<b>48</b>"]
+    assert "cuda_graph_max_bs_decode" not in cells and "mamba_radix_cache_strategy" not in cells  # as asked
+    assert "mamba state cache" in page[page.index('id="hint"') :]
+    compared = html.unescape((await app_client.get("/compare", params={"a": attempt.id, "b": attempt.id})).text)
+    side = compared[compared.index('id="drift"') :]
+    assert re.search(r'data-arg="cuda_graph_backend_prefill"><td><code>--cuda-graph-backend-prefill</code></td>'
+                     r"<td>breakable</td><td><b>disabled</b></td>", side)  # fmt: skip
+
+
+UNPLACED_LOG = """[2026-02-01 10:00:00] server_args=ServerArgs(model_path='acme/Lark-8B', tp_size=1)
+[2026-02-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/x/sglang/srt/managers/scheduler.py", line 10, in event_loop
+ValueError: the wibble of the frobnicator is out of phase
+"""
+
+
+async def test_a_failure_no_rule_places_says_unrecognised_on_its_attempt_and_its_group(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    attempts = {}
+    async with running_app.state.runtime.sessions.write() as session:
+        revision = PresetRevision(preset=Preset(name="lark"), number=1, model_path="acme/Lark-8B")
+        host = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
+        assert host is not None
+        session.add(revision)
+        await session.flush()
+        for name, log, status in [
+            ("unplaced", UNPLACED_LOG, "failed"),
+            (
+                "nginx",
+                '10.1.2.3 - - [03/Dec/2026:10:00:00 +0000] "GET / HTTP/1.1" 200 12 "-" "curl/8.5.0"\n',
+                "stopped",
+            ),
+            ("starting", "", "starting"),
+        ]:
+            attempt = Attempt(
+                host_id=host.id,
+                preset_revision_id=revision.id,
+                argv=[],
+                status=status,
+                diagnosis=stored(diagnose(log), []).to_json(),
+            )
+            session.add(attempt)
+            await session.flush()
+            await assign_signature(session, attempt)
+            attempts[name] = attempt
+        await session.commit()
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempts['unplaced'].id}")).text)
+    card = page[page.index('id="root-error"') :]
+    assert "unrecognised failure" in card and "the wibble of the frobnicator" in card
+    assert "Unrecognised failure: launchdeck has no rule for this error yet." in card
+    # Teaching is one click away: the badge links to the teach form, which stands open.
+    assert '<a href="#teach">teach launchdeck</a>' in card and '<details class="teach" id="teach" open>' in card
+    fingerprint = attempts["unplaced"].diagnosis["fingerprint"]
+    group = html.unescape((await app_client.get(f"/errors/{fingerprint}")).text)
+    assert "Unrecognised failure</strong>: launchdeck has no rule for this error yet" in group
+    assert '<a href="#teach">Teach launchdeck</a>' in group and '<details class="teach" id="teach" open>' in group
+    listed = html.unescape((await app_client.get("/errors")).text)
+    row = listed[listed.index(f'data-fingerprint="{fingerprint}"') :]
+    assert '<span class="unrecognised">unrecognised</span>' in row[: row.index("</tr>")]
+    # A log that is no SGLang log is not called healthy, nor given an error, and the attempt's
+    # status stays what its host said.
+    other = html.unescape((await app_client.get(f"/attempts/{attempts['nginx'].id}")).text)
+    assert "This does not look like an SGLang log: no line launchdeck recognises" in other
+    assert 'id="root-error"' not in other and "no error in the log" not in other
+    assert attempts["nginx"].signature_id is None
+    assert (await app_client.get(f"/api/attempts/{attempts['nginx'].id}")).json()["status"] == "stopped"
+    # Before its server wrote a line, a launch's log is not called foreign.
+    starting = html.unescape((await app_client.get(f"/attempts/{attempts['starting'].id}")).text)
+    assert "no line from SGLang in the log yet" in starting and "not an SGLang log" not in starting
