@@ -8,10 +8,9 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.accounts.limits import Burst
 from app.db.models import AuditEvent
 
 # How the current request's caller came, when that is worth recording ("token ci"). Set by the
@@ -89,32 +88,3 @@ async def actions(session: AsyncSession) -> list[str]:
     following = select(func.min(AuditEvent.action)).where(AuditEvent.action > kinds.c.action).scalar_subquery()
     kinds = kinds.union_all(select(following).where(kinds.c.action.is_not(None)))
     return list((await session.scalars(select(kinds.c.action).where(kinds.c.action.is_not(None)))).all())
-
-
-async def record_failed_logins(session: AsyncSession, burst: Burst) -> None:
-    """One row per burst of failed logins: the first failure adds it, later ones bring its counts
-    up to date, so an attack of any length leaves one row."""
-    detail = {
-        "summary": burst.summary(),
-        "failures": burst.failures,
-        "refused": burst.refused,
-        "seconds": round(burst.last - burst.first, 1),
-    }
-    if burst.record_id is None:
-        event = AuditEvent(
-            actor=burst.account or "anonymous",  # the account tried: whose login is under attack
-            action="login-failed",
-            target=burst.account or "",
-            remote_addr=burst.address,
-            detail=detail,
-        )
-        session.add(event)
-        burst.record_id = 0  # being written: a concurrent failure must not add a second row
-        try:
-            await session.flush()
-        except BaseException:
-            burst.record_id = None
-            raise
-        burst.record_id = event.id
-    elif burst.record_id:
-        await session.execute(update(AuditEvent).where(AuditEvent.id == burst.record_id).values(detail=detail))

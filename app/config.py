@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.db.models import Role
+from app.states import Role
 
 MIN_TOKEN_LENGTH = 32
 HEADER_NAME = re.compile(r"[A-Za-z0-9-]+")
@@ -28,6 +28,13 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
+
+
+def redacted_url(url: str) -> str:
+    """A webhook's scheme and host, for logs and the audit: its path carries the token that lets anyone post."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}/…"
 
 
 def http_url_problem(url: str) -> str | None:

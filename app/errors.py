@@ -8,6 +8,8 @@ LaunchdeckError
 │   ├── InvalidPattern  a search pattern grep cannot use, with grep's reason    (HTTP 400)
 │   ├── SearchTooSlow   a search ran out of time; it carries what it found  (HTTP 422)
 │   └── SearchOutOfMemory a search pattern needs more memory than a search may use (HTTP 422)
+├── Conflict            the request does not fit the state it finds (a benchmark of an attempt
+│                       that is not ready, a stop of a sweep that ended)          (HTTP 409)
 ├── LaunchRefused       a guard stopped a launch before any attempt was recorded; `details` says why
 │   ├── PreflightBlocked  a blocking preflight check failed and no override reason was given (HTTP 422)
 │   └── FailedBefore      the same configuration failed before and the launch did not confirm (HTTP 409)

@@ -20,8 +20,9 @@ from app import audit
 from app.accounts.logins import Login
 from app.accounts.users import BUILT_IN_ADMIN, NAME
 from app.db import Sessions
-from app.db.models import Role, User
+from app.db.models import User
 from app.errors import AccessRefused
+from app.states import Role
 
 log = logging.getLogger(__name__)
 

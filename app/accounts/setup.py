@@ -17,8 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts import users
 from app.clock import utcnow
-from app.db.models import Role, User
+from app.db.models import User
 from app.errors import InvalidInput, NotFound
+from app.states import Role
 
 LIFETIME = timedelta(hours=24)
 ACTOR = "setup link"  # who the audit trail says added the first admin

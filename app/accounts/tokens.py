@@ -23,8 +23,9 @@ from sqlalchemy.orm import joinedload
 from app import audit
 from app.clock import utcnow
 from app.db import Sessions
-from app.db.models import ApiToken, Role, User
+from app.db.models import ApiToken, User
 from app.errors import DiskFull, InvalidInput, NotFound
+from app.states import Role
 
 log = logging.getLogger(__name__)
 

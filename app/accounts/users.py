@@ -15,8 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import audit
 from app.accounts.passwords import dummy_hash, hash_password, password_problem, verify_password
 from app.clock import utcnow
-from app.db.models import AuditEvent, LoginSession, Role, User
+from app.db.models import AuditEvent, LoginSession, User
 from app.errors import InvalidInput, NotFound
+from app.states import Role
 
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # The name the access token logs in as; no account may take it, so the audit trail stays unambiguous.

@@ -11,13 +11,12 @@ from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.casebook.signatures import drift_of
-from app.db.history import durations, load_attempt
+from app.db.history import durations, latest_done, load_attempt
 from app.db.models import Attempt, Benchmark, PresetRevision
 from app.diagnose.drift import Drift, requested_args
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
 from app.logs.store import Line, LogLoan
-from app.perf.runner import latest_done
 
 CONTEXT_LINES = 6  # of log on each side of the root error
 MAX_SIDES = 4  # more columns than this no longer fit a screen side by side

@@ -18,6 +18,7 @@ from app.diagnose.analyze import Analyzer
 from app.diagnose.drift import Drift, drift
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import NotFound
+from app.states import FailureClass
 
 # The timeline's name for a log stage where it differs: the ready line alone is not "ready",
 # which needs /health to answer too.
@@ -61,7 +62,7 @@ class LiveDiagnosis:
 def signature_unrecognised(signature: Signature) -> bool:
     """A failure signature that no rule placed: its class is its latest attempt's, and `other` is
     the class of a failure no rule placed."""
-    return signature.failure_class == "other"
+    return signature.failure_class == FailureClass.OTHER
 
 
 def drift_of(attempt: Attempt) -> list[Drift]:

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from app.diagnose.rules import Rule
 
 DEMO_ADMIN = "demo"
-ROLES = ("viewer", "operator", "admin")  # app.db.models.Role, named here so `--help` imports no database code
+ROLES = ("viewer", "operator", "admin")  # app.states.Role, named here so `--help` imports no database code
 # Seconds a dashboard told to stop (SIGTERM, Ctrl-C) gives the requests in flight before cutting
 # them short: container runtimes send SIGKILL 10 s after SIGTERM, and the services' close
-# (app.web.app.CLOSE_SECONDS) and the demo's simulated hosts need the rest.
+# (app.runtime.CLOSE_SECONDS) and the demo's simulated hosts need the rest.
 DRAIN_SECONDS = 3
 
 # What `launchdeck diagnose` prints of a diagnosis: these keys of the API's diagnosis object (a
@@ -512,7 +512,8 @@ def serve(settings: Settings) -> int:
     import asyncio
 
     from app.accounts.setup import SetupLink
-    from app.web.app import access_token, create_app
+    from app.runtime import access_token
+    from app.web.app import create_app
 
     _check_port(settings)
     setup_link, secret = SetupLink.issue()
@@ -601,7 +602,8 @@ async def demo(settings: Settings) -> int:
 
     from app.demo.cluster import SimCluster
     from app.demo.inventory import parse_host_specs
-    from app.web.app import access_token, create_app
+    from app.runtime import access_token
+    from app.web.app import create_app
 
     try:
         host_specs = parse_host_specs(settings.demo_hosts)
@@ -700,7 +702,7 @@ async def _seed_demo_admin(settings: Settings) -> str:
     """Makes the demo's admin account the first time, with a password kept in the data dir; returns it."""
     from app import credentials, db
     from app.accounts import users
-    from app.db.models import Role
+    from app.states import Role
 
     password = credentials.load_or_create(settings.data_dir / "demo-password")
     engine = db.create_engine(settings.resolved_database_url())

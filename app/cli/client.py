@@ -15,8 +15,8 @@ from typing import IO, Any
 import httpx
 
 from app.config import Settings
-from app.db.models import FINISHED_STATUSES, AttemptStatus
 from app.errors import InvalidInput, LaunchdeckError
+from app.states import FINISHED_STATUSES, AttemptStatus
 
 # Where following a launch from the terminal stops: it ended, or it is serving (well or not).
 FINAL = FINISHED_STATUSES | {AttemptStatus.READY, AttemptStatus.UNHEALTHY}

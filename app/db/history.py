@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ScalarSelect, select
+from sqlalchemy import ScalarSelect, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import load_only, selectinload
 
-from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus, Host, Preset, PresetRevision
+from app.db.models import Attempt, Benchmark, Host, Preset, PresetRevision
 from app.errors import InvalidInput, NotFound
+from app.states import FINISHED_STATUSES, AttemptStatus, BenchmarkStatus
 
 # What an attempt's pages show of it besides its own row.
 ATTEMPT_RELATIONS = (selectinload(Attempt.host), selectinload(Attempt.revision).selectinload(PresetRevision.preset))
@@ -110,3 +111,17 @@ def time_to_ready(attempt: Attempt) -> float | None:
     if attempt.ready_at and attempt.started_at:
         return (attempt.ready_at - attempt.started_at).total_seconds()
     return None
+
+
+async def latest_done(session: AsyncSession, attempt_ids: list[int], *, done: bool = True) -> dict[int, Benchmark]:
+    """Each attempt's last benchmark that gave figures, or with `done` False its last of any
+    outcome (attempts with none are left out)."""
+    if not attempt_ids:
+        return {}
+    # One short walk of the index per attempt, newest first: GROUP BY would sort them all.
+    newest = select(func.max(Benchmark.id)).where(Benchmark.attempt_id == Attempt.id)
+    if done:
+        newest = newest.where(Benchmark.status == BenchmarkStatus.DONE)
+    latest = select(newest.scalar_subquery()).where(Attempt.id.in_(attempt_ids))
+    rows = (await session.scalars(select(Benchmark).where(Benchmark.id.in_(latest)))).all()
+    return {row.attempt_id: row for row in rows}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -27,6 +27,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
 from app.clock import utcnow
+from app.states import AttemptStatus, BenchmarkStatus, HostKind, Role, SweepMode, SweepStatus
+
+State = TypeVar("State", bound=StrEnum)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -46,52 +49,21 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
-class AttemptStatus(StrEnum):
-    """Where an attempt stands. Only evidence from its host (an exit status, its process gone, a
-    health check) moves it; the dashboard's own trouble never does."""
-
-    PENDING = "pending"
-    UPLOADING = "uploading"
-    STARTING = "starting"
-    LOADING = "loading"
-    READY = "ready"
-    UNHEALTHY = "unhealthy"
-    FAILED = "failed"
-    STOPPED = "stopped"
-    LOST = "lost"
-
-    @property
-    def active(self) -> bool:
-        return self in ACTIVE_STATUSES
-
-
-# Still followed: the server may be running, or about to.
-ACTIVE_STATUSES = frozenset(
-    {
-        AttemptStatus.PENDING,
-        AttemptStatus.UPLOADING,
-        AttemptStatus.STARTING,
-        AttemptStatus.LOADING,
-        AttemptStatus.READY,
-        AttemptStatus.UNHEALTHY,
-    }
-)
-FINISHED_STATUSES = frozenset(AttemptStatus) - ACTIVE_STATUSES
-# Before the server's process exists: nothing ran on the host yet, so nothing was logged.
-UNSTARTED_STATUSES = frozenset({AttemptStatus.PENDING, AttemptStatus.UPLOADING, AttemptStatus.STARTING})
-
-
-class AttemptStatusType(TypeDecorator[AttemptStatus]):
-    """An attempt's status as its enum in Python and as a plain string column in the database."""
+class StateType(TypeDecorator[State]):
+    """A value of one of app.states' enums in Python, as a plain string column in the database."""
 
     impl = String(16)
     cache_ok = True
 
-    def process_bind_param(self, value: AttemptStatus | str | None, dialect: Any) -> str | None:
-        return None if value is None else AttemptStatus(value).value
+    def __init__(self, states: type[State]):
+        super().__init__()
+        self.states = states
 
-    def process_result_value(self, value: str | None, dialect: Any) -> AttemptStatus | None:
-        return None if value is None else AttemptStatus(value)
+    def process_bind_param(self, value: State | str | None, dialect: Any) -> str | None:
+        return None if value is None else self.states(value).value
+
+    def process_result_value(self, value: str | None, dialect: Any) -> State | None:
+        return None if value is None else self.states(value)
 
 
 # Row ids and byte counts that can outgrow 32 bits on PostgreSQL; SQLite's INTEGER is 64-bit.
@@ -126,7 +98,7 @@ class Host(Base):
     labels: Mapped[list[Any]] = mapped_column(default=list)
     ssh_options: Mapped[dict[str, Any]] = mapped_column(default=dict)
     source: Mapped[str] = mapped_column(String(16), default="file")
-    kind: Mapped[str] = mapped_column(String(16), default="ssh")
+    kind: Mapped[HostKind] = mapped_column(StateType(HostKind), default=HostKind.SSH)
     # A Slurm cluster's settings: partition, account, time limit, GPUs per node, sbatch options, output dir.
     cluster: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -247,7 +219,7 @@ class Attempt(Base):
     # The process's start time in clock ticks (/proc/<pid>/stat), which tells it from a later one
     # that reuses its pid.
     pid_start_time: Mapped[int | None] = mapped_column(BigInt)
-    status: Mapped[AttemptStatus] = mapped_column(AttemptStatusType(), default=AttemptStatus.PENDING)
+    status: Mapped[AttemptStatus] = mapped_column(StateType(AttemptStatus), default=AttemptStatus.PENDING)
     stage: Mapped[str] = mapped_column(String(32), default="")
     stages: Mapped[list[Any]] = mapped_column(default=list)
     preflight: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -332,7 +304,7 @@ class Benchmark(Base):
     preset_id: Mapped[int] = mapped_column(ForeignKey("preset.id"))
     workload_id: Mapped[int | None] = mapped_column(ForeignKey("workload.id", ondelete="SET NULL"))
     workload: Mapped[dict[str, Any]] = mapped_column(default=dict)  # its settings as they ran
-    status: Mapped[str] = mapped_column(String(16), default="running")  # running, done, failed
+    status: Mapped[BenchmarkStatus] = mapped_column(StateType(BenchmarkStatus), default=BenchmarkStatus.RUNNING)
     argv: Mapped[list[Any]] = mapped_column(default=list)
     figures: Mapped[dict[str, Any]] = mapped_column(default=dict)
     error: Mapped[str] = mapped_column(Text, default="")
@@ -357,10 +329,10 @@ class Sweep(Base):
     gpus: Mapped[list[Any]] = mapped_column(default=list)
     port: Mapped[int | None]
     workload_id: Mapped[int | None] = mapped_column(ForeignKey("workload.id", ondelete="SET NULL"))
-    mode: Mapped[str] = mapped_column(String(16), default="grid")  # grid, list, bisect
+    mode: Mapped[SweepMode] = mapped_column(StateType(SweepMode), default=SweepMode.GRID)
     space: Mapped[dict[str, Any]] = mapped_column(default=dict)
     budget: Mapped[dict[str, Any]] = mapped_column(default=dict)  # max_points, max_seconds
-    status: Mapped[str] = mapped_column(String(16), default="running")  # running, done, stopped, failed
+    status: Mapped[SweepStatus] = mapped_column(StateType(SweepStatus), default=SweepStatus.RUNNING)
     result: Mapped[dict[str, Any]] = mapped_column(default=dict)
     error: Mapped[str] = mapped_column(Text, default="")
     created_by: Mapped[str] = mapped_column(String(64), default="")
@@ -434,18 +406,6 @@ class DiagnosisRule(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
-class Role(StrEnum):
-    """What a person may do; each role may do everything the ones before it may."""
-
-    VIEWER = "viewer"  # read everything but the whole audit trail
-    OPERATOR = "operator"  # also launch, stop, relaunch, edit presets and team rules
-    ADMIN = "admin"  # also accounts and the whole audit trail
-
-    def allows(self, needed: Role) -> bool:
-        order = list(Role)
-        return order.index(self) >= order.index(needed)
-
-
 class User(Base):
     """A person who logs in with a name and password. Never deleted, so the audit trail's names
     keep meaning someone; `disabled_at` ends their access instead."""
@@ -455,7 +415,7 @@ class User(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     password_hash: Mapped[str] = mapped_column(String(255))
-    role: Mapped[str] = mapped_column(String(16), default=Role.VIEWER.value)
+    role: Mapped[Role] = mapped_column(StateType(Role), default=Role.VIEWER)
     disabled_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     password_changed_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -494,7 +454,7 @@ class ApiToken(Base):
     name: Mapped[str] = mapped_column(String(64))
     prefix: Mapped[str] = mapped_column(String(16))
     secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
-    role: Mapped[str] = mapped_column(String(16))
+    role: Mapped[Role] = mapped_column(StateType(Role))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from app.diagnose.events import ARGPARSE_ERROR, CANNOT_RUN, EXCEPTION, MESSAGE_HEAD, Evidence
+from app.states import FailureClass
 
 
 @dataclass(frozen=True)
@@ -357,25 +358,41 @@ CANNOT_RUN_CONCEPT = Concept(
 ASSERT_SOURCE = re.compile(r"\bassert \S[^\n]*")
 PARALLEL_SIZE = re.compile(r"\b(?:\w+_)?(?:tp|dp|ep|pp|cp)_size\b")
 
-HINTS = {
-    "oom": "GPU memory ran out. Lower --mem-fraction-static (leaves more for activations and CUDA graphs), lower "
-    "--cuda-graph-max-bs or --max-running-requests, raise --tp-size, or free the GPU of other processes.",
-    "arg-conflict": "SGLang refused this combination of arguments; the error names the ones involved.",
-    "arg-override": "SGLang changed an argument on its own and then failed with the value it chose (see the "
-    "adjustment lines): ask for a combination it keeps, or remove the setting that makes it adjust.",
-    "nccl": "A collective between ranks failed or timed out: check the other ranks' first error, NCCL_DEBUG=INFO, "
-    "P2P/NVLink support, and --disable-custom-all-reduce.",
-    "cuda-graph": "CUDA graph capture failed: try --disable-cuda-graph to confirm, then a smaller --cuda-graph-max-bs; "
-    "torch.compile and some attention backends do not capture.",
-    "port-in-use": "A port is taken, often by an earlier server still running: stop it or pick another --port.",
-    "model-load": "The model could not be found or loaded: check --model-path (local folder or hub id), access to the "
-    "hub, and that the checkpoint matches the architecture.",
-    "import-error": "A library does not load: sglang, sgl_kernel, torch and CUDA versions do not match.",
-    "driver": "The GPU, driver or CUDA build does not support what runs: check the compute capability and versions.",
-    "timeout": "Nothing progressed for too long: look at the last stage and the ranks that stopped logging.",
-    "other": "Unrecognised failure: launchdeck has no rule for this error yet. The root error is shown as the log "
-    "wrote it; once you know the cause, teach launchdeck (a team rule) so the next log like it is placed.",
-    "healthy": "",
+HINTS: dict[str, str] = {
+    FailureClass.OOM: (
+        "GPU memory ran out. Lower --mem-fraction-static (leaves more for activations and CUDA graphs), lower "
+        "--cuda-graph-max-bs or --max-running-requests, raise --tp-size, or free the GPU of other processes."
+    ),
+    FailureClass.ARG_CONFLICT: "SGLang refused this combination of arguments; the error names the ones involved.",
+    FailureClass.ARG_OVERRIDE: (
+        "SGLang changed an argument on its own and then failed with the value it chose (see the "
+        "adjustment lines): ask for a combination it keeps, or remove the setting that makes it adjust."
+    ),
+    FailureClass.NCCL: (
+        "A collective between ranks failed or timed out: check the other ranks' first error, NCCL_DEBUG=INFO, "
+        "P2P/NVLink support, and --disable-custom-all-reduce."
+    ),
+    FailureClass.CUDA_GRAPH: (
+        "CUDA graph capture failed: try --disable-cuda-graph to confirm, then a smaller --cuda-graph-max-bs; "
+        "torch.compile and some attention backends do not capture."
+    ),
+    FailureClass.PORT_IN_USE: (
+        "A port is taken, often by an earlier server still running: stop it or pick another --port."
+    ),
+    FailureClass.MODEL_LOAD: (
+        "The model could not be found or loaded: check --model-path (local folder or hub id), access to the "
+        "hub, and that the checkpoint matches the architecture."
+    ),
+    FailureClass.IMPORT_ERROR: "A library does not load: sglang, sgl_kernel, torch and CUDA versions do not match.",
+    FailureClass.DRIVER: (
+        "The GPU, driver or CUDA build does not support what runs: check the compute capability and versions."
+    ),
+    FailureClass.TIMEOUT: "Nothing progressed for too long: look at the last stage and the ranks that stopped logging.",
+    FailureClass.OTHER: (
+        "Unrecognised failure: launchdeck has no rule for this error yet. The root error is shown as the log "
+        "wrote it; once you know the cause, teach launchdeck (a team rule) so the next log like it is placed."
+    ),
+    FailureClass.HEALTHY: "",
 }
 # The answer for input in which no line reads like a server's log: no class fits it, and no
 # failure may be read into it, nor health.

@@ -31,9 +31,12 @@ WRAPPERS = (
 SUFFIXES = re.compile(r" ?\[repeated \d+x across cluster\]$|\*\*$")
 # The tags after the time: ranks (" DP0 TP1", " ATTN_CP0 MOE_DP1 TP3 EP3") and, in the newest
 # releases, a role named in lower case with its index (" encode_server", " encode_dp_worker[0]").
-SGLANG_PREFIX = re.compile(
-    r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?((?: (?:[A-Z_]+\d+|[a-z][a-z_]*(?:\[\d+\])?))*)\] "
+# The log viewer marks the same time and tags (app.logs.render).
+SGLANG_STAMP = (
+    r"\[(?P<time>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?)"
+    r"(?P<tags>(?: (?:[A-Z_]+\d+|[a-z][a-z_]*(?:\[\d+\])?))*)\]"
 )
+SGLANG_PREFIX = re.compile(rf"^{SGLANG_STAMP} ")
 # The level and source location that some SGLang builds log after that prefix.
 LEVEL_AND_SOURCE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+\.py:\d+: ")
 # Where a record starts in the middle of a physical line (after a progress bar redrawn with \r).
@@ -115,7 +118,7 @@ def logical_lines(physical: str, number: int) -> list[Line]:
             match = SGLANG_PREFIX.match(text)
             if match:
                 message = LEVEL_AND_SOURCE.sub("", text[match.end() :], count=1)
-                lines.append(Line(number, piece, message, match.group(1).strip(), True))
+                lines.append(Line(number, piece, message, match["tags"].strip(), True))
             else:
                 lines.append(Line(number, piece, text, "", False))
     return lines

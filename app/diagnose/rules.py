@@ -41,6 +41,7 @@ import regex
 from app.diagnose.analyze import Diagnosis
 from app.diagnose.lexicon import HINTS
 from app.errors import InvalidInput
+from app.states import FailureClass
 
 SEARCH_SECONDS = 0.1  # one regular expression on one line
 RULE_SECONDS = 1.0  # what one rule may spend on a log, at first,
@@ -113,8 +114,8 @@ def rule_from(table: dict[str, Any], *, where: str) -> Rule:
         return value
 
     failure_class = text("class", required=True)
-    if failure_class not in HINTS:
-        raise InvalidInput(f"{where}: class {failure_class!r} is not one of {', '.join(HINTS)}")
+    if failure_class not in list(FailureClass):
+        raise InvalidInput(f"{where}: class {failure_class!r} is not one of {', '.join(FailureClass)}")
     scope = text("scope") or RuleScope.ROOT
     if scope not in tuple(RuleScope):
         raise InvalidInput(f"{where}: scope {scope!r} must be 'root' (the root error) or 'any' (any line)")

@@ -12,6 +12,7 @@ from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
 from app.gpu.partitions import JobGpus, PartitionGpus
 from app.gpu.probe import GpuProcess
 from app.ssh import HostConnection, HostState, HostStatus
+from app.states import HostKind
 
 # The hosts list must answer quickly even when a host hangs.
 GPU_QUERY_TIMEOUT = 1.5
@@ -24,7 +25,7 @@ class HostOverview:
     status: HostStatus
     gpus: list[GpuMemory] = field(default_factory=list)
     gpu_error: str | None = None
-    kind: str = "ssh"
+    kind: HostKind = HostKind.SSH
     partitions: list[PartitionGpus] = field(default_factory=list)  # a Slurm cluster's
 
 
@@ -50,7 +51,7 @@ async def current_overview(host: HostConnection, gpus: HostGpus, max_age: float)
     cluster is shown by its partitions (its login node's own GPUs are not what jobs get)."""
     if host.spec.slurm is not None:
         error = gpus.message or None
-        return HostOverview(host.name, host.spec.labels, host.status, [], error, "slurm", list(gpus.partitions))
+        return HostOverview(host.name, host.spec.labels, host.status, [], error, HostKind.SLURM, list(gpus.partitions))
     if host.status.state is HostState.ONLINE and gpus.fresh(max_age) and gpus.snapshot is not None:
         memory = [
             GpuMemory(g.index, g.name, g.memory_total_mib, g.memory_used_mib, g.memory_free_mib)

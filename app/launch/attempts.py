@@ -31,7 +31,7 @@ from app import audit
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.history import load_attempt
-from app.db.models import ACTIVE_STATUSES, FINISHED_STATUSES, Attempt, AttemptStatus, Host, PresetRevision
+from app.db.models import Attempt, Host, PresetRevision
 from app.errors import HostError, InvalidInput, NotFound
 from app.launch import guards, nodes, remote, slurm_lifecycle
 from app.launch.follower import Follower, GpuReadings, NoGpuReadings
@@ -45,6 +45,7 @@ from app.presets.revisions import MAX_OVERRIDE_REASON, check_text, command_argv,
 from app.slurm import batch as slurm_batch
 from app.ssh import HostConnection, SSHManager
 from app.ssh.hosts import SlurmSettings
+from app.states import ACTIVE_STATUSES, FINISHED_STATUSES, AttemptStatus, HostKind
 
 log = logging.getLogger(__name__)
 
@@ -605,7 +606,7 @@ class AttemptService:
     async def _follower(self, record: AttemptRecord) -> Follower:
         async with self.sessions.read() as session:
             attempt = await load_attempt(session, record.attempt_id)
-        return SlurmFollower(self, record) if attempt.host.kind == "slurm" else Follower(self, record)
+        return SlurmFollower(self, record) if attempt.host.kind == HostKind.SLURM else Follower(self, record)
 
     async def _start(self, record: AttemptRecord) -> bool:
         """Upload and start (the launch ran the preflight). False when the attempt ended here."""
@@ -615,7 +616,7 @@ class AttemptService:
             await record.finish(AttemptStatus.STOPPED, error="stopped before it started")
             return False
         connection = self.ssh.get(attempt.host.name)
-        if attempt.host.kind == "slurm":
+        if attempt.host.kind == HostKind.SLURM:
             return await slurm_lifecycle.submit(record, connection, attempt)
         directory, script = attempt.remote_dir, attempt.script
         try:

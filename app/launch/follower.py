@@ -22,7 +22,7 @@ from app.casebook.signatures import LiveDiagnosis
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.history import load_attempt
-from app.db.models import UNSTARTED_STATUSES, Attempt, AttemptStatus
+from app.db.models import Attempt
 from app.diagnose.stored import StoredDiagnosis, stored
 from app.errors import HostError
 from app.launch import remote
@@ -30,6 +30,7 @@ from app.launch.record import AttemptRecord, Pace
 from app.logs.mirror import LogMirror
 from app.logs.store import LogFile
 from app.ssh import HostConnection, SSHManager
+from app.states import UNSTARTED_STATUSES, AttemptStatus
 
 # Keys of /get_server_info that report the server's state rather than its arguments.
 SERVER_INFO_STATE = frozenset({"status", "version", "internal_states", "max_total_num_tokens"})
@@ -158,12 +159,16 @@ class Follower:
         # once node 0's part is (this is that part's id).
         self.leader_id: int | None = None
 
-    async def run(self) -> None:
+    async def _resume(self) -> tuple[Attempt, HostConnection]:
+        """The attempt as stored, its host's connection, and the log watch picked up where it was."""
         async with self.dashboard.sessions.read() as session:
             attempt = await load_attempt(session, self.attempt_id)
-        connection = self.dashboard.ssh.get(attempt.host.name)
         self.watch.load(attempt)
         self.seen = self.watch.seen
+        return attempt, self.dashboard.ssh.get(attempt.host.name)
+
+    async def run(self) -> None:
+        attempt, connection = await self._resume()
         if attempt.part_of_id is not None and attempt.node_rank:
             self.leader_id = await self._leader_of(attempt.part_of_id)
         pid, start = attempt.pid, attempt.pid_start_time

@@ -40,11 +40,12 @@ from sqlalchemy.orm import selectinload
 
 from app.clock import utcnow
 from app.db import Sessions
-from app.db.models import UNSTARTED_STATUSES, Attempt, AttemptStatus
+from app.db.models import Attempt
 from app.launch.follower import LogWatch
 from app.launch.record import AttemptRecord, Pace
 from app.logs.merge import LogMerger, MergePart, node_tag
 from app.logs.mirror import Mirrors
+from app.states import UNSTARTED_STATUSES, AttemptStatus
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Attempt, AttemptStatus, PresetRevision, Signature
+from app.db.models import Attempt, PresetRevision, Signature
 from app.errors import FailedBefore, HostNotAllowed, PreflightBlocked
 from app.launch.preflight import Preflight
+from app.states import AttemptStatus
 
 TITLE_LENGTH = 160
 

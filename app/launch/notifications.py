@@ -12,26 +12,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
 
+from app.config import redacted_url
 from app.db import Sessions
 from app.db.history import load_attempt
-from app.db.models import Attempt, AttemptStatus
+from app.db.models import Attempt
 from app.diagnose.stored import StoredDiagnosis
+from app.states import AttemptStatus
 
 log = logging.getLogger(__name__)
 
 NOTIFIED_STATUSES = frozenset({AttemptStatus.READY, AttemptStatus.FAILED, AttemptStatus.UNHEALTHY})
 MAX_ROOT_ERROR = 500  # characters of the root error a message quotes; the link leads to the rest
-
-
-def redacted_url(url: str) -> str:
-    """A webhook's scheme and host, for logs and the audit: its path carries the token that lets anyone post."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname or ''}{port}/…"
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ from typing import NamedTuple
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Attempt, AttemptStatus, Host
+from app.db.models import Attempt, Host
 from app.gpu.overview import ProcessView
 from app.gpu.probe import GpuProcess
 from app.launch import remote
+from app.states import AttemptStatus
 
 # A process whose working directory lies under this was started by a launch.
 ATTEMPT_DIR_MARK = f"/{remote.ATTEMPTS_DIR}/"

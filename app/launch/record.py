@@ -25,10 +25,11 @@ from app.casebook.rediagnose import decide_live
 from app.casebook.signatures import assign_signature
 from app.clock import utcnow
 from app.db import Sessions
-from app.db.models import FINISHED_STATUSES, Attempt, AttemptStatus
+from app.db.models import Attempt
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import DiskFull
 from app.logs.mirror import Mirrors
+from app.states import FINISHED_STATUSES, AttemptStatus
 
 log = logging.getLogger(__name__)
 

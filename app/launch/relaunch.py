@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.db.history import load_attempt, parts_of
-from app.db.models import Attempt, AttemptStatus, PresetRevision
+from app.db.models import Attempt, PresetRevision
 from app.diagnose.hints import SuggestedChange
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
@@ -27,6 +27,7 @@ from app.presets.revisions import (
     same_revision,
     save_preset,
 )
+from app.states import AttemptStatus
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ import httpx
 
 from app.clock import utcnow
 from app.db.history import load_attempt
-from app.db.models import UNSTARTED_STATUSES, AttemptStatus
 from app.errors import HostError
 from app.launch import slurm_lifecycle
 from app.launch.follower import Follower
 from app.slurm import jobs
 from app.slurm.outcomes import outcome_of
 from app.ssh import HostConnection
+from app.states import UNSTARTED_STATUSES, AttemptStatus
 
 # The longest wait between two looks at a queued job: a job that starts shows within this.
 QUEUE_POLL = 0.5
@@ -63,11 +63,7 @@ class SlurmFollower(Follower):
     unreached = ""  # why the last health check could not run inside the job, if it could not
 
     async def run(self) -> None:
-        async with self.dashboard.sessions.read() as session:
-            attempt = await load_attempt(session, self.attempt_id)
-        connection = self.dashboard.ssh.get(attempt.host.name)
-        self.watch.load(attempt)
-        self.seen = self.watch.seen
+        attempt, connection = await self._resume()
         directory, port, status = attempt.remote_dir, attempt.port, attempt.status
         scheduler = dict(attempt.scheduler)
         job_id = attempt.job_id or await self._submitted(connection, directory)

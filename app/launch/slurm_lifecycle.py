@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 
-from app.db.models import Attempt, AttemptStatus
+from app.db.models import Attempt
 from app.errors import HostError, InvalidInput
 from app.launch import remote
 from app.launch.record import AttemptRecord
 from app.slurm import batch, jobs
 from app.ssh import HostConnection
 from app.ssh.hosts import SlurmSettings
+from app.states import AttemptStatus
 
 
 def attempt_dir(settings: SlurmSettings, attempt_id: int) -> str:
@@ -44,6 +45,7 @@ def prepare(attempt: Attempt, settings: SlurmSettings) -> None:
     nodes = batch.nodes_of(attempt.argv)
     options = batch.sbatch_options(
         directory=attempt.remote_dir,
+        log_name=remote.LOG_NAME,
         settings=settings,
         nodes=nodes,
         gpus_per_node=gpus_per_node(settings, attempt.gpus),

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate, groupby
 from operator import itemgetter
 
+from app.diagnose.lines import SGLANG_STAMP
+
 # Bytes that send a line down the slow path (with invalid UTF-8): C0 controls except tab, and DEL.
 _SLOW_BYTES = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 # Escape sequences in text decoded with surrogateescape. Only a CSI can be SGR; the rest is dropped.
@@ -31,9 +33,8 @@ _SGR_PARAMS = re.compile(r"[0-9;:]*")
 _SHOWN = re.compile(r"[\x00-\x08\x0a-\x0c\x0e-\x1f\x7f\udc80-\udcff]")
 
 _WRAPPER = r"(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\) |[\w.-]+\s*\| )?"  # a Ray actor's or docker compose's
-_STAMP = r"\[(?P<time>(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\.\d+)?)(?P<ranks>(?: [A-Z_]+[0-9]+)*)\]"  # SGLang's
-_PREFIX = re.compile(_WRAPPER + _STAMP)
-_HEAD = re.compile(rf"\A{_WRAPPER}(?:{_STAMP} *)?")
+_PREFIX = re.compile(_WRAPPER + SGLANG_STAMP)
+_HEAD = re.compile(rf"\A{_WRAPPER}(?:{SGLANG_STAMP} *)?")
 _RANK = re.compile(r"[A-Z_]+([0-9]+)")
 
 
@@ -238,13 +239,13 @@ def _prefix_spans(text: str) -> list[tuple[int, int, str]]:
     prefix = _PREFIX.match(text)
     if prefix is None:
         return []
-    offset = prefix.start("ranks")
-    if prefix["ranks"]:
+    offset = prefix.start("tags")
+    if prefix["tags"]:
         spans = [(prefix.start("time"), offset + 1, "ts")]
     else:
         spans = [(prefix.start("time") - 1, prefix.end() + (text[prefix.end() : prefix.end() + 1] == " "), "ts")]
     # The last three digits suffice for the rank modulo 8, and int() refuses 4300 digits.
-    for tag in _RANK.finditer(prefix["ranks"]):
+    for tag in _RANK.finditer(prefix["tags"]):
         spans.append((offset + tag.start(), offset + tag.end(), f"rank rank-{int(tag[1][-3:]) % 8}"))
     return spans
 

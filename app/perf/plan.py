@@ -26,7 +26,6 @@ from app.launch.preflight import OVERHEAD_BYTES, memory_need
 from app.launch.relaunch import apply_change
 from app.presets.revisions import FIELD_BY_OPTION
 
-MODES = ("grid", "list", "bisect")
 MAX_POINTS = 200
 Point = dict[str, str | None]
 

@@ -24,24 +24,24 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.history import load_attempt
-from app.db.models import Attempt, AttemptStatus, Benchmark, PresetRevision
+from app.db.models import Attempt, Benchmark, PresetRevision
 from app.errors import Conflict, HostError, NotFound
 from app.launch.guards import LaunchPermission
 from app.launch.nodes import option_value
 from app.perf.summary import parse_summary
 from app.perf.workloads import DEFAULT_WORKLOAD, get_workload, settings_of
 from app.ssh.manager import SSHManager
+from app.states import AttemptStatus, BenchmarkStatus
 
 log = logging.getLogger(__name__)
 
-RUNNING, DONE, FAILED = "running", "done", "failed"
 INTERRUPTED = "the dashboard stopped while it ran"  # the error of a run a restart found running
 MAX_OUTPUT = 16 << 20  # bytes kept of one benchmark's output; past it only the tail is read for the summary
 TAIL = 256 << 10
@@ -107,8 +107,8 @@ class Benchmarks:
         async with self.sessions.write.begin() as session:
             await session.execute(
                 update(Benchmark)
-                .where(Benchmark.status == RUNNING)
-                .values(status=FAILED, error=INTERRUPTED, ended_at=utcnow())
+                .where(Benchmark.status == BenchmarkStatus.RUNNING)
+                .values(status=BenchmarkStatus.FAILED, error=INTERRUPTED, ended_at=utcnow())
             )
 
     async def close(self) -> None:
@@ -136,7 +136,9 @@ class Benchmarks:
                     "and a job's node is not reachable that way"
                 )
             running = await session.scalar(
-                select(Benchmark.id).where(Benchmark.attempt_id == attempt_id, Benchmark.status == RUNNING)
+                select(Benchmark.id).where(
+                    Benchmark.attempt_id == attempt_id, Benchmark.status == BenchmarkStatus.RUNNING
+                )
             )
             if running is not None:
                 raise Conflict(f"benchmark {running} of attempt {attempt_id} is still running: wait for it or stop it")
@@ -181,12 +183,12 @@ class Benchmarks:
     async def stop(self, benchmark_id: int, *, actor: str) -> Benchmark:
         benchmark = await self.get(benchmark_id)
         task = self._tasks.get(benchmark_id)
-        if benchmark.status != RUNNING or task is None:
+        if benchmark.status != BenchmarkStatus.RUNNING or task is None:
             raise Conflict(f"benchmark {benchmark_id} is {benchmark.status}: there is nothing to stop")
         task.cancel()
         await asyncio.wait({task})
         async with self.sessions.write.begin() as session:
-            await self._finish(session, benchmark_id, FAILED, error=f"stopped by {actor}")
+            await self._finish(session, benchmark_id, BenchmarkStatus.FAILED, error=f"stopped by {actor}")
             audit.record(session, actor=actor, action="benchmark-stop", target=f"benchmark {benchmark_id}")
         return await self.get(benchmark_id)
 
@@ -241,7 +243,13 @@ class Benchmarks:
             attempt = await session.get(Attempt, attempt_id)
             if figures and attempt is not None and (rate := accept_rate(figures, attempt)) is not None:
                 figures["accept_rate"] = rate
-            await self._finish(session, benchmark_id, FAILED if error else DONE, error=error, figures=figures)
+            await self._finish(
+                session,
+                benchmark_id,
+                BenchmarkStatus.FAILED if error else BenchmarkStatus.DONE,
+                error=error,
+                figures=figures,
+            )
 
     @staticmethod
     async def _finish(
@@ -251,22 +259,10 @@ class Benchmarks:
         if figures:
             values["figures"] = figures
         await session.execute(
-            update(Benchmark).where(Benchmark.id == benchmark_id, Benchmark.status == RUNNING).values(**values)
+            update(Benchmark)
+            .where(Benchmark.id == benchmark_id, Benchmark.status == BenchmarkStatus.RUNNING)
+            .values(**values)
         )
-
-
-async def latest_done(session: AsyncSession, attempt_ids: list[int], *, done: bool = True) -> dict[int, Benchmark]:
-    """Each attempt's last benchmark that gave figures, or with `done` False its last of any
-    outcome (attempts with none are left out)."""
-    if not attempt_ids:
-        return {}
-    # One short walk of the index per attempt, newest first: GROUP BY would sort them all.
-    newest = select(func.max(Benchmark.id)).where(Benchmark.attempt_id == Attempt.id)
-    if done:
-        newest = newest.where(Benchmark.status == DONE)
-    latest = select(newest.scalar_subquery()).where(Attempt.id.in_(attempt_ids))
-    rows = (await session.scalars(select(Benchmark).where(Benchmark.id.in_(latest)))).all()
-    return {row.attempt_id: row for row in rows}
 
 
 async def benchmarks_of(session: AsyncSession, attempt_id: int, limit: int = 20) -> list[Benchmark]:
@@ -281,7 +277,7 @@ async def preset_benchmarks(session: AsyncSession, preset_id: int, limit: int = 
         select(PresetRevision.number, Benchmark)
         .join(Attempt, Benchmark.attempt_id == Attempt.id)
         .join(PresetRevision, Attempt.preset_revision_id == PresetRevision.id)
-        .where(Benchmark.preset_id == preset_id, Benchmark.status == DONE)
+        .where(Benchmark.preset_id == preset_id, Benchmark.status == BenchmarkStatus.DONE)
         .order_by(Benchmark.id.desc())
         .limit(limit)
     )

@@ -33,7 +33,8 @@ from app import audit
 from app.casebook.signatures import failures_of
 from app.clock import utcnow
 from app.db import Sessions
-from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus, Benchmark, Preset, PresetRevision, Sweep
+from app.db.history import latest_done
+from app.db.models import Attempt, Benchmark, Preset, PresetRevision, Sweep
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import Conflict, FailedBefore, InvalidInput, LaunchdeckError, NotFound, PreflightBlocked
 from app.launch import nodes
@@ -42,9 +43,10 @@ from app.launch.follower import INTERRUPTED_LAUNCH
 from app.launch.guards import LaunchPermission
 from app.launch.preflight import tp_size
 from app.perf import plan
-from app.perf.runner import DONE, INTERRUPTED, RUNNING, Benchmarks, latest_done
+from app.perf.runner import INTERRUPTED, Benchmarks
 from app.perf.workloads import DEFAULT_WORKLOAD, get_workload
 from app.presets.revisions import PresetInput, get_preset, latest, revision_of, same_revision, save_preset
+from app.states import ACTIVE_STATUSES, AttemptStatus, BenchmarkStatus, HostKind, PointStatus, SweepMode, SweepStatus
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +72,16 @@ class SweepInput:
     name: str = ""
     port: int | None = None  # the servers' port; the preset's by default
 
-    def mode_and_space(self) -> tuple[str, dict[str, Any]]:
-        given = [mode for mode, value in (("grid", self.grid), ("list", self.points), ("bisect", self.bisect)) if value]
+    def mode_and_space(self) -> tuple[SweepMode, dict[str, Any]]:
+        given = [
+            mode
+            for mode, value in (
+                (SweepMode.GRID, self.grid),
+                (SweepMode.LIST, self.points),
+                (SweepMode.BISECT, self.bisect),
+            )
+            if value
+        ]
         if len(given) != 1:
             raise InvalidInput(
                 "give one of grid (values per argument), points (a list) or bisect (one argument's range)"
@@ -81,7 +91,7 @@ class SweepInput:
             raise InvalidInput(f"max_points: {self.max_points} is out of range (1-{plan.MAX_POINTS})")
         if self.max_minutes is not None and not 0 < self.max_minutes <= 7 * 24 * 60:
             raise InvalidInput("max_minutes: give minutes above 0, at most a week")
-        if mode == "bisect":
+        if mode == SweepMode.BISECT:
             assert self.bisect is not None
             try:
                 bisection = plan.Bisection(**self.bisect)
@@ -89,7 +99,7 @@ class SweepInput:
                 raise InvalidInput("bisect: give flag, low, high, step and optionally goal (max or min)") from None
             bisection.validate()
             return mode, {"bisect": self.bisect}
-        points = plan.grid_points(self.grid) if mode == "grid" else self.points
+        points = plan.grid_points(self.grid) if mode == SweepMode.GRID else self.points
         if not points or len(points) > plan.MAX_POINTS:
             raise InvalidInput(f"the sweep has {len(points)} points; give 1 to {plan.MAX_POINTS}")
         for point in points:
@@ -106,7 +116,7 @@ class PointRow:
     index: int
     values: plan.Point
     attempt_id: int | None = None
-    status: str = "to do"  # to do, running, served, failed, benchmark failed, predicted to fail, stopped
+    status: PointStatus = PointStatus.TO_DO
     error: str = ""
     fingerprint: str | None = None
     figures: dict[str, Any] = field(default_factory=dict)
@@ -125,7 +135,7 @@ class Sweeps:
     async def start(self) -> None:
         """Resumes every sweep a previous run left running."""
         async with self.sessions.read() as session:
-            ids = (await session.scalars(select(Sweep.id).where(Sweep.status == RUNNING))).all()
+            ids = (await session.scalars(select(Sweep.id).where(Sweep.status == SweepStatus.RUNNING))).all()
         for sweep_id in ids:
             self._run(sweep_id)
 
@@ -140,7 +150,7 @@ class Sweeps:
         connection = self.attempts.ssh.get(data.host)
         if permission is not None:
             permission.check(connection.name, connection.spec.labels)
-        if connection.spec.kind != "ssh":
+        if connection.spec.kind != HostKind.SSH:
             raise InvalidInput(f"{data.host} is a Slurm cluster: sweeps run on one host reached over SSH")
         async with self.sessions.write.begin() as session:
             preset = await get_preset(session, data.preset)
@@ -183,7 +193,7 @@ class Sweeps:
         """Ends the sweep after stopping the point in flight; the points that ran stay."""
         async with self.sessions.write.begin() as session:
             sweep = await _load(session, sweep_id)
-            if sweep.status != RUNNING:
+            if sweep.status != SweepStatus.RUNNING:
                 raise Conflict(f"sweep {sweep_id} is {sweep.status}: there is nothing to stop")
             sweep.stop_requested_at = sweep.stop_requested_at or utcnow()
             audit.record(session, actor=actor, action="sweep-stop", target=f"sweep {sweep_id}")
@@ -228,15 +238,15 @@ class Sweeps:
         except asyncio.CancelledError:
             raise
         except (LaunchdeckError, OSError) as exc:
-            outcome, error = "failed", str(exc)
+            outcome, error = SweepStatus.FAILED, str(exc)
         except Exception as exc:
             log.exception("sweep %s", sweep_id)
-            outcome, error = "failed", f"{type(exc).__name__}: {exc}"
+            outcome, error = SweepStatus.FAILED, f"{type(exc).__name__}: {exc}"
         async with self.sessions.write.begin() as session:
             sweep = await _load(session, sweep_id)
             sweep.status, sweep.error, sweep.ended_at = outcome, error, utcnow()
 
-    async def _points(self, sweep_id: int) -> tuple[str, str]:
+    async def _points(self, sweep_id: int) -> tuple[SweepStatus, str]:
         while True:
             async with self.sessions.read() as session:
                 sweep = await _load(session, sweep_id)
@@ -246,16 +256,16 @@ class Sweeps:
             if sweep.stop_requested_at is not None:
                 if current is not None:
                     await self._stop_and_wait(current.id, sweep.created_by)
-                return "stopped", ""
+                return SweepStatus.STOPPED, ""
             if current is not None:  # resumed after a restart, or the point just launched
                 await self._serve_point(sweep, current.id)
                 continue
             if (spent := _budget_spent(sweep, ran)) is not None:
                 await self._note(sweep_id, ended_by=spent)
-                return "done", ""
+                return SweepStatus.DONE, ""
             point = await self._next_point(sweep, ran)
             if point is None:
-                return "done", ""
+                return SweepStatus.DONE, ""
             index, values = point
             await self._launch(sweep, index, values)
 
@@ -263,7 +273,7 @@ class Sweeps:
         """The next point to launch: the first not yet run or predicted, or the bisection's next
         value. `ran` holds the points' attempts that ran (not those a restart cut short)."""
         predicted = sweep.result.get("predicted", {})
-        if sweep.mode != "bisect":
+        if sweep.mode != SweepMode.BISECT:
             done = {a.sweep_point.get("index") for a in ran} | {int(i) for i in predicted}
             points = sweep.space["points"]
             return next(((i, p) for i, p in enumerate(points) if i not in done), None)
@@ -346,7 +356,7 @@ class Sweeps:
         status = await self._until(sweep.id, attempt_id, lambda s: s is AttemptStatus.READY or s not in ACTIVE_STATUSES)
         if status is AttemptStatus.READY and not await self._stopping(sweep.id):
             benchmark = await self._benchmark_of(attempt_id, sweep)
-            if benchmark is not None and benchmark.status == RUNNING:
+            if benchmark is not None and benchmark.status == BenchmarkStatus.RUNNING:
                 await self._measure(sweep.id, benchmark.id, sweep.created_by)
         await self._stop_and_wait(attempt_id, sweep.created_by)
 
@@ -441,7 +451,7 @@ async def _served(session: AsyncSession, attempt: Attempt) -> bool:
     if attempt.ready_at is None:
         return False
     done = await session.scalar(
-        select(Benchmark.id).where(Benchmark.attempt_id == attempt.id, Benchmark.status == DONE)
+        select(Benchmark.id).where(Benchmark.attempt_id == attempt.id, Benchmark.status == BenchmarkStatus.DONE)
     )
     return done is not None
 
@@ -477,7 +487,7 @@ async def view(session: AsyncSession, sweep_id: int) -> SweepView:
     by_index: dict[int, Attempt] = {int(a.sweep_point.get("index", -1)): a for a in attempts}
     predicted = {int(i): reason for i, reason in sweep.result.get("predicted", {}).items()}
     points: dict[int, plan.Point]
-    bisection = plan.Bisection(**sweep.space["bisect"]) if sweep.mode == "bisect" else None
+    bisection = plan.Bisection(**sweep.space["bisect"]) if sweep.mode == SweepMode.BISECT else None
     if bisection is not None:
         candidates = bisection.values()
         points = {i: {bisection.flag: candidates[i]} for i in sorted(set(by_index) | set(predicted))}
@@ -490,32 +500,36 @@ async def view(session: AsyncSession, sweep_id: int) -> SweepView:
             row.attempt_id = attempt.id
             root_error = StoredDiagnosis.from_json(attempt.diagnosis).root_error
             row.status, row.error = _point_status(attempt, benchmarks.get(attempt.id)), root_error or attempt.error
-            if row.status == "benchmark failed" and attempt.id in last_runs:
+            if row.status == PointStatus.BENCHMARK_FAILED and attempt.id in last_runs:
                 row.error = f"benchmark: {last_runs[attempt.id].error}"
             row.figures = dict(benchmarks[attempt.id].figures) if attempt.id in benchmarks else {}
             row.fingerprint = failure.fingerprint if (failure := failures.get(attempt.id)) else None
         elif index in predicted:
-            row.status, row.error = "predicted to fail", predicted[index]
-        elif sweep.status != RUNNING:
-            row.status = "not run"
+            row.status, row.error = PointStatus.PREDICTED_TO_FAIL, predicted[index]
+        elif sweep.status != SweepStatus.RUNNING:
+            row.status = PointStatus.NOT_RUN
         rows.append(row)
-    served = [row for row in rows if row.status == "served" and isinstance(row.figures.get(OBJECTIVE), float | int)]
+    served = [
+        row for row in rows if row.status == PointStatus.SERVED and isinstance(row.figures.get(OBJECTIVE), float | int)
+    ]
     best = max(served, key=lambda row: row.figures[OBJECTIVE], default=None)
     result = SweepView(sweep, rows, best, launches=len(attempts))
     if bisection is not None:
-        decided = [row for row in rows if row.status in ("served", "failed", "benchmark failed", "predicted to fail")]
-        result.limit = bisection.answer({str(row.values[bisection.flag]): row.status == "served" for row in decided})
+        decided = [row for row in rows if row.status.decided]
+        result.limit = bisection.answer(
+            {str(row.values[bisection.flag]): row.status == PointStatus.SERVED for row in decided}
+        )
     return result
 
 
-def _point_status(attempt: Attempt, benchmark: Benchmark | None) -> str:
+def _point_status(attempt: Attempt, benchmark: Benchmark | None) -> PointStatus:
     if attempt.status in ACTIVE_STATUSES:
-        return "running"
+        return PointStatus.RUNNING
     if benchmark is not None:
-        return "served"
+        return PointStatus.SERVED
     if attempt.ready_at is not None:
-        return "benchmark failed" if attempt.status is not AttemptStatus.FAILED else "failed"
-    return "failed" if attempt.status in (AttemptStatus.FAILED, AttemptStatus.LOST) else "stopped"
+        return PointStatus.BENCHMARK_FAILED if attempt.status is not AttemptStatus.FAILED else PointStatus.FAILED
+    return PointStatus.FAILED if attempt.status in (AttemptStatus.FAILED, AttemptStatus.LOST) else PointStatus.STOPPED
 
 
 async def list_sweeps(session: AsyncSession, *, limit: int = 50) -> list[Sweep]:

@@ -22,11 +22,10 @@ from sqlalchemy.orm import selectinload
 
 from app import audit
 from app.clock import utcnow
-from app.config import http_url_problem
+from app.config import http_url_problem, redacted_url
 from app.db.models import Preset, PresetRevision
 from app.diagnose import flag_history
 from app.errors import InvalidInput, NotFound
-from app.launch.notifications import redacted_url
 
 LAUNCHERS = ("python -m sglang.launch_server", "sglang serve")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
-from app.launch import remote
 from app.ssh.hosts import SlurmSettings
 
 EXIT_NAME = "exit_code"  # the server's exit status, written by the batch script when it ends
@@ -92,15 +91,18 @@ def render_batch_script(*, attempt_id: int, argv: Sequence[str], env: Mapping[st
     return "\n".join(lines)
 
 
-def sbatch_options(*, directory: str, settings: SlurmSettings, nodes: int, gpus_per_node: int) -> list[str]:
-    """sbatch's arguments before the script: the cluster's settings, then its extra options."""
+def sbatch_options(
+    *, directory: str, log_name: str, settings: SlurmSettings, nodes: int, gpus_per_node: int
+) -> list[str]:
+    """sbatch's arguments before the script: the cluster's settings, then its extra options. The job's
+    output goes to `log_name` in its directory, where the log mirror reads it as any server's log."""
     options = [
         "--parsable",
         f"--job-name={job_name(directory)}",
         f"--nodes={nodes}",
         "--ntasks-per-node=1",
         f"--gres=gpu:{gpus_per_node}",
-        f"--output={remote.LOG_NAME}",
+        f"--output={log_name}",
         "--open-mode=append",
         # An attempt is one run of the server: a job requeued after a node failure or a preemption
         # would start it again under the same attempt. Without requeueing, those end the attempt

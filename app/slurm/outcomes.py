@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.db.models import AttemptStatus
 from app.slurm.jobs import JobState
+from app.states import AttemptStatus
 
 # Slurm's final states that are the scheduler's decision, with what each means for the attempt.
 SCHEDULER_ENDINGS: dict[str, tuple[AttemptStatus, str]] = {

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import InvalidInput
+from app.states import HostKind
 
 # OpenSSH's default MaxSessions: channels one connection may carry at once.
 DEFAULT_MAX_SESSIONS = 10
-KINDS = ("ssh", "slurm")
 # Where a Slurm attempt's directory (batch script, job output, exit status) goes on the login
 # node, relative to the SSH user's home: it must be on a filesystem the compute nodes share.
 DEFAULT_OUTPUT_DIR = ".launchdeck/attempts"
@@ -63,8 +63,8 @@ class HostSpec:
     slurm: SlurmSettings | None = None  # set for a Slurm cluster (kind "slurm")
 
     @property
-    def kind(self) -> str:
-        return "ssh" if self.slurm is None else "slurm"
+    def kind(self) -> HostKind:
+        return HostKind.SSH if self.slurm is None else HostKind.SLURM
 
     def ssh_options(self) -> dict[str, Any]:
         """The options kept on the Host row; paths and flags only, never key material."""
@@ -162,10 +162,10 @@ def parse_hosts(text: str, *, source: str = "hosts file") -> list[HostSpec]:
 
 
 def _slurm_settings(table: dict[str, Any], where: str) -> SlurmSettings | None:
-    kind = table.get("kind", "ssh")
-    if kind not in KINDS:
-        raise InvalidInput(f"{where}: kind {kind!r} is not one of {', '.join(KINDS)}")
-    if kind == "ssh":
+    kind = table.get("kind", HostKind.SSH)
+    if kind not in list(HostKind):
+        raise InvalidInput(f"{where}: kind {kind!r} is not one of {', '.join(HostKind)}")
+    if kind == HostKind.SSH:
         given = [key for key in _SLURM_FIELDS if key in table]
         if given:
             raise InvalidInput(f'{where}: {", ".join(given)} only apply to kind = "slurm"')

@@ -20,9 +20,7 @@ import hmac
 import inspect
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import timedelta
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Form, HTTPException, Request
@@ -30,75 +28,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
 from app.accounts import tokens, users
-from app.accounts.limits import LoginLimiter
-from app.accounts.logins import Login, Timeouts, find_login
-from app.accounts.proxy import Network, from_proxy, ignore_header, proxy_login
-from app.accounts.setup import SetupLink
-from app.casebook.rediagnose import Rediagnosis
-from app.config import Settings
-from app.db import Sessions
+from app.accounts.logins import Login, find_login
+from app.accounts.proxy import from_proxy, ignore_header, proxy_login
 from app.db.history import load_attempt
-from app.db.models import Attempt, Role
-from app.disk import DataDir
-from app.gpu.monitor import GpuMonitor
-from app.launch.attempts import AttemptService
+from app.db.models import Attempt
 from app.launch.guards import LaunchPermission
-from app.launch.notifications import Notifier
-from app.logs.grep import GrepLimits
-from app.logs.live import Fanout
-from app.logs.mirror import Mirrors
-from app.logs.store import LogFile, LogLoan, LogStore
-from app.perf.runner import Benchmarks
-from app.perf.sweeps import Sweeps
-from app.ssh import HostConnection, SSHManager
+from app.logs.store import LogFile, LogLoan
+from app.runtime import Runtime
+from app.ssh import HostConnection
+from app.states import Role
 from app.web.login_guard import client_address, guarded_bearer
 from app.web.params import Int64
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-@dataclass
-class Runtime:
-    """Everything the lifespan opened; one per app."""
-
-    settings: Settings
-    data_dir: DataDir
-    token: str
-    sessions: Sessions
-    ssh: SSHManager
-    attempts: AttemptService
-    benchmarks: Benchmarks
-    sweeps: Sweeps
-    rediagnosis: Rediagnosis
-    notifier: Notifier
-    gpus: GpuMonitor
-    logs: LogStore
-    mirrors: Mirrors
-    fanout: Fanout
-    grep_limits: GrepLimits
-    htmx_version: str
-    htmx_sse_version: str
-    login_limits: LoginLimiter = field(default_factory=LoginLimiter)
-    setup_link: SetupLink | None = None  # while the dashboard started with no accounts
-
-    def mirror_note(self, attempt_id: int) -> str:
-        """What the attempt's log mirror says while it is behind (paused for a full data dir,
-        reconnecting); "" while it keeps up or has finished."""
-        mirror = self.mirrors.get(attempt_id)
-        return mirror.note if mirror else ""
-
-    def token_matches(self, candidate: str) -> bool:
-        return bool(candidate) and hmac.compare_digest(candidate.encode(), self.token.encode())
-
-    @cached_property
-    def sign_on_proxies(self) -> tuple[Network, ...]:
-        return self.settings.resolved_proxy_networks()
-
-    @property
-    def login_timeouts(self) -> Timeouts:
-        return Timeouts(
-            idle=timedelta(hours=self.settings.session_idle_hours), absolute=timedelta(days=self.settings.session_days)
-        )
 
 
 def get_runtime(request: Request) -> Runtime:

@@ -19,7 +19,7 @@ from app.errors import SearchTooSlow
 from app.logs.render import line_class, render_line
 from app.logs.search import TRACEBACK, count_matches
 from app.logs.store import Line, LogFile
-from app.web.deps import Runtime
+from app.runtime import Runtime
 from app.web.params import INT64_MAX, Int64
 
 log = logging.getLogger(__name__)

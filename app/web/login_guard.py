@@ -14,7 +14,7 @@ from typing import TypeVar
 from fastapi import HTTPException, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app import audit
+from app.accounts import logins
 from app.accounts.limits import Burst, LoginLimiter
 from app.errors import DiskFull
 
@@ -70,7 +70,7 @@ async def guarded_bearer(limiter: LoginLimiter, address: str, find: Callable[[],
 async def _audit(db: AsyncSession, burst: Burst) -> None:
     """A full data dir must not hide an attack from the server log, nor turn a refusal into a 500."""
     try:
-        await audit.record_failed_logins(db, burst)
+        await logins.record_failed_logins(db, burst)
         await db.commit()
     except DiskFull as exc:
         await db.rollback()

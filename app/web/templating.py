@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
-from app.db.models import AttemptStatus, Role
+from app.states import UNSTARTED_STATUSES, AttemptStatus, Role, SweepMode, SweepStatus
 from app.web.deps import csrf_token, get_runtime
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
@@ -49,7 +49,10 @@ def gib(mib: int | None, unit: bool = True) -> str:
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.auto_reload = False  # the templates ship with the code: no stat of each file per page
-templates.env.globals["AttemptStatus"] = AttemptStatus  # pages compare statuses with the enum
+# Pages compare values with the enums, never with copies of their strings.
+templates.env.globals.update(
+    AttemptStatus=AttemptStatus, UNSTARTED_STATUSES=UNSTARTED_STATUSES, SweepStatus=SweepStatus, SweepMode=SweepMode
+)
 templates.env.filters["linkify"] = linkify
 templates.env.filters["gib"] = gib
 

@@ -15,7 +15,7 @@ from httpx import ASGITransport, AsyncClient
 
 from app.accounts import tokens, users
 from app.cli import main
-from app.db.models import Role
+from app.states import Role
 from tests.support.accounts import PASSWORD
 from tests.support.launching import wait_for
 from tests.support.servers import free_port

@@ -15,7 +15,8 @@ from sqlalchemy import create_engine, select, text, update
 from app.accounts import users
 from app.cli import cli_actor, main
 from app.clock import utcnow
-from app.db.models import AuditEvent, LoginSession, Role
+from app.db.models import AuditEvent, LoginSession
+from app.states import Role
 from tests.support.accounts import PASSWORD, add_user, browser, log_in
 from tests.support.dashboard import TOKEN
 from tests.support.web import csrf_from

@@ -17,7 +17,8 @@ from sqlalchemy import select
 
 from app.accounts import users
 from app.config import Settings
-from app.db.models import AuditEvent, Role, User
+from app.db.models import AuditEvent, User
+from app.states import Role
 from app.web.app import create_app
 from tests.support.cli import cli_argv, cli_env, run_cli
 from tests.support.dashboard import make_settings

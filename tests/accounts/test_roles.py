@@ -12,7 +12,7 @@ from httpx import ASGITransport, AsyncClient
 
 from app.accounts import tokens, users
 from app.accounts.limits import LoginLimiter
-from app.db.models import Role
+from app.states import Role
 from tests.support.accounts import PASSWORD
 from tests.support.dashboard import TOKEN
 from tests.support.web import api_routes, csrf_from

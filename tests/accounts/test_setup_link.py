@@ -12,7 +12,7 @@ import pytest
 
 from app.accounts import users
 from app.config import Settings
-from app.db.models import Role
+from app.states import Role
 from tests.support.accounts import PASSWORD
 from tests.support.cli import cli_env
 from tests.support.faults import Process

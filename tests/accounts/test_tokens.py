@@ -19,7 +19,8 @@ from sqlalchemy import update
 from app.accounts import tokens, users
 from app.cli import main
 from app.clock import utcnow
-from app.db.models import ApiToken, Role
+from app.db.models import ApiToken
+from app.states import Role
 from tests.support.accounts import PASSWORD, add_user, browser, log_in
 from tests.support.cli import cli
 from tests.support.launching import FINAL, launch, wait_for

@@ -24,9 +24,9 @@ from app.demo.cluster import SimCluster
 from app.demo.presets import seed_demo_presets
 from app.disk import is_disk_full
 from app.launch.record import Pace
+from app.runtime import Runtime
 from app.ssh import HostSpec
 from app.web.app import create_app
-from app.web.deps import Runtime
 from tests.support.dashboard import AUTH, TOKEN, make_settings
 from tests.support.filesystem import fill, small_filesystem
 from tests.support.hosts import end_every_attempt

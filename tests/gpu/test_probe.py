@@ -10,10 +10,11 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
-from app.db.models import AttemptStatus, GpuSample, Host
+from app.db.models import GpuSample, Host
 from app.gpu.monitor import prune_samples
 from app.gpu.probe import GpuProcess, ProbeUnavailable, parse_nvml_line, parse_smi_block
 from app.launch.owners import Owner, classify
+from app.states import AttemptStatus
 
 GIB = 1 << 30
 

@@ -17,12 +17,13 @@ from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 from sqlalchemy import select
 
-from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus, Host, PresetRevision
+from app.db.models import Attempt, Host, PresetRevision
 from app.demo.presets import seed_demo_presets
 from app.gpu.nvidia_smi import read_gpu_memory
 from app.launch.follower import INTERRUPTED_LAUNCH
 from app.launch.record import Pace
 from app.ssh import HostSpec, render_hosts
+from app.states import ACTIVE_STATUSES, AttemptStatus
 from app.web.app import create_app
 from tests.support.cli import cli, cli_argv, cli_env
 from tests.support.dashboard import AUTH, TOKEN, make_settings

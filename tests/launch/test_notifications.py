@@ -17,11 +17,11 @@ import pytest
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
-from app.db.models import AttemptStatus
 from app.demo.presets import seed_demo_presets
 from app.launch.notifications import Delivery, Notice, slack_message
 from app.launch.record import Pace
 from app.ssh import HostSpec
+from app.states import AttemptStatus
 from app.web.app import create_app
 from tests.support.dashboard import AUTH, make_settings
 from tests.support.hosts import end_every_attempt

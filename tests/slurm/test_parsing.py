@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.db.models import AttemptStatus
 from app.gpu.partitions import gpu_count, parse_sinfo
 from app.slurm import batch
 from app.slurm.jobs import JobState, expand_hostlist, parse_accounting, parse_queue
 from app.slurm.outcomes import outcome_of
 from app.ssh.hosts import SlurmSettings
+from app.states import AttemptStatus
 
 
 def queue_of(*jobs: dict[str, object]) -> str:
@@ -176,7 +176,9 @@ def test_batch_script_quotes_every_value_and_sbatch_gets_the_clusters_settings()
     assert 'cd "$SLURM_SUBMIT_DIR" || exit 1' in script
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
     settings = SlurmSettings(partition="h200", account="ml", time_limit="2:00:00", sbatch_options=("--qos=high",))
-    options = batch.sbatch_options(directory="a/3-ab", settings=settings, nodes=2, gpus_per_node=8)
+    options = batch.sbatch_options(
+        directory="a/3-ab", log_name="server.log", settings=settings, nodes=2, gpus_per_node=8
+    )
     assert options[-4:] == ["--partition=h200", "--account=ml", "--time=2:00:00", "--qos=high"]
     assert "--nodes=2" in options and "--gres=gpu:8" in options and "--job-name=launchdeck-3-ab" in options
 

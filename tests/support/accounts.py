@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
 from app.accounts import users
-from app.db.models import Role
+from app.states import Role
 from tests.support.web import csrf_from
 
 PASSWORD = "correct horse battery"

@@ -11,8 +11,9 @@ from httpx import AsyncClient
 from sqlalchemy import select, update
 
 from app.clock import utcnow
-from app.db.models import AuditEvent, Role
+from app.db.models import AuditEvent
 from app.demo.presets import seed_demo_presets
+from app.states import Role
 from tests.support.accounts import PASSWORD, add_user, browser, log_in
 
 NEW_PASSWORD = "a much longer passphrase"

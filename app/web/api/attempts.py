@@ -13,12 +13,13 @@ from app import audit
 from app.casebook import signatures
 from app.casebook.signatures import drift_of
 from app.db import history
-from app.db.models import Attempt, AttemptStatus, Benchmark
+from app.db.history import latest_done
+from app.db.models import Attempt, Benchmark
 from app.diagnose.hints import SuggestedChange
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
 from app.launch.relaunch import changed_input, relaunch, suggested_change
-from app.perf.runner import latest_done
+from app.states import AttemptStatus
 from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, AttemptDep, ReadDb, RuntimeDep, audit_actor
 from app.web.paging import link_next
 from app.web.params import Int64, moment

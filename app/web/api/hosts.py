@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from app.gpu.overview import HostOverview, current_overview
+from app.states import HostKind
 from app.web.deps import ApiViewer, HostDep, RuntimeDep
 
 router = APIRouter(prefix="/api")
@@ -40,7 +41,7 @@ class PartitionPublic(BaseModel):
 
 class HostPublic(BaseModel):
     name: str
-    kind: str  # "ssh", or "slurm" for a Slurm cluster reached through its login node
+    kind: HostKind
     state: str
     since: datetime
     last_error: str | None

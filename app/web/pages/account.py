@@ -13,7 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts import logins, users
 from app.errors import InvalidInput
-from app.web.deps import Caller, ReadDb, Runtime, RuntimeDep, Viewer, WriteDb, session_login
+from app.runtime import Runtime
+from app.web.deps import Caller, ReadDb, RuntimeDep, Viewer, WriteDb, session_login
 from app.web.login_guard import client_address
 from app.web.params import Int64
 from app.web.templating import render

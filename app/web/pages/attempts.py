@@ -13,14 +13,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from app import audit
 from app.casebook import compare, signatures
 from app.db import history
-from app.db.models import ACTIVE_STATUSES, Attempt, AttemptStatus
+from app.db.models import Attempt
 from app.errors import AccessRefused, HostError, InvalidInput, LaunchdeckError, LaunchRefused
 from app.gpu.overview import current_overview
 from app.launch import guards, nodes
 from app.launch.preflight import Preflight
 from app.logs.live import tail
 from app.presets import revisions
-from app.web.deps import Caller, Launcher, LogsDep, Operator, ReadDb, Runtime, RuntimeDep, Viewer, audit_actor
+from app.runtime import Runtime
+from app.states import ACTIVE_STATUSES, AttemptStatus
+from app.web.deps import Caller, Launcher, LogsDep, Operator, ReadDb, RuntimeDep, Viewer, audit_actor
 from app.web.diagnosis_panel import diagnosis_context
 from app.web.errors import status_of
 from app.web.log_views import lines_html, log_context

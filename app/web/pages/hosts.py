@@ -18,7 +18,8 @@ from sse_starlette import EventSourceResponse
 
 from app.gpu.overview import HostFilter, HostView, filter_hosts, host_view, labels_of, local_view
 from app.launch.owners import classify, owners_by_host
-from app.web.deps import Operator, Runtime, RuntimeDep, Viewer, session_login
+from app.runtime import Runtime
+from app.web.deps import Operator, RuntimeDep, Viewer, session_login
 from app.web.params import Int64
 from app.web.templating import render, render_block
 

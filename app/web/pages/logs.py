@@ -17,7 +17,8 @@ from app.errors import InvalidInput, SearchBusy, SearchTooSlow
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import FIRST_ERROR, LogSearch, first_line, match_ranges, search_log
 from app.logs.store import Line, LogFile
-from app.web.deps import AttemptDep, LogDep, Runtime, RuntimeDep, Viewer, loaded_attempt, session_login
+from app.runtime import Runtime
+from app.web.deps import AttemptDep, LogDep, RuntimeDep, Viewer, loaded_attempt, session_login
 from app.web.disconnect import unless_disconnected
 from app.web.errors import status_of
 from app.web.log_views import attempts_matching, event_stream, lines_html, log_context, resume_offset

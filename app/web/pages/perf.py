@@ -10,10 +10,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.history import load_attempt
-from app.db.models import AttemptStatus
 from app.errors import LaunchdeckError
 from app.perf import runner, workloads
-from app.web.deps import Launcher, Operator, ReadDb, Runtime, RuntimeDep, Viewer
+from app.runtime import Runtime
+from app.states import AttemptStatus, BenchmarkStatus
+from app.web.deps import Launcher, Operator, ReadDb, RuntimeDep, Viewer
 from app.web.errors import status_of
 from app.web.params import Int64
 from app.web.templating import render, wants_fragment
@@ -33,7 +34,7 @@ def screen_lines(data: bytes) -> list[str]:
 async def panel_context(runtime: Runtime, db: AsyncSession, attempt_id: int) -> dict[str, Any]:
     attempt = await load_attempt(db, attempt_id)
     rows = await runner.benchmarks_of(db, attempt_id)
-    running = next((row for row in rows if row.status == runner.RUNNING), None)
+    running = next((row for row in rows if row.status == BenchmarkStatus.RUNNING), None)
     output = screen_lines(runtime.benchmarks.output_tail(running.id, OUTPUT_TAIL)) if running else []
     return {
         "attempt": attempt,

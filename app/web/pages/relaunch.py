@@ -9,11 +9,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.db.models import Attempt, AttemptStatus
+from app.db.models import Attempt
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import FailedBefore, HostError, InvalidInput, LaunchRefused, PreflightBlocked
 from app.launch.relaunch import Target, changed_input, changes_from, relaunch, suggested_change
 from app.presets import revisions
+from app.states import AttemptStatus
 from app.web.deps import AttemptDep, Caller, Launcher, Operator, RuntimeDep
 from app.web.errors import status_of
 from app.web.preset_form import editor_context, preset_input

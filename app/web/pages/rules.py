@@ -11,14 +11,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import FormData
 
 from app.casebook import team_rules
-from app.diagnose.lexicon import HINTS
 from app.errors import InvalidInput
+from app.states import FailureClass
 from app.web.deps import Caller, Operator, ReadDb, RuntimeDep, Viewer, WriteDb
 from app.web.params import Int64
 from app.web.templating import render
 
 router = APIRouter(include_in_schema=False)
-FAILURE_CLASSES = tuple(HINTS)
 
 
 def rule_table(form: FormData) -> dict[str, Any]:
@@ -52,7 +51,7 @@ def values_of(table: dict[str, Any]) -> dict[str, Any]:
 
 
 async def rules_page_context(db: ReadDb, user: Caller, **more: Any) -> dict[str, Any]:
-    return {"user": user, "rules": await team_rules.list_rules(db), "classes": FAILURE_CLASSES, **more}
+    return {"user": user, "rules": await team_rules.list_rules(db), "classes": list(FailureClass), **more}
 
 
 @router.get("/rules", response_class=HTMLResponse)
@@ -83,7 +82,7 @@ async def create_rule(request: Request, db: WriteDb, runtime: RuntimeDep, user: 
 async def rule_page(request: Request, rule_id: Int64, db: ReadDb, user: Viewer) -> Response:
     row = await team_rules.get_rule(db, rule_id)
     values = values_of(team_rules.table_of(team_rules.rule_of(row)) | {"flag_aware": row.flag_aware})
-    return render(request, "rule.html", {"user": user, "rule": row, "values": values, "classes": FAILURE_CLASSES})
+    return render(request, "rule.html", {"user": user, "rule": row, "values": values, "classes": list(FailureClass)})
 
 
 @router.post("/rules/{rule_id}", response_class=HTMLResponse)
@@ -95,7 +94,13 @@ async def update_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: Ru
             db, row, table, actor=user.name, remote_addr=request.client.host if request.client else ""
         )
     except InvalidInput as exc:
-        context = {"user": user, "rule": row, "values": values_of(table), "classes": FAILURE_CLASSES, "error": str(exc)}
+        context = {
+            "user": user,
+            "rule": row,
+            "values": values_of(table),
+            "classes": list(FailureClass),
+            "error": str(exc),
+        }
         return render(request, "rule.html", context, status_code=422)
     runtime.rediagnosis.request()
     return RedirectResponse("/rules", status_code=303)

@@ -11,8 +11,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from app.errors import InvalidInput, LaunchdeckError
 from app.perf import plan, sweeps, workloads
 from app.presets import revisions
+from app.runtime import Runtime
+from app.states import HostKind, SweepMode
 from app.web import charts
-from app.web.deps import Caller, Launcher, Operator, ReadDb, Runtime, RuntimeDep, Viewer
+from app.web.deps import Caller, Launcher, Operator, ReadDb, RuntimeDep, Viewer
 from app.web.errors import status_of
 from app.web.params import Int64
 from app.web.templating import render
@@ -49,7 +51,7 @@ async def form_context(runtime: Runtime, db: Any, user: Caller, form: dict[str, 
     return {
         "user": user,
         "presets": await revisions.list_presets(db),
-        "hosts": [host.name for host in runtime.ssh if host.spec.kind == "ssh"],
+        "hosts": [host.name for host in runtime.ssh if host.spec.kind == HostKind.SSH],
         "workloads": await workloads.list_workloads(db),
         "form": form,
         "sweeps": await sweeps.list_sweeps(db),
@@ -63,7 +65,9 @@ async def sweeps_page(request: Request, runtime: RuntimeDep, db: ReadDb, user: V
 
 @router.get("/sweeps/new", response_class=HTMLResponse)
 async def new_sweep(request: Request, runtime: RuntimeDep, db: ReadDb, user: Operator, preset: str = "") -> Response:
-    return render(request, "sweeps.html", await form_context(runtime, db, user, {"preset": preset, "mode": "grid"}))
+    return render(
+        request, "sweeps.html", await form_context(runtime, db, user, {"preset": preset, "mode": SweepMode.GRID})
+    )
 
 
 @router.post("/sweeps", response_class=HTMLResponse)
@@ -79,7 +83,7 @@ async def start_sweep(request: Request, runtime: RuntimeDep, user: Operator, may
             max_minutes=float(form["max_minutes"]) if form.get("max_minutes") else None,
             name=form.get("name", ""),
         )
-        if form.get("mode") == "bisect":
+        if form.get("mode") == SweepMode.BISECT:
             data.bisect = {
                 "flag": form.get("flag", "").strip(),
                 "low": float(form.get("low") or "nan"),

@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.accounts import tokens, users
 from app.accounts.users import BUILT_IN_ADMIN
 from app.clock import utcnow
-from app.db.models import Role
 from app.errors import InvalidInput
+from app.states import Role
 from app.web.deps import Caller, ReadDb, Viewer, WriteDb
 from app.web.params import Int64
 from app.web.templating import render

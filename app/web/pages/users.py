@@ -10,8 +10,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.accounts import users
-from app.db.models import Role
 from app.errors import InvalidInput
+from app.states import Role
 from app.web.deps import Admin, Caller, ReadDb, WriteDb
 from app.web.login_guard import client_address
 from app.web.templating import render

@@ -1,0 +1,222 @@
+"""The composition root: every long-lived service, started in order and closed in reverse.
+
+`running` opens the database engine and the services over it, pushing each one's close onto an
+exit stack as soon as it exists, so a start that fails closes what had started and a shutdown ends
+every task in bounded time. Roles start subsets: every role opens the services (a web role
+launches and stops through them), and only a controller runs the background work that must run
+once per installation (following attempts, GPU sampling, benchmarks, sweeps, re-diagnosis)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Collection
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+
+from app import credentials, db
+from app.accounts.limits import LoginLimiter
+from app.accounts.logins import Timeouts
+from app.accounts.proxy import Network
+from app.accounts.setup import SetupLink
+from app.casebook.rediagnose import Rediagnosis
+from app.config import Settings
+from app.db import Sessions
+from app.disk import DataDir
+from app.gpu.monitor import GpuMonitor
+from app.launch.attempts import AttemptService
+from app.launch.notifications import Notifier
+from app.launch.record import Pace
+from app.logs.grep import GrepLimits
+from app.logs.live import Fanout
+from app.logs.mirror import Mirrors
+from app.logs.store import LogStore
+from app.perf.runner import Benchmarks
+from app.perf.sweeps import Sweeps
+from app.perf.workloads import ensure_built_in
+from app.ssh import HostSpec, SSHManager, SSHOptions
+from app.ssh.registry import register_hosts
+from app.states import ServerRole
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+CLOSE_SECONDS = 3.0  # for the services to close at shutdown, after the requests in flight had theirs
+
+
+@dataclass
+class Runtime:
+    """Everything `running` opened; one per process."""
+
+    settings: Settings
+    data_dir: DataDir
+    token: str
+    sessions: Sessions
+    ssh: SSHManager
+    attempts: AttemptService
+    benchmarks: Benchmarks
+    sweeps: Sweeps
+    rediagnosis: Rediagnosis
+    notifier: Notifier
+    gpus: GpuMonitor
+    logs: LogStore
+    mirrors: Mirrors
+    fanout: Fanout
+    grep_limits: GrepLimits
+    htmx_version: str
+    htmx_sse_version: str
+    login_limits: LoginLimiter = field(default_factory=LoginLimiter)
+    setup_link: SetupLink | None = None  # while the dashboard started with no accounts
+    roles: frozenset[ServerRole] = frozenset(ServerRole)
+
+    def mirror_note(self, attempt_id: int) -> str:
+        """What the attempt's log mirror says while it is behind (paused for a full data dir,
+        reconnecting); "" while it keeps up or has finished."""
+        mirror = self.mirrors.get(attempt_id)
+        return mirror.note if mirror else ""
+
+    def token_matches(self, candidate: str) -> bool:
+        return bool(candidate) and hmac.compare_digest(candidate.encode(), self.token.encode())
+
+    @cached_property
+    def sign_on_proxies(self) -> tuple[Network, ...]:
+        return self.settings.resolved_proxy_networks()
+
+    @property
+    def login_timeouts(self) -> Timeouts:
+        return Timeouts(
+            idle=timedelta(hours=self.settings.session_idle_hours), absolute=timedelta(days=self.settings.session_days)
+        )
+
+
+def frontend_versions() -> dict[str, str]:
+    """Pinned versions of the front-end packages; static/vendor holds them under these names."""
+    dependencies: dict[str, str] = json.loads((ROOT / "package.json").read_text())["dependencies"]
+    return dependencies
+
+
+def access_token(settings: Settings) -> str:
+    if settings.token is not None:
+        return settings.token.get_secret_value()
+    return credentials.load_or_create(settings.data_dir / "access-token")
+
+
+@asynccontextmanager
+async def closing_within(seconds: float) -> AsyncIterator[AsyncExitStack]:
+    """An exit stack whose callbacks, run when the block ends, get `seconds` in all: a dashboard
+    told to stop must be gone before the SIGKILL that follows SIGTERM (10 s in container runtimes).
+    What a close cut short leaves running, the event loop cancels as it ends; statuses are not
+    written on the way out (servers keep running, and a restart follows them again)."""
+    stack = AsyncExitStack()
+    try:
+        yield stack
+    finally:
+        try:
+            async with asyncio.timeout(seconds):
+                await stack.aclose()
+        except TimeoutError:
+            log.warning("the services did not all stop within %g s; going on without them", seconds)
+
+
+@asynccontextmanager
+async def running(
+    settings: Settings,
+    specs: list[HostSpec],
+    *,
+    roles: Collection[ServerRole] = frozenset(ServerRole),
+    setup_link: SetupLink | None = None,
+) -> AsyncIterator[Runtime]:
+    """The services for `roles`, open until the block ends. The database must be migrated and the
+    hosts file read already (`create_app` does both, so their errors come before any server)."""
+    data_dir = DataDir(settings.data_dir.absolute(), reserve_mb=settings.disk_reserve_mb)
+    engine = db.create_engine(settings.resolved_database_url(), on_full=data_dir.full)
+    controller = ServerRole.CONTROLLER in roles
+    try:
+        # Each service's close is pushed as soon as the service exists; they run in reverse, the
+        # services using others first.
+        async with closing_within(CLOSE_SECONDS) as services:
+            sessions = db.Sessions.of(engine)
+            async with sessions.write() as session:
+                await register_hosts(session, specs)
+            async with sessions.write.begin() as session:
+                await ensure_built_in(session)
+            options = SSHOptions(
+                known_hosts=settings.known_hosts.expanduser(),
+                ssh_config=settings.ssh_config,
+                keepalive_interval=settings.ssh_keepalive_interval,
+                connect_timeout=settings.ssh_connect_timeout,
+            )
+            ssh = SSHManager(specs, options)
+            services.push_async_callback(ssh.close)
+            ssh.start()
+            gpus = GpuMonitor(sessions, ssh)
+            services.push_async_callback(gpus.close)
+            logs = LogStore(settings.data_dir / "logs", data_dir)
+            mirrors = Mirrors(logs)
+            services.push_async_callback(mirrors.close)
+            webhook = settings.webhook_url.get_secret_value() if settings.webhook_url else None
+            notifier = Notifier(sessions, public_url=settings.resolved_public_url(), webhook_url=webhook)
+            services.push_async_callback(notifier.close)
+            attempts = AttemptService(
+                sessions,
+                ssh,
+                mirrors,
+                stop_grace=settings.stop_grace_seconds,
+                pace=Pace(hang=settings.hang_seconds),
+                gpus=gpus,
+            )
+            services.push_async_callback(attempts.close)
+            benchmarks = Benchmarks(
+                sessions,
+                ssh,
+                settings.data_dir / "benchmarks",
+                timeout=settings.bench_timeout_seconds,
+                memory_mib=settings.bench_memory_mib,
+            )
+            services.push_async_callback(benchmarks.close)
+            sweeps = Sweeps(sessions, attempts, benchmarks)
+            services.push_async_callback(sweeps.close)
+            rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
+            services.push_async_callback(rediagnosis.close)
+            attempts.on_followed = rediagnosis.attempt_ended
+            attempts.on_status = notifier.status_changed
+            if controller:
+                gpus.start()
+                await attempts.start()
+                await benchmarks.start()
+                await sweeps.start()
+                rediagnosis.start()
+            versions = frontend_versions()
+            yield Runtime(
+                settings=settings,
+                data_dir=data_dir,
+                token=access_token(settings),
+                sessions=sessions,
+                ssh=ssh,
+                attempts=attempts,
+                benchmarks=benchmarks,
+                sweeps=sweeps,
+                rediagnosis=rediagnosis,
+                notifier=notifier,
+                gpus=gpus,
+                logs=logs,
+                mirrors=mirrors,
+                fanout=Fanout(logs),
+                grep_limits=GrepLimits(
+                    seconds=settings.grep_timeout_seconds,
+                    memory_bytes=settings.grep_memory_mib << 20,
+                    at_once=settings.grep_max_running,
+                    wait_seconds=settings.grep_wait_seconds,
+                ),
+                htmx_version=versions["htmx.org"],
+                htmx_sse_version=versions["htmx-ext-sse"],
+                setup_link=setup_link,
+                roles=frozenset(roles),
+            )
+    finally:
+        await engine.dispose()  # always, and last: an open SQLite connection's thread would keep the process alive
