@@ -16,10 +16,8 @@ ends an attempt.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -31,38 +29,25 @@ from app import audit
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.history import load_attempt
-from app.db.models import Attempt, Host, PresetRevision
+from app.db.models import Attempt, Host
 from app.errors import HostError, InvalidInput, NotFound
-from app.launch import guards, nodes, remote, slurm_lifecycle
+from app.launch import guards, remote, shapes, slurm_lifecycle
 from app.launch.follower import Follower, GpuReadings, NoGpuReadings
 from app.launch.group import GroupFollower
 from app.launch.owners import owners_by_host, started_by_launchdeck
-from app.launch.preflight import OwnersOf, Preflight, run_preflight
+from app.launch.preflight import OwnersOf, Preflight
 from app.launch.record import AttemptRecord, Changes, Pace, Tracking, reason_of
 from app.launch.slurm_follower import SlurmFollower
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
-from app.presets.revisions import MAX_OVERRIDE_REASON, check_text, command_argv, get_preset, latest, revision_of
+from app.presets.revisions import MAX_OVERRIDE_REASON, check_text, get_preset, latest, revision_of
 from app.slurm import batch as slurm_batch
 from app.ssh import HostConnection, SSHManager
-from app.ssh.hosts import SlurmSettings
 from app.states import ACTIVE_STATUSES, FINISHED_STATUSES, AttemptStatus, HostKind
 
 log = logging.getLogger(__name__)
 
 # Finished attempts whose log mirror a restart resumes.
 RESUME_MIRRORS_DAYS = 7
-
-
-@dataclass(frozen=True)
-class NodesLaunch:
-    """A launch on several nodes: the revision, its hosts (node 0 first), the GPUs on each, node
-    0's HTTP port and the port where it waits for the other nodes."""
-
-    revision: PresetRevision
-    hosts: list[str]
-    gpus: list[int]
-    port: int
-    dist_port: int
 
 
 class AttemptService:
@@ -175,14 +160,14 @@ class AttemptService:
         """Runs the guards, records the attempt and starts it in the background. `sweep` (its id and
         the point) marks the attempt as a sweep's point in the same unit of work that records it.
 
-        Refused (HostNotAllowed) when `permission` does not cover the host, (FailedBefore) when this
-        configuration failed before and the launch does not confirm it, and (PreflightBlocked) when
-        a blocking preflight check fails and no override reason is given: then no attempt is recorded.
-        The preflight runs between two short units of work.
+        Refused (HostNotAllowed) when `permission` does not cover the hosts, (FailedBefore) when
+        this configuration failed before and the launch does not confirm it, and (PreflightBlocked)
+        when a blocking preflight check fails and no override reason is given: then no attempt is
+        recorded. The preflight runs between two short units of work.
 
         A preset whose arguments ask for N nodes (`--nnodes N`) runs on `hosts` (N of them, node 0
         first) or on N hosts with `label`, with `gpus` on each, node 0 waiting for the others on
-        `dist_port`: see `_launch_nodes`."""
+        `dist_port` (app.launch.shapes)."""
         check_text("override_reason", override_reason, MAX_OVERRIDE_REASON)
         override_reason = override_reason.strip()
         if len(set(gpus)) != len(gpus) or any(gpu < 0 for gpu in gpus):
@@ -190,73 +175,35 @@ class AttemptService:
         for name, number in (("port", port), ("dist_port", dist_port)):
             if number is not None and not 1 <= number <= 65535:
                 raise InvalidInput(f"{name}: {number} is out of range (1-65535)")
+        where = shapes.Where(host=host, hosts=hosts, label=label, gpus=gpus, port=port, dist_port=dist_port)
+        shape = await self._shape(preset, revision, where, permission, asked="launch on")
+        chosen = shape.revision
         async with self.sessions.read() as session:
-            preset_row = await get_preset(session, preset)
-            chosen = latest(preset_row) if revision is None else revision_of(preset_row, revision)
-        nnodes = nodes.nnodes_of(chosen.args)
-        cluster = self._cluster(host, hosts, label)
-        if cluster is None and (nnodes > 1 or hosts is not None or label):
-            names = self._node_hosts(nnodes, host=host, hosts=hosts, label=label)
-            launch = NodesLaunch(chosen, names, gpus, port or chosen.port, dist_port or nodes.DEFAULT_DIST_PORT)
-            return await self._launch_nodes(
-                launch, preset=preset, actor=actor, override_reason=override_reason,
-                confirm_failed_before=confirm_failed_before, permission=permission,
-            )  # fmt: skip
-        if host is None:
-            raise InvalidInput("host: say which host to launch on")
-        connection = self.ssh.get(host)
-        if permission is not None:
-            permission.check(connection.name, connection.spec.labels)
-        async with self.sessions.read() as session:
-            host_id = await session.scalar(select(Host.id).where(Host.name == connection.name))
-            if host_id is None:
-                raise NotFound(f"unknown host {host!r}")
-            port = port or chosen.port
-            argv = command_argv(chosen)
-            argv[argv.index("--port") + 1] = str(port)
-            env = {**chosen.env} if cluster else {**chosen.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
-            past = await guards.past_failures(session, chosen, argv, env)
+            found = await session.execute(select(Host.name, Host.id).where(Host.name.in_(shape.hosts)))
+            host_ids: dict[str, int] = {name: host_id for name, host_id in found.all()}
+            past = await guards.past_failures(session, chosen, shape.argv, shape.env)
+        if missing := [name for name in shape.hosts if name not in host_ids]:
+            raise NotFound(f"unknown host {missing[0]!r}")
         if past is not None and not confirm_failed_before:
             raise guards.refuse_failed_before(past)
-        if cluster is None:
-            preflight = await _check_revision(connection, chosen, gpus=gpus, port=port, owners=self._owners_on(host))
-        else:  # the login node is not where the job runs: Slurm places it, and the queue says when
-            slurm_lifecycle.gpus_per_node(cluster, gpus)
-            preflight = Preflight()
+        preflight = await shape.preflight(self.ssh, self._owners_on)
         if preflight.blocked and not override_reason:
             raise guards.refuse_blocked(preflight)
         async with self.sessions.write.begin() as session:
-            attempt = Attempt(
-                host_id=host_id,
-                preset_revision_id=chosen.id,
-                gpus=list(gpus),
-                argv=argv,
-                env=env,
-                configuration=guards.configuration_key(argv, env),
-                port=port,
-                status=AttemptStatus.PENDING,
-                launched_by=actor,
+            attempt = shapes.new_attempt(
+                shape,
+                host_id=host_ids[shape.hosts[0]],
+                actor=actor,
                 override_reason=override_reason,
-                stage=AttemptStatus.PENDING,
-                stages=[{"stage": AttemptStatus.PENDING, "at": utcnow().isoformat()}],
-                preflight=preflight.as_dict(),
-                effective_args=preflight.effective_args,
-                sglang_version=preflight.sglang_version,
-                gpu_snapshot={"at_launch": self.gpus.snapshot_of(connection.name)},
-                sweep_id=sweep[0] if sweep else None,
-                sweep_point=sweep[1] if sweep else {},
+                preflight=preflight,
+                configuration=guards.configuration_key(shape.argv, shape.env),
+                sweep=sweep,
             )
+            attempt.gpu_snapshot = {"at_launch": self.gpus.snapshot_of(shape.hosts[0])}
             session.add(attempt)
             await session.flush()
-            if cluster is not None:
-                slurm_lifecycle.prepare(attempt, cluster)
-            else:
-                attempt.remote_dir = remote.attempt_dir(attempt.id)
-                attempt.script = remote.render_script(
-                    attempt_id=attempt.id, directory=attempt.remote_dir, argv=argv, env=env
-                )
-            attempt.script_sha256 = hashlib.sha256(attempt.script.encode()).hexdigest()
-            detail: dict[str, Any] = {"preset": preset, "revision": chosen.number, "host": host, "gpus": gpus}
+            await shape.add_rows(session, attempt, host_ids, self.gpus)
+            detail = {"preset": preset, "revision": chosen.number, **shape.audit_detail}
             _audit_launch(session, actor, attempt.id, detail, override_reason, preflight, past)
         self._follow(attempt.id, launching=True)
         return attempt
@@ -275,172 +222,27 @@ class AttemptService:
     ) -> Preflight:
         """The checks a launch of the preset's latest revision would run, without launching; a host
         `permission` does not cover is refused as the launch would be."""
-        async with self.sessions.read() as session:
-            revision = latest(await get_preset(session, preset))
-        nnodes = nodes.nnodes_of(revision.args)
-        cluster = self._cluster(host, hosts, label)
-        if cluster is None and (nnodes > 1 or hosts is not None or label):
-            names = self._node_hosts(nnodes, host=host, hosts=hosts, label=label)
-            for name in names:
-                if permission is not None:
-                    permission.check(name, self.ssh.get(name).spec.labels)
-            launch = NodesLaunch(revision, names, gpus, port or revision.port, dist_port or nodes.DEFAULT_DIST_PORT)
-            return (await self._check_nodes(launch))[0]
-        if host is None:
-            raise InvalidInput("host: say which host to check")
-        connection = self.ssh.get(host)
-        if permission is not None:
-            permission.check(connection.name, connection.spec.labels)
-        if cluster is not None:  # nothing to check on the login node: Slurm places the job
-            slurm_lifecycle.gpus_per_node(cluster, gpus)
-            return Preflight()
-        return await _check_revision(connection, revision, gpus=gpus, port=port, owners=self._owners_on(host))
+        where = shapes.Where(host=host, hosts=hosts, label=label, gpus=gpus, port=port, dist_port=dist_port)
+        shape = await self._shape(preset, None, where, permission, asked="check")
+        return await shape.preflight(self.ssh, self._owners_on)
 
-    def _cluster(self, host: str | None, hosts: list[str] | None, label: str | None) -> SlurmSettings | None:
-        """The Slurm cluster a launch on `host` goes to: one batch job on as many of its nodes as
-        the preset asks, GPUs Slurm chooses. None for a launch on hosts."""
-        return self.ssh.get(host).spec.slurm if host is not None and hosts is None and not label else None
-
-    def _node_hosts(self, nnodes: int, *, host: str | None, hosts: list[str] | None, label: str | None) -> list[str]:
-        """The hosts of a launch on `nnodes` nodes, node 0 first."""
-        if hosts is None and label:
-            return nodes.pick_hosts(list(self.ssh), label, nnodes)
-        chosen = hosts if hosts is not None else [host] if host else []
-        if nnodes == 1:
-            raise InvalidInput(
-                "hosts: the preset runs on one node (its arguments have no --nnodes above 1); give one host"
-            )
-        if len(chosen) != nnodes:
-            raise InvalidInput(
-                f"hosts: the preset asks for {nnodes} nodes (--nnodes {nnodes}); give {nnodes} hosts or a label"
-            )
-        if len(set(chosen)) != len(chosen):
-            raise InvalidInput("hosts: give each host once")
-        return [self.ssh.get(name).name for name in chosen]
-
-    def _node_argvs(self, launch: NodesLaunch) -> list[list[str]]:
-        argv = command_argv(launch.revision)
-        argv[argv.index("--port") + 1] = str(launch.port)
-        leader = f"{nodes.address_of(self.ssh.get(launch.hosts[0]))}:{launch.dist_port}"
-        return [
-            nodes.node_argv(argv, nnodes=len(launch.hosts), node_rank=rank, dist_init_addr=leader)
-            for rank in range(len(launch.hosts))
-        ]
-
-    async def _check_nodes(self, launch: NodesLaunch) -> tuple[Preflight, list[Preflight]]:
-        """Every node's preflight at once, and all of them as one: each check's message names its node."""
-        nnodes, revision = len(launch.hosts), launch.revision
-        argvs = self._node_argvs(launch)
-        prefix = len(command_argv(revision)) - len(revision.args)  # the launcher, model path and port
-        checked = await asyncio.gather(
-            *(
-                run_preflight(
-                    self.ssh.get(host),
-                    gpus=launch.gpus,
-                    port=launch.port,
-                    python=revision.python,
-                    model_path=revision.model_path,
-                    args=argvs[rank][prefix:],
-                    env=dict(revision.env),
-                    owners=self._owners_on(host),
-                    nnodes=nnodes,
-                    node_rank=rank,
-                    dist_port=launch.dist_port if rank == 0 else None,
-                )
-                for rank, host in enumerate(launch.hosts)
-            )
-        )
-        combined = Preflight(effective_args=checked[0].effective_args, sglang_version=checked[0].sglang_version)
-        for rank, (host, found) in enumerate(zip(launch.hosts, checked, strict=True)):
-            for check in found.checks:
-                check.message = f"node {rank} ({host}): {check.message}"
-                check.detail = {**check.detail, "node": rank, "host": host}
-                combined.checks.append(check)
-        return combined, list(checked)
-
-    async def _launch_nodes(
+    async def _shape(
         self,
-        launch: NodesLaunch,
-        *,
         preset: str,
-        actor: str,
-        override_reason: str,
-        confirm_failed_before: bool,
+        revision: int | None,
+        where: shapes.Where,
         permission: guards.LaunchPermission | None,
-    ) -> Attempt:
-        """One attempt made of one part per node: the guards and every node's preflight first, then
-        the attempt's row (node 0's host and command) and its parts' rows in one transaction."""
-        connections = [self.ssh.get(host) for host in launch.hosts]
-        if permission is not None:
-            for connection in connections:
-                permission.check(connection.name, connection.spec.labels)
-        chosen, argvs = launch.revision, self._node_argvs(launch)
-        env = {**chosen.env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, launch.gpus))}
+        *,
+        asked: str,
+    ) -> shapes.Shape:
+        """The shape a request for the preset's revision (its latest for None) takes, once
+        `permission` is found to cover its hosts."""
         async with self.sessions.read() as session:
-            host_ids = {
-                name: host_id
-                for name, host_id in (
-                    await session.execute(select(Host.name, Host.id).where(Host.name.in_(launch.hosts)))
-                ).all()
-            }
-            past = await guards.past_failures(session, chosen, argvs[0], env)
-        if missing := [name for name in launch.hosts if name not in host_ids]:
-            raise NotFound(f"unknown host {missing[0]!r}")
-        if past is not None and not confirm_failed_before:
-            raise guards.refuse_failed_before(past)
-        preflight, _ = await self._check_nodes(launch)
-        if preflight.blocked and not override_reason:
-            raise guards.refuse_blocked(preflight)
-        pending = {"stage": AttemptStatus.PENDING, "at": utcnow().isoformat()}
-        async with self.sessions.write.begin() as session:
-            attempt = Attempt(
-                host_id=host_ids[launch.hosts[0]],
-                preset_revision_id=chosen.id,
-                gpus=list(launch.gpus),
-                argv=argvs[0],
-                env=env,
-                configuration=guards.configuration_key(argvs[0], env),
-                port=launch.port,
-                status=AttemptStatus.PENDING,
-                launched_by=actor,
-                override_reason=override_reason,
-                stage=AttemptStatus.PENDING,
-                stages=[pending],
-                preflight=preflight.as_dict(),
-                effective_args=preflight.effective_args,
-                sglang_version=preflight.sglang_version,
-                gpu_snapshot={"at_launch": self.gpus.snapshot_of(launch.hosts[0])},
-            )
-            session.add(attempt)
-            await session.flush()
-            for rank, (host, argv) in enumerate(zip(launch.hosts, argvs, strict=True)):
-                part = Attempt(
-                    host_id=host_ids[host],
-                    preset_revision_id=chosen.id,
-                    part_of_id=attempt.id,
-                    node_rank=rank,
-                    gpus=list(launch.gpus),
-                    argv=argv,
-                    env=env,
-                    port=launch.port if rank == 0 else None,  # only node 0 serves HTTP
-                    status=AttemptStatus.PENDING,
-                    launched_by=actor,
-                    stage=AttemptStatus.PENDING,
-                    stages=[pending],
-                    gpu_snapshot={"at_launch": self.gpus.snapshot_of(host)},
-                )
-                session.add(part)
-                await session.flush()
-                part.remote_dir = remote.attempt_dir(part.id)
-                part.script = remote.render_script(attempt_id=part.id, directory=part.remote_dir, argv=argv, env=env)
-                part.script_sha256 = hashlib.sha256(part.script.encode()).hexdigest()
-            detail: dict[str, Any] = {
-                "preset": preset, "revision": chosen.number, "hosts": launch.hosts, "gpus": launch.gpus,
-                "dist_port": launch.dist_port,
-            }  # fmt: skip
-            _audit_launch(session, actor, attempt.id, detail, override_reason, preflight, past)
-        self._follow(attempt.id, launching=True)
-        return attempt
+            preset_row = await get_preset(session, preset)
+            chosen = latest(preset_row) if revision is None else revision_of(preset_row, revision)
+        shape = shapes.shape_of(self.ssh, chosen, where, asked=asked)
+        shape.check(permission, self.ssh)
+        return shape
 
     async def stop(self, attempt_id: int, *, actor: str) -> Attempt:
         """SIGTERM to the server's process group, SIGKILL after the grace period (on Slurm, the
@@ -465,8 +267,7 @@ class AttemptService:
             self._in_background(slurm_lifecycle.cancel(connection, attempt.job_id, grace=self.stop_grace))
         else:
             assert attempt.pgid is not None
-            await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(attempt.pgid)], check=False)
-            self._in_background(self._kill_after_grace(connection, attempt.pgid))
+            await self._stop_group(connection, attempt.pgid)
         if attempt.status.active:
             self._follow(attempt.id)
         return attempt
@@ -499,9 +300,7 @@ class AttemptService:
         for part_id, host, pgid, status in groups:
             self.changes.changed(part_id)
             if pgid is not None:
-                connection = self.ssh.get(host)
-                await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(pgid)], check=False)
-                self._in_background(self._kill_after_grace(connection, pgid))
+                await self._stop_group(self.ssh.get(host), pgid)
             if status.active:
                 self._follow(part_id)
 
@@ -515,8 +314,7 @@ class AttemptService:
             raise InvalidInput(f"pid {pid} on {host} was not started by launchdeck (or has exited); not stopping it")
         async with self.sessions.write.begin() as session:
             audit.record(session, actor=actor, action="stop-process", target=f"{host} pid {pid}", detail={"cwd": cwd})
-        await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", pgid], check=False)
-        self._in_background(self._kill_after_grace(connection, int(pgid)))
+        await self._stop_group(connection, int(pgid))
 
     def _owners_on(self, host: str) -> OwnersOf:
         """Which of the host's attempts had the given process groups, read in a session of its own."""
@@ -532,6 +330,11 @@ class AttemptService:
         task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _stop_group(self, connection: HostConnection, pgid: int) -> None:
+        """SIGTERM to the process group now, SIGKILL in the background once the grace period is up."""
+        await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(pgid)], check=False)
+        self._in_background(self._kill_after_grace(connection, pgid))
 
     async def _kill_after_grace(self, connection: HostConnection, pgid: int) -> None:
         for _ in range(int(self.stop_grace * 10)):
@@ -561,12 +364,13 @@ class AttemptService:
         while True:
             try:
                 async with self.sessions.read() as session:
-                    part_of_id = await session.scalar(select(Attempt.part_of_id).where(Attempt.id == attempt_id))
+                    attempt = await load_attempt(session, attempt_id)
                     part_ids = (
                         await session.scalars(
                             select(Attempt.id).where(Attempt.part_of_id == attempt_id).order_by(Attempt.node_rank)
                         )
                     ).all()
+                part_of_id = attempt.part_of_id
                 record = AttemptRecord(
                     self.sessions,
                     attempt_id,
@@ -588,9 +392,10 @@ class AttemptService:
                 else:
                     if launching:
                         launching = False
-                        if not await self._start(record):
+                        if not await self._start(record, attempt):
                             return
-                    await (await self._follower(record)).run()
+                    follower = SlurmFollower if attempt.host.kind == HostKind.SLURM else Follower
+                    await follower(self, record).run()
                 self.tracking.resumed(attempt_id)
                 if part_of_id is None:
                     self.on_followed(attempt_id)
@@ -603,15 +408,8 @@ class AttemptService:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.pace.retry_max)
 
-    async def _follower(self, record: AttemptRecord) -> Follower:
-        async with self.sessions.read() as session:
-            attempt = await load_attempt(session, record.attempt_id)
-        return SlurmFollower(self, record) if attempt.host.kind == HostKind.SLURM else Follower(self, record)
-
-    async def _start(self, record: AttemptRecord) -> bool:
+    async def _start(self, record: AttemptRecord, attempt: Attempt) -> bool:
         """Upload and start (the launch ran the preflight). False when the attempt ended here."""
-        async with self.sessions.read() as session:
-            attempt = await load_attempt(session, record.attempt_id)
         if attempt.stop_requested_at is not None:  # a part whose attempt failed before it started
             await record.finish(AttemptStatus.STOPPED, error="stopped before it started")
             return False
@@ -634,8 +432,7 @@ class AttemptService:
         async with self.sessions.read() as session:
             stopped = await session.scalar(select(Attempt.stop_requested_at).where(Attempt.id == record.attempt_id))
         if stopped is not None:  # stopped while it was being started: its group had no id to signal
-            await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(pid)], check=False)
-            self._in_background(self._kill_after_grace(connection, pid))
+            await self._stop_group(connection, pid)
         return True
 
 
@@ -655,18 +452,3 @@ def _audit_launch(
     if past is not None:
         detail["failed_before"] = past.count
     audit.record(session, actor=actor, action="launch", target=f"attempt {attempt_id}", detail=detail)
-
-
-async def _check_revision(
-    connection: HostConnection, revision: PresetRevision, *, gpus: list[int], port: int | None, owners: OwnersOf
-) -> Preflight:
-    return await run_preflight(
-        connection,
-        gpus=gpus,
-        port=port or revision.port,
-        python=revision.python,
-        model_path=revision.model_path,
-        args=list(revision.args),
-        env=dict(revision.env),
-        owners=owners,
-    )
