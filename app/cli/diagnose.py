@@ -1,0 +1,158 @@
+"""`launchdeck diagnose` and `launchdeck rules`: reading an SGLang log on this machine, and the team's
+diagnosis rules kept in the dashboard. `diagnose` needs none of the dashboard, and neither loads
+its settings nor imports it, so it starts at once."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from app.cli.shared import URL_HELP, run_with_settings, with_settings
+from app.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from app.cli.shared import Subcommands
+    from app.config import Settings
+    from app.diagnose.rules import Rule
+
+# What `launchdeck diagnose` prints of a diagnosis: these keys of the API's diagnosis object (a
+# StoredDiagnosis), with the same values, and with --rules its `rule` and `built_in` too.
+CLI_KEYS = (
+    "stage",
+    "stage_percent",
+    "class",
+    "concept",
+    "root_error",
+    "fingerprint",
+    "hint",
+    "adjustments",
+    "recognised",
+)
+
+
+def add_parsers(commands: Subcommands) -> None:
+    diagnose_parser = commands.add_parser("diagnose", help="read an SGLang log: stage, root error, class, hint")
+    diagnose_parser.add_argument("logfile")
+    diagnose_parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    diagnose_parser.add_argument(
+        "--rules", metavar="FILE", help="a TOML file of team rules that correct the built-in diagnosis"
+    )
+    diagnose_parser.set_defaults(run=_diagnose)
+    rules_parser = commands.add_parser("rules", help="the team's diagnosis rules in the dashboard, as a TOML file")
+    rules_commands = rules_parser.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
+    export_parser = rules_commands.add_parser("export", help="write the dashboard's rules as a rules file")
+    export_parser.add_argument("file", nargs="?", help="where to write it (default: standard output)")
+    export_parser.set_defaults(run=_export_rules)
+    import_parser = rules_commands.add_parser("import", help="add a rules file's rules (all checked first)")
+    import_parser.add_argument("file")
+    import_parser.set_defaults(run=_import_rules)
+    for rules_command in (export_parser, import_parser):
+        rules_command.add_argument("--url", help=URL_HELP)
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    return diagnose_file(args.logfile, as_json=args.json, rules_path=args.rules)
+
+
+@with_settings
+def _export_rules(settings: Settings, args: argparse.Namespace) -> int:
+    from app.cli import client
+
+    return client.export_rules(client.ApiClient(settings, args.url), args.file)
+
+
+def _import_rules(args: argparse.Namespace) -> int:
+    """Checks the whole file before loading the settings or asking the dashboard."""
+    try:
+        rules_text = _checked_rules_text(args.file)
+    except InvalidInput as exc:
+        print(f"launchdeck: rules file {args.file}: {exc}; nothing was imported", file=sys.stderr)
+        return 2
+
+    def import_rules(settings: Settings, args: argparse.Namespace) -> int:
+        from app.cli import client
+
+        return client.import_rules(client.ApiClient(settings, args.url), rules_text, name=args.file)
+
+    return run_with_settings(args, import_rules)
+
+
+def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) -> int:
+    """Reads the log in chunks, so a log of any size takes bounded memory; team rules, when given,
+    read the same chunks and then decide over the built-in answer."""
+    import json
+    from dataclasses import replace
+
+    from app.diagnose.analyze import Analyzer
+    from app.diagnose.rules import RuleScanner
+    from app.diagnose.stored import AppliedRule, stored
+
+    try:
+        rules = _read_rules(rules_path) if rules_path is not None else ()
+    except InvalidInput as exc:
+        print(f"launchdeck: rules file {rules_path}: {exc}", file=sys.stderr)
+        return 2
+    analyzer, scanner = Analyzer(), RuleScanner(rules)
+    try:
+        with open(path, "rb") as log:
+            while chunk := log.read(1 << 20):
+                analyzer.feed_bytes(chunk)
+                scanner.feed_bytes(chunk)
+    except OSError as exc:
+        print(f"launchdeck: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    found, decision = stored(analyzer.finish()).decided_by(scanner)
+    for warning in scanner.warnings:
+        print(f"launchdeck: warning: {warning}", file=sys.stderr)
+    if decision is not None:
+        found = replace(found, rule=AppliedRule.of(decision, None, decision.line))
+    as_kept = found.to_json()
+    keys = (*CLI_KEYS, "rule", "built_in") if rules_path is not None else CLI_KEYS
+    result = {key: as_kept.get(key) for key in keys}
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return 0
+    if found.rule is not None:
+        print(f"{'team rule:':13} {found.rule.title}{f' (by {found.rule.author})' if found.rule.author else ''}")
+    if found.stage_percent is not None:
+        result["stage"] = f"{found.stage} ({found.stage_percent}%)"
+    if not found.recognised:  # said beside the class, which stays one of the contracted names
+        unknown = "unrecognised failure" if found.root_error else "not an SGLang log"
+        result["class"] = f"{found.failure_class} ({unknown})"
+    for key in ("stage", "class", "root_error", "fingerprint", "hint"):
+        print(f"{key + ':':13} {result[key] if result[key] is not None else '-'}")
+    if found.built_in is not None:
+        built_in = found.built_in
+        print(f"{'built-in:':13} {built_in.failure_class} ({built_in.fingerprint or '-'}): {built_in.hint or '-'}")
+    print(f"{'adjustments:':13} {len(found.adjustments) or '-'}")
+    for line in found.adjustments:
+        print(f"  {line}")
+    return 0
+
+
+def _read_rules(path: str) -> tuple[Rule, ...]:
+    from app.diagnose.rules import parse_rules
+
+    return parse_rules(_read_rules_text(path))
+
+
+def _read_rules_text(path: str) -> str:
+    try:
+        with open(path, "rb") as rules_file:
+            text = rules_file.read().decode()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InvalidInput("not UTF-8 text") from None
+    return text
+
+
+def _checked_rules_text(path: str) -> str:
+    """A rules file to import, checked here first: `InvalidInput` says what is wrong with it."""
+    from app.diagnose.rules import parse_rules
+
+    text = _read_rules_text(path)
+    if not parse_rules(text):
+        raise InvalidInput("it holds no [[rule]] table")
+    return text
