@@ -23,15 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.casebook.signatures import assign_signature
-from app.casebook.team_rules import active_rules
+from app.casebook.team_rules import active_rules, set_aside
 from app.db import Sessions
 from app.db.models import Attempt
 from app.diagnose.rules import Rule, RuleScanner, RuleScope
@@ -46,11 +45,19 @@ MAX_LOG_BYTES = 16 << 20  # of each log, read for scope `any` rules
 PASS_LOG_BYTES = 4 << 30  # of all logs in one pass; past it, `any` rules keep the lines they matched
 
 
-def decide(found: StoredDiagnosis, rules: list[tuple[int, Rule]], *, log_path: Path | None = None) -> StoredDiagnosis:
+@dataclass(frozen=True)
+class Decided:
+    """A diagnosis as the rules decided it, and the rules (by id) that ran out of time on it."""
+
+    diagnosis: StoredDiagnosis
+    stalled: dict[int, str]
+
+
+def decide(found: StoredDiagnosis, rules: list[tuple[int, Rule]], *, log_path: Path | None = None) -> Decided:
     """The stored diagnosis `found` as the rules decide it. With `log_path`, scope `any` rules read
-    the log; without it they keep the line they matched before."""
+    the log; without it they keep the line they matched before. Slow: a worker thread's work."""
     if not found.stage:
-        return found
+        return Decided(found, {})
     scanner = RuleScanner(tuple(rule for _, rule in rules))
     previous = found.rule
     if log_path is not None and any(rule.scope == RuleScope.ANY for _, rule in rules):
@@ -62,22 +69,26 @@ def decide(found: StoredDiagnosis, rules: list[tuple[int, Rule]], *, log_path: P
     elif previous is not None and previous.scope == RuleScope.ANY and previous.matched:
         scanner.feed(previous.matched + "\n")
     decided, decision = found.decided_by(scanner)
+    stalled = {rules[index][0]: why for index, why in scanner.stalled.items()}
     if decision is None:
-        return decided
+        return Decided(decided, stalled)
     rule_id = next(rule_id for rule_id, rule in rules if rule is decision.rule)
     line = decision.line
     if log_path is None and previous is not None and previous.scope == decision.rule.scope == RuleScope.ANY:
         line = previous.line
-    return replace(decided, rule=AppliedRule.of(decision, rule_id, line))
+    return Decided(replace(decided, rule=AppliedRule.of(decision, rule_id, line)), stalled)
 
 
-async def decide_live(session: AsyncSession, attempt: Attempt, earlier: StoredDiagnosis) -> None:
-    """The rules over the diagnosis a live attempt's follower just wrote (`earlier` is the one it
-    replaced, which knows the line a scope `any` rule matched), in the follower's transaction."""
-    found = StoredDiagnosis.from_json(attempt.diagnosis)
-    if found.stage:
-        found = replace(found, rule=found.rule or earlier.rule)
-        attempt.diagnosis = decide(found, await active_rules(session)).to_json()
+async def decide_live(sessions: Sessions, found: StoredDiagnosis, earlier: StoredDiagnosis) -> Decided:
+    """The rules over the diagnosis a live attempt's follower is about to write (`earlier` is the
+    one it replaces, which knows the line a scope `any` rule matched): read in a session of its
+    own, decided in a worker thread, so the follower's transaction and the event loop never wait on
+    a rule."""
+    if not found.stage:
+        return Decided(found, {})
+    async with sessions.read() as session:
+        rules = await active_rules(session)
+    return await asyncio.to_thread(decide, replace(found, rule=found.rule or earlier.rule), rules)
 
 
 class Rediagnosis:
@@ -166,10 +177,11 @@ class Rediagnosis:
 
     async def _decide_and_write(self, rows: list[Any], rules: list[tuple[int, Rule]]) -> int:
         """Decides outside any transaction, then writes those that changed in one short one."""
-        decided = await asyncio.to_thread(self._decide_batch, rows, rules)
+        decided, stalled = await asyncio.to_thread(self._decide_batch, rows, rules)
         changed = 0
-        if decided:
+        if decided or stalled:
             async with self.signatures, self.sessions.write.begin() as session:
+                await set_aside(session, stalled)
                 for attempt_id, (before, now) in decided.items():
                     attempt = await session.get(Attempt, attempt_id)
                     if attempt is None or attempt.diagnosis != before:
@@ -181,13 +193,15 @@ class Rediagnosis:
 
     def _decide_batch(
         self, rows: list[Any], rules: list[tuple[int, Rule]]
-    ) -> dict[int, tuple[dict[str, Any], dict[str, Any]]]:
-        changes = {}
+    ) -> tuple[dict[int, tuple[dict[str, Any], dict[str, Any]]], dict[int, str]]:
+        """The attempts whose diagnosis the rules change (before, after), and the rules set aside:
+        once one ran out of time, the rest of the batch runs without it."""
+        changes, stalled = {}, {}
         paths = self.logs.paths([attempt_id for attempt_id, _ in rows])
         reads_logs = any(rule.scope == RuleScope.ANY for _, rule in rules)
         for attempt_id, row in rows:
             if self._closing:  # a batch reading logs may take seconds; the process must not wait for it
-                return {}
+                return {}, {}
             found = StoredDiagnosis.from_json(row)
             if not found.stage:
                 continue
@@ -197,6 +211,9 @@ class Rediagnosis:
                 now = decide(found, rules, log_path=path)
             else:
                 now = decide(found, rules)
-            if now != found:
-                changes[attempt_id] = (row, now.to_json())
-        return changes
+            if now.stalled:
+                stalled.update(now.stalled)
+                rules = [(rule_id, rule) for rule_id, rule in rules if rule_id not in now.stalled]
+            if now.diagnosis != found:
+                changes[attempt_id] = (row, now.diagnosis.to_json())
+        return changes, stalled

@@ -3,19 +3,23 @@ with its author, and exported or imported as a rules file (the TOML `launchdeck 
 reads). Every rule is checked by `rules.rule_from`, the one place that says what a rule may be.
 
 The functions that change rules take a write session and commit it once, audit row included.
+A rule is checked in a worker thread (its regular expression is tried on hostile lines), before
+the session runs a statement. A team keeps at most `MAX_RULES`; a rule whose regular expression ran
+out of time on a log is set aside (`stalled`) until someone edits it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
 from app.db.models import DiagnosisRule
-from app.diagnose.rules import Rule, RuleScope, parse_rules, rule_from
+from app.diagnose.rules import MAX_RULES, Rule, RuleScope, parse_rules, rule_from
 from app.errors import InvalidInput, NotFound
 
 ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -61,7 +65,27 @@ async def list_rules(session: AsyncSession) -> list[DiagnosisRule]:
 
 
 async def active_rules(session: AsyncSession) -> list[tuple[int, Rule]]:
-    return [(row.id, rule_of(row)) for row in await list_rules(session)]
+    """The rules diagnoses run, in order: all but those set aside."""
+    query = select(DiagnosisRule).where(DiagnosisRule.stalled == "").order_by(DiagnosisRule.id)
+    return [(row.id, rule_of(row)) for row in (await session.scalars(query)).all()]
+
+
+async def set_aside(session: AsyncSession, stalled: dict[int, str]) -> None:
+    """Rules (by id) whose regular expression ran out of time, with why: diagnoses stop running
+    them. In the caller's transaction; a rule edited meanwhile is set aside all the same."""
+    for rule_id, why in stalled.items():
+        await session.execute(
+            update(DiagnosisRule).where(DiagnosisRule.id == rule_id, DiagnosisRule.stalled == "").values(stalled=why)
+        )
+
+
+async def _check_room(session: AsyncSession, adding: int) -> None:
+    count = await session.scalar(select(func.count()).select_from(DiagnosisRule)) or 0
+    if count + adding > MAX_RULES:
+        raise InvalidInput(
+            f"a team keeps at most {MAX_RULES} rules (every diagnosis runs them all); there are {count}, "
+            f"and this adds {adding}: delete some, or merge rules that say the same"
+        )
 
 
 async def get_rule(session: AsyncSession, rule_id: int) -> DiagnosisRule:
@@ -71,21 +95,22 @@ async def get_rule(session: AsyncSession, rule_id: int) -> DiagnosisRule:
     return row
 
 
-def _checked(table: dict[str, Any], *, author: str, where: str = "rule") -> Rule:
+async def _checked(table: dict[str, Any], *, author: str, where: str = "rule") -> Rule:
     """The rule a person asked for, with them as its author (a rules file may name another)."""
-    return rule_from({**table, "author": table.get("author") or author}, where=where)
+    return await asyncio.to_thread(rule_from, {**table, "author": table.get("author") or author}, where=where)
 
 
 def _write(row: DiagnosisRule, rule: Rule) -> None:
     row.match, row.regex, row.failure_class, row.title = rule.match, rule.regex, rule.failure_class, rule.title
     row.hint, row.scope, row.flag_aware, row.merge = rule.hint, str(rule.scope), rule.flag_aware, list(rule.merge)
-    row.author = rule.author
+    row.author, row.stalled = rule.author, ""
 
 
 async def create_rule(
     session: AsyncSession, table: dict[str, Any], *, actor: str, remote_addr: str = ""
 ) -> DiagnosisRule:
-    rule = _checked({**table, "author": ""}, author=actor)  # made by whoever makes it
+    rule = await _checked({**table, "author": ""}, author=actor)  # made by whoever makes it
+    await _check_room(session, 1)
     row = DiagnosisRule()
     _write(row, rule)
     session.add(row)
@@ -100,7 +125,7 @@ async def update_rule(
     session: AsyncSession, row: DiagnosisRule, table: dict[str, Any], *, actor: str, remote_addr: str = ""
 ) -> DiagnosisRule:
     """The rule as edited; the person who edits it becomes its author."""
-    rule = _checked({**table, "author": ""}, author=actor)
+    rule = await _checked({**table, "author": ""}, author=actor)
     before = table_of(rule_of(row))
     _write(row, rule)
     audit.record(session, actor=actor, action="rule-update", target=f"rule {row.id}", remote_addr=remote_addr,
@@ -140,9 +165,10 @@ def _toml_value(value: Any) -> str:
 async def import_toml(session: AsyncSession, text: str, *, actor: str, remote_addr: str = "") -> list[DiagnosisRule]:
     """Adds every rule of a rules file after those there are, or none: the whole file is checked
     before anything is written."""
-    rules = parse_rules(text)
+    rules = await asyncio.to_thread(parse_rules, text)
     if not rules:
         raise InvalidInput("the rules file holds no [[rule]] table")
+    await _check_room(session, len(rules))
     rows = []
     for rule in rules:
         row = DiagnosisRule()

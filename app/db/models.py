@@ -402,6 +402,9 @@ class DiagnosisRule(Base):
     flag_aware: Mapped[bool] = mapped_column(default=True)
     merge: Mapped[list[Any]] = mapped_column(default=list)
     author: Mapped[str] = mapped_column(String(64), default="")
+    # Why diagnoses stopped running it ("" while they run it): its regular expression ran out of
+    # time on a log. Editing the rule clears it.
+    stalled: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -21,9 +21,16 @@ catches every slow one (`(a+)+$`, `(.*)(.*)\\2\\1x`), so a rule's regular expres
 `regex` package, whose matcher stops at a timeout. Each search may take `SEARCH_SECONDS`; over a
 whole log a rule may spend `RULE_SECONDS` plus `RULE_SECONDS_PER_CHARACTER` for each character it
 reads, so a slow rule costs at most time linear in the log. A rule that runs out is skipped for the
-rest of the log with a warning, and the diagnosis goes on without it. Lines are cut at `MAX_LINE` characters, which also
-bounds the memory a line without a newline takes. Fixed strings compile to an escaped `re` pattern,
-which runs in time linear in the line.
+rest of the log with a warning (`stalled` names it, so the team's copy can be set aside until it
+is edited), and the diagnosis goes on without it. All the rules of one diagnosis share
+`DIAGNOSIS_SECONDS`; past it the regular expressions left are skipped. The matcher lets go of the
+GIL while it runs, so a scan in a worker thread leaves the event loop its share. Lines are cut at
+`MAX_LINE` characters, which also bounds the memory a line without a newline takes. Fixed strings
+compile to an escaped `re` pattern, which runs in time linear in the line.
+
+A rule is also checked when it is made or imported (`rule_from`): a regular expression that cannot
+search a few hostile lines (`PROBE_LINES`) within `PROBE_SECONDS` each backtracks without bound and
+is refused with a sentence, before it can cost a diagnosis anything.
 """
 
 from __future__ import annotations
@@ -46,8 +53,14 @@ from app.states import FailureClass
 SEARCH_SECONDS = 0.1  # one regular expression on one line
 RULE_SECONDS = 1.0  # what one rule may spend on a log, at first,
 RULE_SECONDS_PER_CHARACTER = 50e-9  # and more for each character it reads: 20 MB/s at the slowest
+DIAGNOSIS_SECONDS = 2.0  # what all the rules together may spend on one diagnosis
 MAX_LINE = 64 * 1024
 MAX_PATTERN = 2000
+MAX_RULES = 500  # a team's rules; each diagnosis runs them all
+PROBE_SECONDS = 0.05
+# Lines on which a pattern that backtracks without bound runs for seconds, while a sound one takes
+# microseconds: long runs of one character, of log-like text and of spaces, none matching to the end.
+PROBE_LINES = ("x" * 4096 + "!", "[2026-01-01 00:00:00 TP0] Error: a-b_c.d/e (f) " * 80 + "\x00", " " * 4096 + "!")
 FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 FLAG_PIECES = re.compile(r"(?<![\w-])--(?=\w)|[-_]")
 KEYS = ("match", "regex", "class", "title", "hint", "scope", "flag_aware", "merge", "author")
@@ -91,6 +104,8 @@ def parse_rules(text: str) -> tuple[Rule, ...]:
     tables = document.get("rule", [])
     if not isinstance(tables, list) or not all(isinstance(table, dict) for table in tables):
         raise InvalidInput("`rule` must be a list of tables, written [[rule]]")
+    if len(tables) > MAX_RULES:
+        raise InvalidInput(f"the file holds {len(tables)} rules; a team keeps at most {MAX_RULES}")
     return tuple(rule_from(table, where=f"rule {number}") for number, table in enumerate(tables, 1))
 
 
@@ -139,8 +154,23 @@ def rule_from(table: dict[str, Any], *, where: str) -> Rule:
         merge=tuple(merge),
         author=text("author").strip(),
     )
-    compile_match(rule, where=where)
+    if (pattern := compile_match(rule, where=where)) is not None and rule.regex:
+        _probe(pattern, where=where)
     return rule
+
+
+def _probe(pattern: re.Pattern[str] | regex.Pattern[str], *, where: str) -> None:
+    """Refuses a regular expression that backtracks without bound on one of the hostile lines."""
+    assert isinstance(pattern, regex.Pattern)
+    for line in PROBE_LINES:
+        try:
+            pattern.search(line, timeout=PROBE_SECONDS, concurrent=True)
+        except TimeoutError:
+            raise InvalidInput(
+                f"{where}: match is a regular expression that ran past {PROBE_SECONDS:g} s on a test line of "
+                f"{len(line)} characters (it backtracks without bound, as nested or repeated groups that can "
+                "match the same text do); write it so that each part can match a piece of text one way only"
+            ) from None
 
 
 def compile_match(rule: Rule, *, where: str = "rule") -> re.Pattern[str] | regex.Pattern[str] | None:
@@ -184,6 +214,11 @@ class RuleScanner:
 
     rules: tuple[Rule, ...]
     warnings: list[str] = field(default_factory=list)
+    # Rules (by index) whose own regular expression ran out of time, with why: the team's copy of
+    # such a rule is set aside until someone edits it. A rule skipped because the diagnosis's
+    # shared time ran out is not listed: it may be sound.
+    stalled: dict[int, str] = field(default_factory=dict)
+    seconds_left: float = DIAGNOSIS_SECONDS
 
     def __post_init__(self) -> None:
         self._watches = [_Watch(index, rule, compile_match(rule)) for index, rule in enumerate(self.rules)]
@@ -231,23 +266,35 @@ class RuleScanner:
             return False
         if isinstance(watch.pattern, re.Pattern):
             return watch.pattern.search(line) is not None
+        if self.seconds_left <= 0:
+            self._skip(watch, f"the rules' {DIAGNOSIS_SECONDS:g} s for this diagnosis were spent")
+            return False
         watch.seconds_left += len(line) * RULE_SECONDS_PER_CHARACTER
-        timeout = min(SEARCH_SECONDS, watch.seconds_left)
+        own = min(SEARCH_SECONDS, watch.seconds_left)
+        timeout = min(own, self.seconds_left)
         started = time.perf_counter()
         try:
-            found = watch.pattern.search(line, timeout=timeout)
+            found = watch.pattern.search(line, timeout=timeout, concurrent=True)
         except TimeoutError:
-            if timeout < SEARCH_SECONDS:
-                self._skip(watch, "its regular expression used all the time it has on a log this long")
+            self.seconds_left -= timeout
+            if timeout < own:  # cut short by the diagnosis's time, not its own
+                self._skip(watch, f"the rules' {DIAGNOSIS_SECONDS:g} s for this diagnosis were spent")
+            elif timeout < SEARCH_SECONDS:
+                self._skip(watch, "its regular expression used all the time it has on a log this long", stalled=True)
             else:
-                self._skip(watch, f"its regular expression ran past {timeout:g} s on a line of {len(line)} characters")
+                why = f"its regular expression ran past {timeout:g} s on a line of {len(line)} characters"
+                self._skip(watch, why, stalled=True)
             return False
-        watch.seconds_left -= time.perf_counter() - started
+        spent = time.perf_counter() - started
+        watch.seconds_left -= spent
+        self.seconds_left -= spent
         return found is not None
 
-    def _skip(self, watch: _Watch, why: str) -> None:
+    def _skip(self, watch: _Watch, why: str, *, stalled: bool = False) -> None:
         watch.skipped = True
         self.warnings.append(f"rule {watch.index + 1} ({watch.rule.title}) was skipped: {why}")
+        if stalled:
+            self.stalled[watch.index] = why
 
     def decide(self, diagnosis: Diagnosis) -> tuple[Diagnosis, RuleDecision | None]:
         """The diagnosis as the rules decide it, and which rule did (None: the built-in answer stands)."""

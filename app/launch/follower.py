@@ -137,12 +137,14 @@ class LogWatch:
                 attempt.stage = stage
                 attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
             attempt.log_size = size
-            server_info = StoredDiagnosis.from_json(attempt.diagnosis).server_info  # asked of the server once, kept
-            attempt.diagnosis = replace(stored(result, self.argv), server_info=server_info).to_json()
             if hang_changed:
                 attempt.error = f"{silence}: the launch looks hung" if hung else ""
 
-        await self.record.progress(change)
+        def diagnosis(earlier: StoredDiagnosis) -> StoredDiagnosis:
+            # The server's info was asked of it once, and is kept.
+            return replace(stored(result, self.argv), server_info=earlier.server_info)
+
+        await self.record.progress(change, diagnosis)
         self.recorded_size, self.hung = size, hung
 
 

@@ -18,11 +18,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.casebook.rediagnose import decide_live
 from app.casebook.signatures import assign_signature
+from app.casebook.team_rules import set_aside
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import Attempt
@@ -179,14 +181,22 @@ class AttemptRecord:
                 log_file.finish(host_size=0, host_sha256=None, mirror_sha256=None)
             self.mirrors.store.forget(self.attempt_id)
 
-    async def progress(self, change: Callable[[Attempt], None]) -> None:
-        """Applies what the log showed (stages, size, diagnosis), lets the team's rules decide over
-        the diagnosis, and files the attempt under the signature of its failure, if it has one."""
+    async def progress(
+        self, change: Callable[[Attempt], None], diagnosis: Callable[[StoredDiagnosis], StoredDiagnosis]
+    ) -> None:
+        """Applies what the log showed (`change`: stages, size) and its diagnosis (`diagnosis`, from
+        the one stored), as the team's rules decide it, and files the attempt under the signature of
+        its failure, if it has one. The rules run before the write's transaction, off the event
+        loop; a rule that ran out of time is set aside in the same write."""
+        async with self.sessions.read() as session:
+            stored = await session.scalar(select(Attempt.diagnosis).where(Attempt.id == self.attempt_id))
+        earlier = StoredDiagnosis.from_json(stored)
+        decided = await decide_live(self.sessions, diagnosis(earlier), earlier)
 
         async def write(attempt: Attempt, session: AsyncSession) -> None:
-            earlier = StoredDiagnosis.from_json(attempt.diagnosis)
             change(attempt)
-            await decide_live(session, attempt, earlier)
+            attempt.diagnosis = decided.diagnosis.to_json()
+            await set_aside(session, decided.stalled)
             await assign_signature(session, attempt)
 
         await self._write(write, lock=self.signatures)

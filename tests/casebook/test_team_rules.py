@@ -101,9 +101,9 @@ async def test_a_bad_rule_is_refused_with_a_sentence_and_nothing_is_written(sess
 def test_a_rule_decides_over_the_built_in_answer_which_stays_beside_it_and_returns_without_it() -> None:
     rule = parse_rules('[[rule]]\nmatch = "not enough memory"\nclass = "oom"\ntitle = "KV pool"\nauthor = "ana"\n')[0]
     found = StoredDiagnosis.from_json(STORED)
-    assert decide(found, [(3, rule)]) == found  # case matters: no match, nothing added
+    assert decide(found, [(3, rule)]).diagnosis == found  # case matters: no match, nothing added
     rule = parse_rules('[[rule]]\nmatch = "Not enough memory"\nclass = "oom"\ntitle = "KV pool"\nauthor = "ana"\n')[0]
-    decided = decide(found, [(3, rule)])
+    decided = decide(found, [(3, rule)]).diagnosis
     assert (decided.failure_class, decided.recognised) == ("oom", True) and decided.hint != "built-in hint"
     assert decided.built_in == BuiltIn("other", "built-in hint", "0123456789abcdef", recognised=False)
     assert decided.rule is not None and (decided.rule.id, decided.rule.author, decided.rule.title) == (
@@ -111,16 +111,16 @@ def test_a_rule_decides_over_the_built_in_answer_which_stays_beside_it_and_retur
         "ana",
         "KV pool",
     )
-    assert decide(decided, []) == found  # the rule deleted: the built-in answer returns
+    assert decide(decided, []).diagnosis == found  # the rule deleted: the built-in answer returns
 
 
 def test_a_failure_a_rule_placed_is_no_longer_unrecognised_and_is_again_once_the_rule_goes() -> None:
     unplaced = StoredDiagnosis.from_json({**STORED, "recognised": False})
     rule = parse_rules('[[rule]]\nmatch = "Not enough memory"\nclass = "oom"\ntitle = "KV pool"\n')[0]
-    decided = decide(unplaced, [(3, rule)])
+    decided = decide(unplaced, [(3, rule)]).diagnosis
     assert decided.recognised is True and decided.built_in is not None and decided.built_in.recognised is False
-    assert decide(decided, [(3, rule)]) == decided
-    assert decide(decided, []) == unplaced
+    assert decide(decided, [(3, rule)]).diagnosis == decided
+    assert decide(decided, []).diagnosis == unplaced
 
 
 def test_a_scope_any_rule_reads_the_log_and_a_live_write_keeps_the_line_it_matched(tmp_path: Path) -> None:
@@ -128,10 +128,10 @@ def test_a_scope_any_rule_reads_the_log_and_a_live_write_keeps_the_line_it_match
     log.write_text("starting\nWARNING: the_flag is ignored on this GPU\n" + ROOT + "\n")
     rule = parse_rules('[[rule]]\nmatch = "--the-flag"\nscope = "any"\nclass = "arg-override"\ntitle = "T"\n')[0]
     found = StoredDiagnosis.from_json(STORED)
-    decided = decide(found, [(1, rule)], log_path=log)
+    decided = decide(found, [(1, rule)], log_path=log).diagnosis
     assert decided.failure_class == "arg-override" and decided.rule is not None
     assert (decided.rule.matched, decided.rule.line) == ("WARNING: the_flag is ignored on this GPU", 2)
-    again = decide(replace(found, rule=decided.rule), [(1, rule)])  # no log read: the line is still there
+    again = decide(replace(found, rule=decided.rule), [(1, rule)]).diagnosis  # no log read: the line is still there
     assert again == decided
 
 

@@ -34,6 +34,7 @@ class RulePublic(BaseModel):
     flag_aware: bool
     merge: list[str]
     author: str
+    stalled: str  # why diagnoses stopped running it ("" while they run it); editing it clears this
     created_at: datetime
     updated_at: datetime
 
