@@ -143,8 +143,9 @@ class Settings(BaseSettings):
     )
     auth_proxy_addresses: str | None = Field(
         None,
-        description="Comma-separated addresses or networks (CIDR) of the proxies allowed to send "
-        "LAUNCHDECK_AUTH_PROXY_HEADER; required with it.",
+        description="Comma-separated addresses or networks (CIDR) of the proxies in front: believed when they name "
+        "a person in LAUNCHDECK_AUTH_PROXY_HEADER (required with it), and for the client's address in their "
+        "X-Forwarded-For, which is ignored from anyone else.",
     )
     auth_proxy_default_role: Role = Field(
         Role.VIEWER, description="Role of an account made for a person the proxy names for the first time."
@@ -218,7 +219,11 @@ class Settings(BaseSettings):
 
     def resolved_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         """The proxies believed when they name a person; none unless the header is set too."""
-        if not self.auth_proxy_header or not self.auth_proxy_addresses:
+        return self.resolved_forwarding_proxies() if self.auth_proxy_header else ()
+
+    def resolved_forwarding_proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """The proxies whose X-Forwarded-For gives the client's address."""
+        if not self.auth_proxy_addresses:
             return ()
         return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in self.auth_proxy_addresses.split(","))
 
@@ -263,6 +268,13 @@ class Settings(BaseSettings):
                 f"refusing to start with LAUNCHDECK_AUTH_PROXY_HEADER={self.auth_proxy_header} but no "
                 "LAUNCHDECK_AUTH_PROXY_ADDRESSES: anyone could name themselves in that header; set it to the "
                 "address of the proxy in front (e.g. 127.0.0.1), or unset the header"
+            )
+        if self.auth_proxy_header and self.resolved_allowed_hosts() is None:
+            return (
+                f"refusing to start with LAUNCHDECK_AUTH_PROXY_HEADER={self.auth_proxy_header} but no "
+                "LAUNCHDECK_ALLOWED_HOSTS (or `*`): a page of any site whose name resolves to this machine could "
+                "then act as the person the proxy names; set it to the names people open the dashboard by, "
+                "e.g. launchdeck.example.com"
             )
         if is_loopback(self.bind) or self.cookie_secure:
             return None

@@ -22,7 +22,7 @@ from pathlib import Path
 from app import credentials, db
 from app.accounts.limits import LoginLimiter
 from app.accounts.logins import Timeouts
-from app.accounts.proxy import Network
+from app.accounts.proxy import IgnoredHeaders, Network
 from app.accounts.setup import SetupLink
 from app.casebook.rediagnose import Rediagnosis
 from app.config import Settings
@@ -71,6 +71,7 @@ class Runtime:
     htmx_version: str
     htmx_sse_version: str
     login_limits: LoginLimiter = field(default_factory=LoginLimiter)
+    ignored_headers: IgnoredHeaders = field(default_factory=IgnoredHeaders)
     setup_link: SetupLink | None = None  # while the dashboard started with no accounts
     roles: frozenset[ServerRole] = frozenset(ServerRole)
 

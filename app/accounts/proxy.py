@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from app import audit
+from app.accounts.limits import MAX_KEYS
 from app.accounts.logins import Login
 from app.accounts.users import BUILT_IN_ADMIN, NAME
 from app.db import Sessions
@@ -40,9 +41,24 @@ def from_proxy(address: str, proxies: Iterable[Network]) -> bool:
     return any(peer in network for network in proxies)
 
 
-def ignore_header(header: str, address: str) -> None:
-    """A sign-on header from anyone but a proxy is someone trying to name themselves: never believed."""
-    log.warning("ignored the %s header from %s, which is not in LAUNCHDECK_AUTH_PROXY_ADDRESSES", header, address)
+class IgnoredHeaders:
+    """Sign-on headers from anyone but a proxy: someone trying to name themselves, never believed.
+    Counted per address, and logged at the first from each, so a flood of them writes one line."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def note(self, header: str, address: str) -> None:
+        seen = self.counts.get(address, 0)
+        if seen or len(self.counts) < MAX_KEYS:
+            self.counts[address] = seen + 1
+        if not seen:
+            log.warning(
+                "ignored the %s header from %s, which is not in LAUNCHDECK_AUTH_PROXY_ADDRESSES "
+                "(more from it are counted, not logged)",
+                header,
+                address,
+            )
 
 
 async def proxy_login(sessions: Sessions, named: str, *, default_role: Role, remote_addr: str) -> Login:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 DEMO_ADMIN = "demo"
 # Seconds a dashboard told to stop (SIGTERM, Ctrl-C) gives the requests in flight before cutting
 # them short: container runtimes send SIGKILL 10 s after SIGTERM, and the services' close
-# (app.web.app.CLOSE_SECONDS) and the demo's simulated hosts need the rest.
+# (app.runtime.CLOSE_SECONDS) and the demo's simulated hosts need the rest.
 DRAIN_SECONDS = 3
 
 
@@ -122,7 +122,7 @@ def _server_options(settings: Settings) -> dict[str, Any]:
     return {
         "host": settings.bind,
         "port": settings.port,
-        "proxy_headers": _forwarded_for(settings),
+        "proxy_headers": False,  # the dashboard reads X-Forwarded-For itself, from its proxies only
         "timeout_graceful_shutdown": DRAIN_SECONDS,
     }
 
@@ -139,12 +139,6 @@ async def _accounts(settings: Settings) -> tuple[int, bool]:
             return await users.count_enabled(session), await setup.any_account(session)
     finally:
         await engine.dispose()
-
-
-def _forwarded_for(settings: Settings) -> bool:
-    """Whether uvicorn takes the client's address from X-Forwarded-For (as it does by default for
-    a peer on 127.0.0.1). Not with single sign-on: there the peer must be the proxy itself."""
-    return not settings.auth_proxy_header
 
 
 def _freeze_startup_objects() -> None:

@@ -21,13 +21,12 @@ from app.ssh import load_hosts_file
 from app.states import ServerRole
 from app.web import api, pages
 from app.web.errors import install_error_handlers
-from app.web.limits import AllowedHosts, RequestLimits
+from app.web.limits import CLIENT_ADDRESS, AllowedHosts, ClientAddress, RequestLimits
 
 log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC_DIR = ROOT / "static"
-CLOSE_SECONDS = 3.0  # for the services to close at shutdown, after the requests in flight had theirs
 
 
 class AuditSource:
@@ -38,11 +37,11 @@ class AuditSource:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        client = scope.get("client")
-        if scope["type"] != "http" or not client:
+        address = scope.get("state", {}).get(CLIENT_ADDRESS) if scope["type"] == "http" else None
+        if not address:
             await self.app(scope, receive, send)
             return
-        with audit.acting_from(client[0]):
+        with audit.acting_from(address):
             await self.app(scope, receive, send)
 
 
@@ -114,6 +113,7 @@ def create_app(
         app.add_middleware(AllowedHosts, hosts=allowed_hosts)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(AuditSource)
+    app.add_middleware(ClientAddress, proxies=settings.resolved_forwarding_proxies())
 
     app.include_router(api.router)
     app.include_router(pages.router)

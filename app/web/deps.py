@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import audit
 from app.accounts import tokens, users
 from app.accounts.logins import Login, find_login
-from app.accounts.proxy import from_proxy, ignore_header, proxy_login
+from app.accounts.proxy import from_proxy, proxy_login
 from app.db.history import load_attempt
 from app.db.models import Attempt
 from app.launch.guards import LaunchPermission
@@ -144,12 +144,15 @@ async def _proxy_login(request: Request, runtime: Runtime) -> Login | None:
     named = request.headers.get(header) if header else None
     if not header or not named:
         return None
-    address = client_address(request)
-    if not from_proxy(address, runtime.sign_on_proxies):
-        ignore_header(header, address)
+    peer = request.client.host if request.client else ""  # the connection itself: never a forwarded address
+    if not from_proxy(peer, runtime.sign_on_proxies):
+        runtime.ignored_headers.note(header, peer)
         return None
     return await proxy_login(
-        runtime.sessions, named, default_role=runtime.settings.auth_proxy_default_role, remote_addr=address
+        runtime.sessions,
+        named,
+        default_role=runtime.settings.auth_proxy_default_role,
+        remote_addr=client_address(request),
     )
 
 

@@ -21,6 +21,8 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.accounts.proxy import Network, from_proxy
+
 
 class RequestLimits:
     """Plain ASGI, like SecurityHeaders: a streamed answer (an event stream) passes untouched."""
@@ -112,3 +114,28 @@ async def _answer(send: Send, status: int, detail: str, *, close: bool = False) 
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+class ClientAddress:
+    """Says who a request comes from, for the login limits and the audit trail: the connection's
+    peer, or, when the peer is one of the proxies in front, the last address its X-Forwarded-For
+    names (the one the proxy saw). Anyone else's X-Forwarded-For is ignored, so it cannot hide
+    a guesser from the limits or name another address in the audit. The peer itself stays in
+    `scope["client"]`: sign-on believes only a proxy's own connection."""
+
+    def __init__(self, app: ASGIApp, proxies: tuple[Network, ...]):
+        self.app = app
+        self.proxies = proxies
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            peer = scope["client"][0] if scope.get("client") else ""
+            address = peer
+            if self.proxies and from_proxy(peer, self.proxies):
+                forwarded = dict(scope["headers"]).get(b"x-forwarded-for", b"").decode("latin-1")
+                address = forwarded.rpartition(",")[2].strip() or peer
+            scope.setdefault("state", {})[CLIENT_ADDRESS] = address
+        await self.app(scope, receive, send)
+
+
+CLIENT_ADDRESS = "client_address"

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.accounts import logins
 from app.accounts.limits import Burst, LoginLimiter
 from app.errors import DiskFull
+from app.web.limits import CLIENT_ADDRESS
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,9 @@ Comparison = Callable[[], bool | Awaitable[bool]]
 
 
 def client_address(request: Request) -> str:
-    return request.client.host if request.client else ""
+    """Who the request comes from, as `ClientAddress` (app.web.limits) worked it out."""
+    address: str = request.scope.get("state", {}).get(CLIENT_ADDRESS, "")
+    return address
 
 
 def refusal_sentence(retry_after: int) -> str:

@@ -16,6 +16,7 @@ from httpx import ASGITransport, AsyncClient
 from sqlalchemy import select
 
 from app.accounts import users
+from app.accounts.limits import LoginLimiter
 from app.config import Settings
 from app.db.models import AuditEvent, User
 from app.states import Role
@@ -28,7 +29,11 @@ from tests.support.waiting import until
 from tests.support.web import csrf_from
 
 PROXY = "10.0.0.5"
-SIGN_ON = {"auth_proxy_header": "X-Forwarded-User", "auth_proxy_addresses": "127.0.0.1, 10.0.0.0/29"}
+SIGN_ON = {
+    "auth_proxy_header": "X-Forwarded-User",
+    "auth_proxy_addresses": "127.0.0.1, 10.0.0.0/29",
+    "allowed_hosts": "dash.example",
+}
 
 Dashboard = Callable[..., AbstractAsyncContextManager[FastAPI]]
 
@@ -99,20 +104,59 @@ async def test_first_requests_at_once_make_one_account_and_all_get_in(dashboard:
             assert len((await db.scalars(select(AuditEvent))).all()) == 1
 
 
-async def test_the_header_from_anyone_but_a_proxy_is_ignored_and_logged(
+async def test_the_header_from_anyone_but_a_proxy_is_ignored_logged_once_and_counted(
     dashboard: Dashboard, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with dashboard(**SIGN_ON) as app, client_from(app, "10.0.0.9") as stranger:
         with caplog.at_level(logging.WARNING, logger="app.accounts.proxy"):
             page = await stranger.get("/hosts", headers={"X-Forwarded-User": "ann"})
             assert (page.status_code, page.headers["location"]) == (303, "/login?next=/hosts")
-            api = await stranger.get("/api/attempts", headers={"X-Forwarded-User": "ann"})
-            assert api.status_code == 401 and "authentication required" in api.json()["detail"]
+            for _ in range(20):
+                api = await stranger.get("/api/attempts", headers={"X-Forwarded-User": "ann"})
+                assert api.status_code == 401 and "authentication required" in api.json()["detail"]
         assert [r.getMessage() for r in caplog.records] == [
-            "ignored the X-Forwarded-User header from 10.0.0.9, which is not in LAUNCHDECK_AUTH_PROXY_ADDRESSES"
-        ] * 2
+            "ignored the X-Forwarded-User header from 10.0.0.9, which is not in LAUNCHDECK_AUTH_PROXY_ADDRESSES "
+            "(more from it are counted, not logged)"
+        ]
+        assert app.state.runtime.ignored_headers.counts == {"10.0.0.9": 21}
         async with app.state.runtime.sessions.read() as db:
             assert await users.list_users(db) == []
+
+
+async def test_a_rebinding_page_cannot_use_the_proxys_header(dashboard: Dashboard) -> None:
+    """A page on evil.example whose name resolves to this machine sends its own Host: refused
+    before the header is read, also on loopback."""
+    async with dashboard(**SIGN_ON) as app, client_from(app, "127.0.0.1") as browser:
+        rebound = {"Host": "evil.example", "X-Forwarded-User": "race1"}
+        for path in ("/users", "/api/attempts"):
+            answer = await browser.get(path, headers=rebound)
+            assert answer.status_code == 400 and "does not answer to the host 'evil.example'" in answer.text
+        named = await browser.get("/api/attempts", headers={"Host": "dash.example", "X-Forwarded-User": "race1"})
+        assert named.status_code == 200
+        async with app.state.runtime.sessions.read() as db:
+            assert [user.name for user in await users.list_users(db)] == ["race1"]
+
+
+async def test_forwarded_for_names_the_client_only_from_a_proxy(dashboard: Dashboard) -> None:
+    """The login limits and the audit trail take X-Forwarded-For from the proxies in front; from
+    anyone else it is ignored, so it neither hides a guesser nor names another address."""
+    async with dashboard(auth_proxy_addresses="10.0.0.5") as app:
+        async with client_from(app, "127.0.0.1") as direct:
+            for n in range(6):
+                status = await _wrong_login(direct, {"X-Forwarded-For": f"198.51.100.{n}"})
+            assert status == 429  # the sixth: one address, whatever the header said
+        app.state.runtime.login_limits = LoginLimiter()  # the access-token login's account is locked too
+        async with client_from(app, PROXY) as proxy:
+            assert await _wrong_login(proxy, {"X-Forwarded-For": "203.0.113.7, 10.0.0.1"}) == 401
+        async with app.state.runtime.sessions.read() as db:
+            events = (await db.scalars(select(AuditEvent).order_by(AuditEvent.id))).all()
+        assert [e.remote_addr for e in events] == ["127.0.0.1", "10.0.0.1"]  # the last hop the proxy saw
+
+
+async def _wrong_login(client: AsyncClient, headers: dict[str, str]) -> int:
+    form = await client.get("/login", headers=headers)
+    data = {"token": "a-wrong-guess", "next": "/hosts", "csrf_token": csrf_from(form.text)}
+    return (await client.post("/login", data=data, headers=headers)).status_code
 
 
 async def test_a_disabled_account_is_refused_with_a_sentence(dashboard: Dashboard) -> None:
@@ -163,6 +207,7 @@ async def test_served_the_proxy_is_its_own_peer_whatever_x_forwarded_for_says(tm
             "LAUNCHDECK_PORT": str(port),
             "LAUNCHDECK_AUTH_PROXY_HEADER": "X-Forwarded-User",
             "LAUNCHDECK_AUTH_PROXY_ADDRESSES": "127.0.0.1",
+            "LAUNCHDECK_ALLOWED_HOSTS": "127.0.0.1",
         }
     )
     command = cli_argv("serve")
@@ -197,6 +242,16 @@ def test_the_header_without_proxy_addresses_is_refused_at_start(tmp_path: Path) 
     bad = run_cli("serve", env={**env, "LAUNCHDECK_AUTH_PROXY_ADDRESSES": "127.0.0.1, proxy.internal"}, timeout=60)
     assert bad.returncode == 2
     assert "LAUNCHDECK_AUTH_PROXY_ADDRESSES: 'proxy.internal' is no IP address or network" in bad.stderr
+    for hosts in (None, "*"):
+        more = {"LAUNCHDECK_AUTH_PROXY_ADDRESSES": "127.0.0.1"} | ({"LAUNCHDECK_ALLOWED_HOSTS": hosts} if hosts else {})
+        unbound = run_cli("serve", env=env | more, timeout=60)
+        assert unbound.returncode == 2
+        assert unbound.stderr.strip() == (
+            "launchdeck: refusing to start with LAUNCHDECK_AUTH_PROXY_HEADER=X-Forwarded-User but no "
+            "LAUNCHDECK_ALLOWED_HOSTS (or `*`): a page of any site whose name resolves to this machine could then act "
+            "as the person the proxy names; set it to the names people open the dashboard by, e.g. "
+            "launchdeck.example.com"
+        )
 
 
 def test_serving_beyond_loopback_with_no_accounts_and_no_sign_on_is_refused(tmp_path: Path) -> None:

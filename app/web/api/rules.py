@@ -14,6 +14,7 @@ from app.casebook import team_rules
 from app.db.models import DiagnosisRule
 from app.errors import InvalidInput
 from app.web.deps import ApiOperator, ApiViewer, ReadDb, RuntimeDep, WriteDb
+from app.web.login_guard import client_address
 from app.web.params import Int64
 
 router = APIRouter(prefix="/api/rules", tags=["rules"])
@@ -48,7 +49,7 @@ RuleBody = Body(default={}, examples=[{"match": "Not enough memory", "class": "o
 
 
 def _remote(request: Request) -> str:
-    return request.client.host if request.client else ""
+    return client_address(request)
 
 
 @router.get("")

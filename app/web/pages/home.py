@@ -96,7 +96,7 @@ async def login(
 async def logout(request: Request, user: Viewer, db: WriteDb) -> Response:
     await logins.end_login(db, str(request.session.get("login")))
     await db.commit()  # ended before anything else, whatever becomes of the audit event
-    remote = request.client.host if request.client else ""
+    remote = client_address(request)
     await _record_session_event(db, actor=user.name, action="logout", remote_addr=remote)
     request.session.clear()
     return RedirectResponse("/login", status_code=303)

@@ -14,6 +14,7 @@ from app.casebook import team_rules
 from app.errors import InvalidInput
 from app.states import FailureClass
 from app.web.deps import Caller, Operator, ReadDb, RuntimeDep, Viewer, WriteDb
+from app.web.login_guard import client_address
 from app.web.params import Int64
 from app.web.templating import render
 
@@ -64,9 +65,7 @@ async def create_rule(request: Request, db: WriteDb, runtime: RuntimeDep, user: 
     form = await request.form()
     table = rule_table(form)
     try:
-        await team_rules.create_rule(
-            db, table, actor=user.name, remote_addr=request.client.host if request.client else ""
-        )
+        await team_rules.create_rule(db, table, actor=user.name, remote_addr=client_address(request))
     except InvalidInput as exc:
         context = await rules_page_context(db, user, error=str(exc), values=values_of(table), next=back_to(form))
         return render(request, "rules.html", context, status_code=422)
@@ -90,9 +89,7 @@ async def update_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: Ru
     row = await team_rules.get_rule(db, rule_id)
     table = rule_table(await request.form())
     try:
-        await team_rules.update_rule(
-            db, row, table, actor=user.name, remote_addr=request.client.host if request.client else ""
-        )
+        await team_rules.update_rule(db, row, table, actor=user.name, remote_addr=client_address(request))
     except InvalidInput as exc:
         context = {
             "user": user,
@@ -109,6 +106,6 @@ async def update_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: Ru
 @router.post("/rules/{rule_id}/delete")
 async def delete_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: Operator) -> Response:
     row = await team_rules.get_rule(db, rule_id)
-    await team_rules.delete_rule(db, row, actor=user.name, remote_addr=request.client.host if request.client else "")
+    await team_rules.delete_rule(db, row, actor=user.name, remote_addr=client_address(request))
     runtime.rediagnosis.request()
     return RedirectResponse("/rules", status_code=303)
