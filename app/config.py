@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import re
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.errors import InvalidInput
 from app.states import Role
 
 MIN_TOKEN_LENGTH = 32
@@ -35,6 +38,92 @@ def redacted_url(url: str) -> str:
     parts = urlsplit(url)
     port = f":{parts.port}" if parts.port else ""
     return f"{parts.scheme}://{parts.hostname or ''}{port}/…"
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class Destinations:
+    """Where webhooks may post: public addresses, and internal ones (loopback, private, link-local,
+    unspecified, reserved) only where the team allowed them, by network or by host name. A name is
+    checked by every address it resolves to, and the post goes to the address that was checked,
+    so a name that resolves elsewhere the second time reaches nothing new."""
+
+    networks: tuple[Network, ...] = ()
+    names: frozenset[str] = frozenset()
+
+    def address_problem(self, host: str, address: str) -> str | None:
+        ip = ipaddress.ip_address(address.partition("%")[0])
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+            ip = ip.ipv4_mapped
+        if host.lower().rstrip(".") in self.names or any(ip in network for network in self.networks):
+            return None
+        if ip.is_global and not ip.is_multicast:
+            return None
+        return (
+            f"{host} is {ip}, an internal address; webhooks go to public addresses unless "
+            "LAUNCHDECK_WEBHOOK_ALLOWED names the address, its network or the host"
+        )
+
+    def literal_problem(self, url: str) -> str | None:
+        """Why a URL whose host is an address, written any way a resolver reads one (127.1,
+        0x7f000001, 2130706433), may not be posted to; None for a name, checked when it is posted."""
+        host = urlsplit(url).hostname or ""
+        address = address_literal(host)
+        return self.address_problem(host, address) if address else None
+
+    async def checked_address(self, url: str) -> str:
+        """The address to post `url` to: every address its host resolves to is allowed (else
+        InvalidInput says which is not), and the first is the one to connect to."""
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise InvalidInput(f"{host} does not resolve: {exc.strerror or exc}") from None
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+        for address in addresses:
+            if problem := self.address_problem(host, address):
+                raise InvalidInput(problem)
+        return addresses[0]
+
+    @classmethod
+    def of(cls, allowed: str | None) -> Destinations:
+        networks, names = [], set()
+        for item in (allowed or "").split(","):
+            if not (item := item.strip().lower()):
+                continue
+            try:
+                networks.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                names.add(item.rstrip("."))
+        return cls(tuple(networks), frozenset(names))
+
+
+def address_literal(host: str) -> str | None:
+    """The address a URL's host names as an address, in any of the forms the system's resolver
+    accepts (dotted, short, hex, octal, decimal, IPv6); None for a name."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
+def pinned(url: str, address: str) -> tuple[str, dict[str, str], dict[str, str]]:
+    """`url` with its host replaced by `address`, the Host header and the TLS server name to send
+    with it, so the connection goes where the check said while TLS still checks the name."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{address}]" if ":" in address else address
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc)), {"Host": parts.netloc.rpartition("@")[2]}, {"sni_hostname": host}
 
 
 def http_url_problem(url: str) -> str | None:
@@ -136,6 +225,11 @@ class Settings(BaseSettings):
         description="Slack or Mattermost incoming webhook told when any attempt becomes ready, fails or turns "
         "unhealthy; a preset's own webhook is told as well.",
     )
+    webhook_allowed: str | None = Field(
+        None,
+        description="Comma-separated networks, addresses or host names that webhooks may reach although they are "
+        "internal (loopback, private, link-local), e.g. 10.0.0.0/8,chat.internal; none by default.",
+    )
     auth_proxy_header: str | None = Field(
         None,
         description="Single sign-on: the request header in which a trusted proxy (e.g. oauth2-proxy) names the "
@@ -172,6 +266,7 @@ class Settings(BaseSettings):
         "allowed_hosts",
         "public_url",
         "webhook_url",
+        "webhook_allowed",
         "auth_proxy_header",
         "auth_proxy_addresses",
         mode="before",
@@ -226,6 +321,9 @@ class Settings(BaseSettings):
         if not self.auth_proxy_addresses:
             return ()
         return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in self.auth_proxy_addresses.split(","))
+
+    def webhook_destinations(self) -> Destinations:
+        return Destinations.of(self.webhook_allowed)
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'launchdeck.db').resolve()}"

@@ -161,7 +161,12 @@ async def running(
             mirrors = Mirrors(logs)
             services.push_async_callback(mirrors.close)
             webhook = settings.webhook_url.get_secret_value() if settings.webhook_url else None
-            notifier = Notifier(sessions, public_url=settings.resolved_public_url(), webhook_url=webhook)
+            notifier = Notifier(
+                sessions,
+                public_url=settings.resolved_public_url(),
+                webhook_url=webhook,
+                destinations=settings.webhook_destinations(),
+            )
             services.push_async_callback(notifier.close)
             attempts = AttemptService(
                 sessions,

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.config import redacted_url
+from app.config import Destinations, pinned, redacted_url
 from app.db import Sessions
 from app.db.history import load_attempt
 from app.db.models import Attempt
 from app.diagnose.stored import StoredDiagnosis
+from app.errors import InvalidInput
 from app.states import AttemptStatus
 
 log = logging.getLogger(__name__)
@@ -98,9 +99,16 @@ class Notifier:
     """Owned by the app's lifespan; `status_changed` is the attempt service's hook."""
 
     def __init__(
-        self, sessions: Sessions, *, public_url: str, webhook_url: str | None = None, delivery: Delivery | None = None
+        self,
+        sessions: Sessions,
+        *,
+        public_url: str,
+        webhook_url: str | None = None,
+        delivery: Delivery | None = None,
+        destinations: Destinations | None = None,
     ):
         self.sessions = sessions
+        self.destinations = destinations or Destinations()
         self.public_url = public_url
         self.webhook_url = webhook_url
         self.delivery = delivery or Delivery()  # read at every use: tests shorten it on a running dashboard
@@ -139,10 +147,16 @@ class Notifier:
     async def _post(self, client: httpx.AsyncClient, url: str, message: dict[str, str], notice: Notice) -> None:
         """Tries again after a network error, a 429 or a 5xx; another 4xx is final (the webhook
         refuses the message, or is gone)."""
+        try:
+            address = await self.destinations.checked_address(url)
+        except InvalidInput as exc:  # an internal address: never posted to, nor tried again
+            log.warning("attempt %d: webhook %s refused: %s", notice.attempt_id, redacted_url(url), exc)
+            return
+        target, headers, extensions = pinned(url, address)
         delivery, delay = self.delivery, self.delivery.backoff
         for tries in range(1, delivery.tries + 1):
             try:
-                response = await client.post(url, json=message)
+                response = await client.post(target, json=message, headers=headers, extensions=extensions)
             except httpx.HTTPError as exc:
                 problem = type(exc).__name__  # its text may quote the URL
             else:

@@ -22,7 +22,7 @@ from sqlalchemy.orm import selectinload
 
 from app import audit
 from app.clock import utcnow
-from app.config import http_url_problem, redacted_url
+from app.config import Destinations, http_url_problem, redacted_url
 from app.db.models import Preset, PresetRevision
 from app.diagnose import flag_history
 from app.errors import InvalidInput, NotFound
@@ -353,11 +353,22 @@ def revision_of(preset: Preset, number: int) -> PresetRevision:
     raise NotFound(f"preset {preset.name!r} has no revision {number}")
 
 
-async def create_preset(session: AsyncSession, data: PresetInput, *, actor: str) -> Preset:
-    """Saves a new preset with its first revision; one unit of work, committed here."""
+async def create_preset(
+    session: AsyncSession, data: PresetInput, *, actor: str, destinations: Destinations | None = None
+) -> Preset:
+    """Saves a new preset with its first revision; one unit of work, committed here. Its webhook
+    must reach an address `destinations` allows (by default, public ones)."""
+    _check_webhook(data.webhook_url, destinations)
     created = await _create(session, data, actor=actor)
     await session.commit()
     return created
+
+
+def _check_webhook(url: str, destinations: Destinations | None) -> None:
+    """A webhook written as an internal address is refused when it is saved; one written as a name
+    is checked, address by address, each time it is posted to (app.launch.notifications)."""
+    if url and (problem := (destinations or Destinations()).literal_problem(url)):
+        raise InvalidInput(f"webhook_url: {problem}")
 
 
 async def _create(session: AsyncSession, data: PresetInput, *, actor: str) -> Preset:
@@ -380,12 +391,16 @@ async def save_preset(
     actor: str,
     action: str = "preset-edit",
     detail: dict[str, Any] | None = None,
+    destinations: Destinations | None = None,
 ) -> PresetRevision | None:
     """Saves a new revision; None when nothing changed. The name stays; the description may change.
-    The audit row says `action`, with `detail` beside the revision number."""
+    The audit row says `action`, with `detail` beside the revision number. A new webhook must reach
+    an address `destinations` allows (by default, public ones)."""
     data.name = preset.name
     data.validate()
     current = latest(preset)
+    if data.webhook_url != preset.webhook_url:
+        _check_webhook(data.webhook_url, destinations)
     preset.description = data.description
     if data.webhook_url != preset.webhook_url:  # who hears of the attempts: audited, without the URL's secret path
         shown = redacted_url(data.webhook_url) if data.webhook_url else "none"

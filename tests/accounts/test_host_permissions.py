@@ -13,26 +13,14 @@ import pytest
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
-from app.accounts import tokens, users
 from app.cli import main
 from app.states import Role
-from tests.support.accounts import PASSWORD
+from tests.support.accounts import PASSWORD, person
 from tests.support.launching import wait_for
 from tests.support.servers import free_port
 from tests.support.web import csrf_from
 
 REFUSAL = "ann may launch only on hosts labelled rtx-pro-6000; b200-01 has labels b200"
-
-
-async def person(app: FastAPI, name: str, role: Role, labels: list[str] | None) -> AsyncClient:
-    """A client with an API token of a new account `name`, limited to hosts with `labels`."""
-    async with app.state.runtime.sessions.write() as session:
-        user = await users.add_user(session, name=name, password=PASSWORD, role=role)
-        await users.set_host_labels(session, name, labels)
-        _, secret = await tokens.create_token(session, user=user, name="cli", role=role, actor=name)
-    return AsyncClient(
-        transport=ASGITransport(app=app), base_url="http://testserver", headers={"Authorization": f"Bearer {secret}"}
-    )
 
 
 @pytest.fixture

@@ -17,12 +17,15 @@ import pytest
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
+from app.config import Destinations
 from app.demo.presets import seed_demo_presets
+from app.errors import InvalidInput
 from app.launch.notifications import Delivery, Notice, slack_message
 from app.launch.record import Pace
 from app.ssh import HostSpec
-from app.states import AttemptStatus
+from app.states import AttemptStatus, Role
 from app.web.app import create_app
+from tests.support.accounts import person
 from tests.support.dashboard import AUTH, make_settings
 from tests.support.hosts import end_every_attempt
 from tests.support.launching import REPLAY, launch, wait_for
@@ -97,7 +100,9 @@ def test_message_says_which_attempt_what_happened_and_where_to_look() -> None:
 
 @pytest.fixture
 async def notifying_app(tmp_path: Path, sim_specs: list[HostSpec], hook: Hook) -> AsyncIterator[FastAPI]:
-    settings = make_settings(tmp_path, sim_specs, webhook_url=hook.url("/ok"), public_url=PUBLIC_URL + "/")
+    settings = make_settings(
+        tmp_path, sim_specs, webhook_url=hook.url("/ok"), public_url=PUBLIC_URL + "/", webhook_allowed="127.0.0.1"
+    )
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         runtime = app.state.runtime
@@ -186,3 +191,86 @@ async def test_preset_editor_keeps_a_webhook_and_the_audit_names_only_its_host(a
         ("preset-webhook", {"webhook": "https://hooks.example/…"})
     ]
     assert SECRET not in json.dumps(events)
+
+
+INTERNAL_LITERALS = (
+    "http://127.0.0.1/h",
+    "http://127.1/h",
+    "http://0x7f000001/h",
+    "http://2130706433/h",
+    "http://0177.0.0.1/h",
+    "http://[::1]/h",
+    "http://[::ffff:127.0.0.1]/h",
+    "http://169.254.169.254/latest/meta-data",
+    "http://10.0.0.1/h",
+    "http://192.168.1.1/h",
+    "http://0.0.0.0/h",
+    "http://[::]/h",
+)
+
+
+@pytest.mark.parametrize("url", INTERNAL_LITERALS)
+def test_a_webhook_written_as_an_internal_address_is_refused_however_it_is_written(url: str) -> None:
+    problem = Destinations().literal_problem(url)
+    assert problem is not None and "an internal address; webhooks go to public addresses unless" in problem
+
+
+def test_public_addresses_names_and_what_the_team_allows_pass_the_literal_check() -> None:
+    assert Destinations().literal_problem("http://93.184.215.14/h") is None
+    assert Destinations().literal_problem("https://hooks.slack.com/services/x") is None  # checked when posted
+    allowed = Destinations.of("10.0.0.0/8, chat.internal")
+    assert allowed.literal_problem("http://10.1.2.3/h") is None
+    assert allowed.literal_problem("http://127.0.0.1/h") is not None
+
+
+async def test_a_name_is_checked_by_every_address_it_resolves_to() -> None:
+    with pytest.raises(InvalidInput, match=r"localhost is 127\.0\.0\.1, an internal address|localhost is ::1"):
+        await Destinations().checked_address("http://localhost:8000/h")
+    assert await Destinations.of("localhost").checked_address("http://localhost:8000/h") in ("127.0.0.1", "::1")
+    assert await Destinations.of("127.0.0.0/8, ::1").checked_address("http://localhost:8000/h") in ("127.0.0.1", "::1")
+
+
+async def test_an_operator_cannot_save_an_internal_webhook_and_a_viewer_sees_only_its_host(
+    api: AsyncClient, running_app: FastAPI
+) -> None:
+    body = (await api.get("/api/presets/llama31-8b")).json()
+    update = {**body["revision"], "description": body["description"]}
+    for url in ("http://169.254.169.254/latest", "http://2130706433/x", "http://[::1]:8000/attempts/1/stop"):
+        refused = await api.put("/api/presets/llama31-8b", json={**update, "webhook_url": url})
+        assert refused.status_code == 422 and "an internal address" in refused.json()["detail"], refused.text
+    url = f"https://hooks.example/services/{SECRET}"
+    assert (await api.put("/api/presets/llama31-8b", json={**update, "webhook_url": url})).status_code == 200
+    assert (await api.get("/api/presets/llama31-8b")).json()["webhook_url"] == url  # the access token: an admin
+    async with await person(running_app, "vic", Role.VIEWER, None) as viewer:
+        seen = await viewer.get("/api/presets")
+    shown = {preset["name"]: preset["webhook_url"] for preset in seen.json()}
+    assert shown["llama31-8b"] == "https://hooks.example/…" and SECRET not in seen.text
+
+
+async def test_a_webhook_whose_name_resolves_inside_is_never_posted_to(
+    tmp_path: Path, sim_specs: list[HostSpec], hook: Hook, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The team's webhook names localhost, which LAUNCHDECK_WEBHOOK_ALLOWED does not list: a failure
+    is not posted there, and the log says why, without the URL's secret."""
+    url = f"http://localhost:{hook.port}/ok/{SECRET}"
+    app = create_app(make_settings(tmp_path, sim_specs, webhook_url=url))
+    async with app.router.lifespan_context(app):
+        runtime = app.state.runtime
+        runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
+        async with runtime.sessions.write() as session:
+            await seed_demo_presets(session)
+        async with AsyncClient(transport=ASGITransport(app=app), base_url="http://t", headers=AUTH) as api:
+            with caplog.at_level(logging.WARNING, logger="app.launch.notifications"):
+                failing = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY)
+                await wait_for(api, failing, {"failed"})
+                for _ in range(50):
+                    if caplog.records:
+                        break
+                    await asyncio.sleep(0.1)
+            await end_every_attempt(api, runtime.ssh, runtime.ssh.get)
+    assert hook.received == []
+    assert [record.getMessage() for record in caplog.records] == [
+        f"attempt {failing}: webhook http://localhost:{hook.port}/… refused: localhost is 127.0.0.1, an internal "
+        "address; webhooks go to public addresses unless LAUNCHDECK_WEBHOOK_ALLOWED names the address, its network "
+        "or the host"
+    ]

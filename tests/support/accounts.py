@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
-from app.accounts import users
+from app.accounts import tokens, users
 from app.states import Role
 from tests.support.web import csrf_from
 
@@ -28,3 +28,14 @@ async def log_in(client: AsyncClient, **fields: str) -> str:
 
 def browser(app: FastAPI) -> AsyncClient:
     return AsyncClient(transport=ASGITransport(app=app), base_url="http://testserver")
+
+
+async def person(app: FastAPI, name: str, role: Role, labels: list[str] | None) -> AsyncClient:
+    """A client with an API token of a new account `name`, limited to hosts with `labels`."""
+    async with app.state.runtime.sessions.write() as session:
+        user = await users.add_user(session, name=name, password=PASSWORD, role=role)
+        await users.set_host_labels(session, name, labels)
+        _, secret = await tokens.create_token(session, user=user, name="cli", role=role, actor=name)
+    return AsyncClient(
+        transport=ASGITransport(app=app), base_url="http://testserver", headers={"Authorization": f"Bearer {secret}"}
+    )

@@ -7,9 +7,11 @@ from datetime import datetime
 from fastapi import APIRouter, status
 from pydantic import BaseModel, Field
 
+from app.config import redacted_url
 from app.db.models import Preset, PresetRevision
 from app.presets import flags, revisions
-from app.web.deps import ApiOperator, ApiViewer, ReadDb, WriteDb
+from app.states import Role
+from app.web.deps import ApiOperator, ApiViewer, ReadDb, RuntimeDep, WriteDb
 from app.web.params import Int64
 
 router = APIRouter(prefix="/api/presets", tags=["presets"])
@@ -75,11 +77,13 @@ class PresetPublic(BaseModel):
     revisions: int
 
     @classmethod
-    def of(cls, preset: Preset) -> PresetPublic:
+    def of(cls, preset: Preset, *, reveal: bool = True) -> PresetPublic:
+        """`reveal` False (a viewer asking) shows only the webhook's scheme and host: its path is
+        the secret that lets anyone post to it."""
         return cls(
             name=preset.name,
             description=preset.description,
-            webhook_url=preset.webhook_url,
+            webhook_url=preset.webhook_url if reveal or not preset.webhook_url else redacted_url(preset.webhook_url),
             archived=preset.archived_at is not None,
             revision=RevisionPublic.of(revisions.latest(preset)),
             revisions=len(preset.revisions),
@@ -132,18 +136,20 @@ class Change(BaseModel):
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
-async def create_preset(body: PresetIn, db: WriteDb, user: ApiOperator) -> PresetPublic:
-    return PresetPublic.of(await revisions.create_preset(db, body.domain(), actor=user.name))
+async def create_preset(body: PresetIn, db: WriteDb, user: ApiOperator, runtime: RuntimeDep) -> PresetPublic:
+    allowed = runtime.settings.webhook_destinations()
+    return PresetPublic.of(await revisions.create_preset(db, body.domain(), actor=user.name, destinations=allowed))
 
 
 @router.get("")
-async def list_presets(db: ReadDb, _user: ApiViewer, archived: bool = False) -> list[PresetPublic]:
-    return [PresetPublic.of(preset) for preset in await revisions.list_presets(db, archived=archived)]
+async def list_presets(db: ReadDb, user: ApiViewer, archived: bool = False) -> list[PresetPublic]:
+    reveal = user.role.allows(Role.OPERATOR)  # who may edit presets sees their webhooks whole
+    return [PresetPublic.of(preset, reveal=reveal) for preset in await revisions.list_presets(db, archived=archived)]
 
 
 @router.get("/{name}")
-async def get_preset(name: str, db: ReadDb, _user: ApiViewer) -> PresetPublic:
-    return PresetPublic.of(await revisions.get_preset(db, name))
+async def get_preset(name: str, db: ReadDb, user: ApiViewer) -> PresetPublic:
+    return PresetPublic.of(await revisions.get_preset(db, name), reveal=user.role.allows(Role.OPERATOR))
 
 
 @router.get("/{name}/revisions")
@@ -152,10 +158,14 @@ async def list_revisions(name: str, db: ReadDb, _user: ApiViewer) -> list[Revisi
 
 
 @router.put("/{name}")
-async def update_preset(name: str, body: PresetUpdate, db: WriteDb, read: ReadDb, user: ApiOperator) -> PresetPublic:
+async def update_preset(
+    name: str, body: PresetUpdate, db: WriteDb, read: ReadDb, user: ApiOperator, runtime: RuntimeDep
+) -> PresetPublic:
     """Saves a new revision when anything changed; the answer shows the latest revision either way."""
     preset = await revisions.get_preset(db, name)
-    await revisions.save_preset(db, preset, revisions.PresetInput(name=name, **body.model_dump()), actor=user.name)
+    data = revisions.PresetInput(name=name, **body.model_dump())
+    allowed = runtime.settings.webhook_destinations()
+    await revisions.save_preset(db, preset, data, actor=user.name, destinations=allowed)
     return PresetPublic.of(await revisions.get_preset(read, name))
 
 

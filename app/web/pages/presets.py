@@ -16,7 +16,7 @@ from app.errors import InvalidInput
 from app.perf import runner, sweeps
 from app.presets import flags, revisions
 from app.web import charts as charts_layout
-from app.web.deps import Caller, Operator, ReadDb, Viewer, WriteDb
+from app.web.deps import Caller, Operator, ReadDb, RuntimeDep, Viewer, WriteDb
 from app.web.params import Int64
 from app.web.preset_form import editor_context, input_of, preset_input
 from app.web.templating import render
@@ -36,13 +36,13 @@ async def new_preset_form(request: Request, user: Operator) -> Response:
 
 
 @router.post("/presets", response_class=HTMLResponse)
-async def create_preset(request: Request, db: WriteDb, user: Operator) -> Response:
+async def create_preset(request: Request, db: WriteDb, user: Operator, runtime: RuntimeDep) -> Response:
     form = await request.form()
     name = str(form.get("name", "")).strip()
     data = None
     try:
         data = await preset_input(request, name)
-        await revisions.create_preset(db, data, actor=user.name)
+        await revisions.create_preset(db, data, actor=user.name, destinations=runtime.settings.webhook_destinations())
     except InvalidInput as exc:
         context = {"user": user, **editor_context(data, str(exc))}
         context["data"].name = name
@@ -89,12 +89,13 @@ async def preset_context(
 
 
 @router.post("/presets/{name}", response_class=HTMLResponse)
-async def save_preset(request: Request, name: str, db: WriteDb, user: Operator) -> Response:
+async def save_preset(request: Request, name: str, db: WriteDb, user: Operator, runtime: RuntimeDep) -> Response:
     preset = await revisions.get_preset(db, name)
     data = None
     try:
         data = await preset_input(request, name)
-        revision = await revisions.save_preset(db, preset, data, actor=user.name)
+        allowed = runtime.settings.webhook_destinations()
+        revision = await revisions.save_preset(db, preset, data, actor=user.name, destinations=allowed)
     except InvalidInput as exc:
         context = await preset_context(db, preset, user, data or input_of(preset), error=str(exc))
         return render(request, "preset.html", context, status_code=422)
