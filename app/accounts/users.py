@@ -22,6 +22,8 @@ from app.states import Role
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # The name the access token logs in as; no account may take it, so the audit trail stays unambiguous.
 BUILT_IN_ADMIN = "admin"
+# What the audit trail and attempts record for a caller with the access token as bearer token.
+SERVICE_TOKEN = "service token"
 
 
 def role_of(value: str) -> Role:

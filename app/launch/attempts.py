@@ -244,14 +244,20 @@ class AttemptService:
         shape.check(permission, self.ssh)
         return shape
 
-    async def stop(self, attempt_id: int, *, actor: str) -> Attempt:
+    async def stop(self, attempt_id: int, *, actor: str, permission: guards.LaunchPermission | None = None) -> Attempt:
         """SIGTERM to the server's process group, SIGKILL after the grace period (on Slurm, the
-        same through scancel; a queued job is cancelled).
+        same through scancel; a queued job is cancelled). `permission` must cover every host the
+        attempt runs on, as for launching there.
 
         Works on finished attempts too: their rank processes may have outlived the main one."""
         async with self.sessions.write.begin() as session:
             attempt = await load_attempt(session, attempt_id)
-            part_ids = (await session.scalars(select(Attempt.id).where(Attempt.part_of_id == attempt.id))).all()
+            parts = select(Attempt).options(selectinload(Attempt.host)).where(Attempt.part_of_id == attempt.id)
+            found = (await session.scalars(parts)).all()
+            part_ids = [part.id for part in found]
+            if permission is not None:
+                for name in dict.fromkeys([attempt.host.name, *(part.host.name for part in found)]):
+                    permission.check(name, self.ssh.get(name).spec.labels)
             if attempt.pgid is None and attempt.job_id is None and not part_ids:
                 raise InvalidInput(f"attempt {attempt.id} has no process to stop (status {attempt.status})")
             attempt.stop_requested_at = attempt.stop_requested_at or utcnow()
@@ -304,14 +310,23 @@ class AttemptService:
             if status.active:
                 self._follow(part_id)
 
-    async def stop_untracked(self, *, host: str, pid: int, actor: str) -> None:
-        """Stops a process launchdeck started but no longer tracks (its working directory is an
-        attempt's directory on the host), with its process group. Refuses any other process."""
+    async def stop_process(
+        self, *, host: str, pid: int, actor: str, permission: guards.LaunchPermission | None = None
+    ) -> None:
+        """Stops a process launchdeck started (its working directory is an attempt's directory on
+        the host), with its process group; refuses any other. A tracked attempt's process stops its
+        attempt, as `stop` does (recorded as stopped by `actor`, not as a failure); an untracked one
+        is signalled and audited. `permission` must cover the host."""
         connection = self.ssh.get(host)
+        if permission is not None:
+            permission.check(connection.name, connection.spec.labels)
         found = await connection.run(["sh", "-c", remote.PROCESS_ORIGIN, "sh", str(pid)], check=False)
         cwd, _, pgid = found.stdout.decode(errors="replace").strip().rpartition(" ")
         if found.exit_status != 0 or not started_by_launchdeck(cwd) or not pgid.isdigit():
             raise InvalidInput(f"pid {pid} on {host} was not started by launchdeck (or has exited); not stopping it")
+        if (owner := (await self._owners_on(connection.name)({int(pgid)})).get(int(pgid))) is not None:
+            await self.stop(owner, actor=actor, permission=permission)
+            return
         async with self.sessions.write.begin() as session:
             audit.record(session, actor=actor, action="stop-process", target=f"{host} pid {pid}", detail={"cwd": cwd})
         await self._stop_group(connection, int(pgid))

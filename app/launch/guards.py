@@ -21,10 +21,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Attempt, PresetRevision, Signature
-from app.errors import FailedBefore, HostNotAllowed, PreflightBlocked
+from app.accounts.users import BUILT_IN_ADMIN, SERVICE_TOKEN
+from app.db.models import Attempt, PresetRevision, Signature, User
+from app.errors import AccessRefused, FailedBefore, HostNotAllowed, PreflightBlocked
 from app.launch.preflight import Preflight
-from app.states import AttemptStatus
+from app.states import AttemptStatus, Role
 
 TITLE_LENGTH = 160
 
@@ -45,6 +46,23 @@ class LaunchPermission:
         raise HostNotAllowed(
             f"{self.person} may launch only on hosts labelled {' or '.join(self.labels)}; {host} {has}"
         )
+
+
+async def permission_now(session: AsyncSession, person: str) -> LaunchPermission:
+    """What `person` may launch on as their account stands now, for work that goes on after the
+    request that started it (each point of a sweep asks again): the access token's holders
+    everywhere; a person while enabled and an operator or above, on the hosts their labels allow.
+    AccessRefused says why not."""
+    if person in (SERVICE_TOKEN, BUILT_IN_ADMIN):
+        return LaunchPermission(person)
+    user = await session.scalar(select(User).where(User.name == person))
+    if user is None or user.disabled_at is not None:
+        raise AccessRefused(f"{person}'s account is disabled, so nothing more is launched in their name")
+    if not user.role.allows(Role.OPERATOR):
+        raise AccessRefused(f"{person} no longer has the operator role, so nothing more is launched in their name")
+    if user.role.allows(Role.ADMIN) or not user.host_labels:
+        return LaunchPermission(person)
+    return LaunchPermission(person, tuple(user.host_labels))
 
 
 def configuration(argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:

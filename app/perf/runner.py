@@ -180,8 +180,13 @@ class Benchmarks:
             raise NotFound(f"no benchmark {benchmark_id}")
         return benchmark
 
-    async def stop(self, benchmark_id: int, *, actor: str) -> Benchmark:
+    async def stop(self, benchmark_id: int, *, actor: str, permission: LaunchPermission | None = None) -> Benchmark:
+        """Ends a running benchmark; `permission` must cover its attempt's host, as for launching there."""
         benchmark = await self.get(benchmark_id)
+        if permission is not None:
+            async with self.sessions.read() as session:
+                attempt = await load_attempt(session, benchmark.attempt_id)
+            permission.check(attempt.host.name, self.ssh.get(attempt.host.name).spec.labels)
         task = self._tasks.get(benchmark_id)
         if benchmark.status != BenchmarkStatus.RUNNING or task is None:
             raise Conflict(f"benchmark {benchmark_id} is {benchmark.status}: there is nothing to stop")

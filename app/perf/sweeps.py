@@ -40,7 +40,7 @@ from app.errors import Conflict, FailedBefore, InvalidInput, LaunchdeckError, No
 from app.launch import nodes
 from app.launch.attempts import AttemptService
 from app.launch.follower import INTERRUPTED_LAUNCH
-from app.launch.guards import LaunchPermission
+from app.launch.guards import LaunchPermission, permission_now
 from app.launch.preflight import tp_size
 from app.perf import plan
 from app.perf.runner import INTERRUPTED, Benchmarks
@@ -189,10 +189,13 @@ class Sweeps:
         self._run(sweep.id)
         return sweep
 
-    async def stop(self, sweep_id: int, *, actor: str) -> None:
-        """Ends the sweep after stopping the point in flight; the points that ran stay."""
+    async def stop(self, sweep_id: int, *, actor: str, permission: LaunchPermission | None = None) -> None:
+        """Ends the sweep after stopping the point in flight; the points that ran stay. `permission`
+        must cover the sweep's host, as for launching there."""
         async with self.sessions.write.begin() as session:
             sweep = await _load(session, sweep_id)
+            if permission is not None:
+                permission.check(sweep.host, self.attempts.ssh.get(sweep.host).spec.labels)
             if sweep.status != SweepStatus.RUNNING:
                 raise Conflict(f"sweep {sweep_id} is {sweep.status}: there is nothing to stop")
             sweep.stop_requested_at = sweep.stop_requested_at or utcnow()
@@ -320,12 +323,16 @@ class Sweeps:
         await self._note(sweep.id, predicted=predicted, memory_model=note)
 
     async def _launch(self, sweep: Sweep, index: int, values: plan.Point) -> None:
+        """Launches one point in its creator's name, if their account still may (AccessRefused or
+        HostNotAllowed ends the sweep with the sentence)."""
+        async with self.sessions.read() as session:
+            permission = await permission_now(session, sweep.created_by)
         revision = await self._revision_for(sweep, values)
         point = {"index": index, "values": values}
         try:
             await self.attempts.launch(
                 preset=f"{sweep.preset.name}.sweep-{sweep.id}", revision=revision, host=sweep.host, gpus=sweep.gpus,
-                port=sweep.port, actor=sweep.created_by, sweep=(sweep.id, point),
+                port=sweep.port, actor=sweep.created_by, sweep=(sweep.id, point), permission=permission,
             )  # fmt: skip
         except (PreflightBlocked, FailedBefore, InvalidInput) as exc:
             # Decided without a launch: kept with the guard's reason, as a prediction.

@@ -30,6 +30,7 @@ from app import audit
 from app.accounts import tokens, users
 from app.accounts.logins import Login, find_login
 from app.accounts.proxy import from_proxy, proxy_login
+from app.accounts.users import SERVICE_TOKEN
 from app.db.history import load_attempt
 from app.db.models import Attempt
 from app.launch.guards import LaunchPermission
@@ -99,10 +100,6 @@ LogDep = Annotated[LogFile, Depends(borrowed_log)]
 
 class LoginRequired(Exception):
     """A page was asked for without a login; the handler redirects to the login form."""
-
-
-# What the audit trail and attempts record for a caller with the access token as bearer token.
-SERVICE_TOKEN = "service token"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from httpx import ASGITransport, AsyncClient
 
 from app.cli import main
 from app.states import Role
-from tests.support.accounts import PASSWORD, person
+from tests.support.accounts import PASSWORD, add_user, person
 from tests.support.launching import wait_for
 from tests.support.servers import free_port
 from tests.support.web import csrf_from
@@ -99,3 +99,50 @@ def test_users_cli_limits_an_operator_to_labels_and_lifts_it(
     assert main(["users", "hosts", "nobody", "--all"]) == 1
     with pytest.raises(SystemExit):
         main(["users", "hosts", "ann"])
+
+
+async def test_a_limited_operator_cannot_stop_what_runs_on_another_host(
+    api: AsyncClient, ann: AsyncClient, running_app: FastAPI
+) -> None:
+    """Stopping is acting on the host as launching is: an attempt, its process and a sweep on
+    b200-01 are refused to ann with the sentence, and nothing is stopped."""
+    body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [0], "port": free_port()}
+    launched = await api.post("/api/attempts", json=body)
+    attempt = await wait_for(api, launched.json()["id"], {"ready", "failed", "lost"})
+    assert attempt["status"] == "ready"
+    refused = await ann.post(f"/api/attempts/{attempt['id']}/stop")
+    assert refused.status_code == 403 and refused.json()["detail"] == REFUSAL
+    async with AsyncClient(transport=ASGITransport(app=running_app), base_url="http://testserver") as browser:
+        form = await browser.get("/login")
+        fields = {"name": "ann", "password": PASSWORD, "csrf_token": csrf_from(form.text)}
+        assert (await browser.post("/login", data=fields)).status_code == 303
+        csrf = csrf_from((await browser.get("/hosts")).text)
+        page = await browser.post(f"/hosts/b200-01/processes/{attempt['pid']}/stop", data={"csrf_token": csrf})
+        assert page.status_code == 403 and REFUSAL in html.unescape(page.text)
+        page = await browser.post(f"/attempts/{attempt['id']}/stop", data={"csrf_token": csrf})
+        assert page.status_code == 403 and REFUSAL in html.unescape(page.text)
+    assert (await api.get(f"/api/attempts/{attempt['id']}")).json()["status"] == "ready"
+    assert not [event for event in (await api.get("/api/audit")).json() if event["action"].startswith("stop")]
+
+
+async def test_stopping_a_tracked_server_from_the_host_page_stops_its_attempt(
+    api: AsyncClient, running_app: FastAPI
+) -> None:
+    """The host page's process list stops a process launchdeck tracks by stopping its attempt:
+    recorded as stopped by that person, not as a failure (exit 143) with a failure webhook."""
+    body = {"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [2], "port": free_port()}
+    launched = await api.post("/api/attempts", json=body)
+    attempt = await wait_for(api, launched.json()["id"], {"ready", "failed", "lost"})
+    assert attempt["status"] == "ready"
+    await add_user(running_app, "olga", Role.OPERATOR)
+    async with AsyncClient(transport=ASGITransport(app=running_app), base_url="http://testserver") as browser:
+        form = await browser.get("/login")
+        fields = {"name": "olga", "password": PASSWORD, "csrf_token": csrf_from(form.text)}
+        assert (await browser.post("/login", data=fields)).status_code == 303
+        csrf = csrf_from((await browser.get("/hosts")).text)
+        page = await browser.post(f"/hosts/rtxpro-01/processes/{attempt['pid']}/stop", data={"csrf_token": csrf})
+        assert page.status_code == 303, page.text
+    ended = await wait_for(api, attempt["id"], {"stopped", "failed", "lost"})
+    assert ended["status"] == "stopped"
+    stops = [e for e in (await api.get("/api/audit")).json() if e["action"] in ("stop", "stop-process")]
+    assert [(e["actor"], e["action"], e["target"]) for e in stops] == [("olga", "stop", f"attempt {attempt['id']}")]

@@ -12,9 +12,12 @@ from typing import Any
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
+from app.accounts import users
 from app.launch.follower import INTERRUPTED_LAUNCH
 from app.launch.record import Pace
 from app.ssh import HostSpec
+from app.states import Role
+from tests.support.accounts import person
 from tests.support.cli import cli
 from tests.support.dashboard import AUTH, TOKEN, started_app
 from tests.support.hosts import wait_until_free
@@ -240,3 +243,25 @@ async def test_a_stopped_sweep_stops_its_point_and_keeps_what_ran(api: AsyncClie
     )
     bad = await api.post("/api/sweeps", json={**body, "grid": {}, "bisect": None})
     assert bad.status_code == 422 and "give one of grid" in bad.json()["detail"]
+
+
+async def test_a_sweep_stops_launching_once_its_creator_may_no_longer(api: AsyncClient, running_app: FastAPI) -> None:
+    """Each point asks whether the sweep's creator may still launch there: disabled after the first
+    point started, they launch no more, and the sweep ends saying why."""
+    await api.post("/api/workloads", json=TINY)
+    async with await person(running_app, "sam", Role.OPERATOR, None) as sam:
+        points = [{"--max-running-requests": str(n)} for n in (8, 16, 32)]
+        body = {"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [3], "workload": "tiny", "points": points,
+                "port": free_port()}  # fmt: skip
+        started = await sam.post("/api/sweeps", json=body)
+        assert started.status_code == 202, started.text
+        sweep_id = started.json()["id"]
+        for _ in range(600):
+            if (await api.get(f"/api/sweeps/{sweep_id}")).json()["launches"] >= 1:
+                break
+            await asyncio.sleep(0.1)
+        async with running_app.state.runtime.sessions.write() as session:
+            await users.set_disabled(session, "sam", True)
+    sweep = await finished_sweep(api, sweep_id)
+    assert (sweep["status"], sweep["launches"]) == ("failed", 1), sweep
+    assert sweep["error"] == "sam's account is disabled, so nothing more is launched in their name"

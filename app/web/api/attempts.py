@@ -362,8 +362,8 @@ async def get_attempt(
 
 
 @router.post("/attempts/{attempt_id}/stop", status_code=status.HTTP_202_ACCEPTED)
-async def stop(attempt_id: Int64, runtime: RuntimeDep, user: ApiOperator) -> Launched:
-    attempt = await runtime.attempts.stop(attempt_id, actor=user.name)
+async def stop(attempt_id: Int64, runtime: RuntimeDep, user: ApiOperator, may: ApiLauncher) -> Launched:
+    attempt = await runtime.attempts.stop(attempt_id, actor=user.name, permission=may)
     return Launched(id=attempt.id, status=attempt.status)
 
 

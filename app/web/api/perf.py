@@ -111,8 +111,10 @@ async def benchmark_output(
 
 
 @router.post("/benchmarks/{benchmark_id}/stop")
-async def stop_benchmark(benchmark_id: Int64, runtime: RuntimeDep, user: ApiOperator) -> BenchmarkPublic:
-    return BenchmarkPublic.of(await runtime.benchmarks.stop(benchmark_id, actor=user.name))
+async def stop_benchmark(
+    benchmark_id: Int64, runtime: RuntimeDep, user: ApiOperator, may: ApiLauncher
+) -> BenchmarkPublic:
+    return BenchmarkPublic.of(await runtime.benchmarks.stop(benchmark_id, actor=user.name, permission=may))
 
 
 class SweepIn(BaseModel):
@@ -203,8 +205,8 @@ async def get_sweep(sweep_id: Int64, db: ReadDb, _user: ApiViewer) -> SweepPubli
 
 
 @router.post("/sweeps/{sweep_id}/stop", status_code=status.HTTP_202_ACCEPTED)
-async def stop_sweep(sweep_id: Int64, runtime: RuntimeDep, user: ApiOperator) -> dict[str, Any]:
-    await runtime.sweeps.stop(sweep_id, actor=user.name)
+async def stop_sweep(sweep_id: Int64, runtime: RuntimeDep, user: ApiOperator, may: ApiLauncher) -> dict[str, Any]:
+    await runtime.sweeps.stop(sweep_id, actor=user.name, permission=may)
     return {"id": sweep_id, "stopping": True}
 
 

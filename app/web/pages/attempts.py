@@ -256,8 +256,8 @@ async def attempt_page(
 
 
 @router.post("/attempts/{attempt_id}/stop")
-async def stop_attempt(attempt_id: Int64, runtime: RuntimeDep, user: Operator) -> Response:
-    await runtime.attempts.stop(attempt_id, actor=user.name)
+async def stop_attempt(attempt_id: Int64, runtime: RuntimeDep, user: Operator, may: Launcher) -> Response:
+    await runtime.attempts.stop(attempt_id, actor=user.name, permission=may)
     return RedirectResponse(f"/attempts/{attempt_id}", status_code=303)
 
 

@@ -19,7 +19,7 @@ from sse_starlette import EventSourceResponse
 from app.gpu.overview import HostFilter, HostView, filter_hosts, host_view, labels_of, local_view
 from app.launch.owners import classify, owners_by_host
 from app.runtime import Runtime
-from app.web.deps import Operator, RuntimeDep, Viewer, session_login
+from app.web.deps import Launcher, Operator, RuntimeDep, Viewer, session_login
 from app.web.params import Int64
 from app.web.templating import render, render_block
 
@@ -124,6 +124,6 @@ async def host_page(request: Request, name: str, runtime: RuntimeDep, user: View
 
 
 @router.post("/hosts/{name}/processes/{pid}/stop")
-async def stop_process(name: str, pid: Int64, runtime: RuntimeDep, user: Operator) -> Response:
-    await runtime.attempts.stop_untracked(host=name, pid=pid, actor=user.name)
+async def stop_process(name: str, pid: Int64, runtime: RuntimeDep, user: Operator, may: Launcher) -> Response:
+    await runtime.attempts.stop_process(host=name, pid=pid, actor=user.name, permission=may)
     return RedirectResponse(f"/hosts/{name}", status_code=303)

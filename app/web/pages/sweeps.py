@@ -148,8 +148,8 @@ async def sweep_page(
 
 
 @router.post("/sweeps/{sweep_id}/stop")
-async def stop_sweep(sweep_id: Int64, runtime: RuntimeDep, user: Operator) -> Response:
-    await runtime.sweeps.stop(sweep_id, actor=user.name)
+async def stop_sweep(sweep_id: Int64, runtime: RuntimeDep, user: Operator, may: Launcher) -> Response:
+    await runtime.sweeps.stop(sweep_id, actor=user.name, permission=may)
     return RedirectResponse(f"/sweeps/{sweep_id}", status_code=303)
 
 
