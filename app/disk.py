@@ -17,7 +17,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from app.errors import DiskFull
+from app.errors import DiskFull, wrapped
 
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 # How long pages keep warning after a write failed for want of room.
@@ -26,24 +26,15 @@ RECENT_SECONDS = 60.0
 
 def is_disk_full(exc: BaseException) -> bool:
     """Whether `exc`, or what it wraps (SQLAlchemy's `orig`, a cause), says the disk is full."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, DiskFull):
-            return True
-        if isinstance(current, OSError) and current.errno in FULL_ERRNOS:
-            return True
-        if isinstance(current, sqlite3.Error) and (
-            getattr(current, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(current)
-        ):
-            return True
-        orig = getattr(current, "orig", None)
-        pending += [orig if isinstance(orig, BaseException) else None, current.__cause__, current.__context__]
-    return False
+    return any(
+        isinstance(error, DiskFull)
+        or (isinstance(error, OSError) and error.errno in FULL_ERRNOS)
+        or (
+            isinstance(error, sqlite3.Error)
+            and (getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error))
+        )
+        for error in wrapped(exc)
+    )
 
 
 class DataDir:

@@ -26,6 +26,7 @@ LaunchdeckError
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -127,3 +128,17 @@ class CommandTimedOut(HostError):
 
 class UploadFailed(HostError):
     pass
+
+
+def wrapped(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and every exception it wraps: SQLAlchemy's `orig`, its cause, its context."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        orig = getattr(current, "orig", None)
+        pending += [orig if isinstance(orig, BaseException) else None, current.__cause__, current.__context__]

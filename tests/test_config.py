@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import socket
+import stat
+import subprocess
+import time
 from pathlib import Path
 
 from app.config import Settings
 from app.demo.inventory import parse_host_specs
-from tests.support.cli import run_cli
-from tests.support.paths import README
+from tests.support.cli import cli_argv, cli_env, run_cli
+from tests.support.paths import README, ROOT
+from tests.support.servers import free_port
 
 
 def test_every_setting_is_documented_in_the_readme() -> None:
@@ -82,3 +86,28 @@ def test_busy_port_exits_1_with_a_sentence_and_starts_nothing(tmp_path: Path) ->
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use; set LAUNCHDECK_PORT" in result.stderr
     assert not (tmp_path / "demo").exists()
+
+
+def test_what_serve_writes_is_for_its_user_only(tmp_path: Path) -> None:
+    """The data dir 0700; the database, the keys and the token 0600, whatever the caller's umask."""
+    data = tmp_path / "data"
+    env = cli_env({"LAUNCHDECK_DATA_DIR": str(data), "LAUNCHDECK_PORT": str(free_port())})
+    with subprocess.Popen(
+        cli_argv("serve"), env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    ) as server:
+        try:
+            for _ in range(600):
+                if (data / "access-token").exists() and (data / "launchdeck.db").exists():
+                    break
+                time.sleep(0.1)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    modes = {
+        path.name: stat.S_IMODE(path.stat().st_mode)
+        for path in [data, *data.iterdir()]
+        if path.is_file() or path == data
+    }
+    assert modes[data.name] == 0o700
+    assert {name: mode for name, mode in modes.items() if name != data.name and mode != 0o600} == {}
+    assert {"launchdeck.db", "access-token", "session-key"} <= set(modes)

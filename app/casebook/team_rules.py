@@ -164,7 +164,8 @@ def _toml_value(value: Any) -> str:
 
 async def import_toml(session: AsyncSession, text: str, *, actor: str, remote_addr: str = "") -> list[DiagnosisRule]:
     """Adds every rule of a rules file after those there are, or none: the whole file is checked
-    before anything is written."""
+    before anything is written. The person importing is each rule's author (whom a file names
+    is only its word)."""
     rules = await asyncio.to_thread(parse_rules, text)
     if not rules:
         raise InvalidInput("the rules file holds no [[rule]] table")
@@ -172,7 +173,7 @@ async def import_toml(session: AsyncSession, text: str, *, actor: str, remote_ad
     rows = []
     for rule in rules:
         row = DiagnosisRule()
-        _write(row, rule if rule.author else replace(rule, author=actor))
+        _write(row, replace(rule, author=actor))
         session.add(row)
         rows.append(row)
     await session.flush()

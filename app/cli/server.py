@@ -25,6 +25,8 @@ DEMO_ADMIN = "demo"
 # them short: container runtimes send SIGKILL 10 s after SIGTERM, and the services' close
 # (app.runtime.CLOSE_SECONDS) and the demo's simulated hosts need the rest.
 DRAIN_SECONDS = 3
+# What the dashboard writes (database, logs, keys, tokens) is for its own user only: files 0600, folders 0700.
+PRIVATE = 0o077
 
 
 def add_parsers(commands: Subcommands) -> None:
@@ -93,6 +95,7 @@ def serve(settings: Settings) -> int:
     from app.web.app import create_app
 
     _check_port(settings)
+    os.umask(PRIVATE)
     setup_link, secret = SetupLink.issue()
     app = create_app(settings, setup_link=setup_link)
     enabled, any_account = asyncio.run(_accounts(settings))

@@ -99,6 +99,8 @@ def parse_rules(text: str) -> tuple[Rule, ...]:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("not valid TOML for a rules file: its arrays or tables nest too deep") from None
     if unknown := sorted(set(document) - {"rule"}):
         raise InvalidInput(f"unknown top-level key {unknown[0]!r}: a rules file holds only [[rule]] tables")
     tables = document.get("rule", [])
@@ -118,6 +120,8 @@ def rule_from(table: dict[str, Any], *, where: str) -> Rule:
         value = table.get(key, "")
         if not isinstance(value, str):
             raise InvalidInput(f"{where}: {key} must be a string, not {type(value).__name__}")
+        if "\0" in value:
+            raise InvalidInput(f"{where}: {key} contains a NUL byte")
         if required and not value.strip():
             raise InvalidInput(f"{where}: {key} is required and must not be empty")
         return value

@@ -200,7 +200,8 @@ class Benchmarks:
     def read_output(self, benchmark_id: int, offset: int, limit: int = 1 << 20) -> bytes:
         try:
             with self.output_path(benchmark_id).open("rb") as output:
-                output.seek(max(offset, 0))
+                output.seek(0, 2)
+                output.seek(min(max(offset, 0), output.tell()))  # past the end reads nothing, as a file does
                 return output.read(limit)
         except FileNotFoundError:
             return b""

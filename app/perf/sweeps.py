@@ -45,12 +45,22 @@ from app.launch.preflight import tp_size
 from app.perf import plan
 from app.perf.runner import INTERRUPTED, Benchmarks
 from app.perf.workloads import DEFAULT_WORKLOAD, get_workload
-from app.presets.revisions import PresetInput, get_preset, latest, revision_of, same_revision, save_preset
+from app.presets.revisions import (
+    PresetInput,
+    check_text,
+    get_preset,
+    latest,
+    revision_of,
+    same_revision,
+    save_preset,
+)
 from app.states import ACTIVE_STATUSES, AttemptStatus, BenchmarkStatus, HostKind, PointStatus, SweepMode, SweepStatus
 
 log = logging.getLogger(__name__)
 
 OBJECTIVE = "output_throughput"
+MAX_GPU = 64  # GPU indices a host may have
+MAX_POINT_TEXT = 4096  # bytes of one argument's name and value
 DEFAULT_MAX_POINTS = 50
 POLL = 2.0  # seconds between looks at an attempt when no change wakes the sweep first
 
@@ -87,6 +97,9 @@ class SweepInput:
                 "give one of grid (values per argument), points (a list) or bisect (one argument's range)"
             )
         mode = given[0]
+        check_text("name", self.name, 128)
+        if len(set(self.gpus)) != len(self.gpus) or any(not 0 <= gpu < MAX_GPU for gpu in self.gpus):
+            raise InvalidInput(f"gpus: give distinct GPU indices from 0 to {MAX_GPU - 1}, e.g. [0, 1]")
         if not 1 <= self.max_points <= plan.MAX_POINTS:
             raise InvalidInput(f"max_points: {self.max_points} is out of range (1-{plan.MAX_POINTS})")
         if self.max_minutes is not None and not 0 < self.max_minutes <= 7 * 24 * 60:
@@ -106,6 +119,7 @@ class SweepInput:
             for name, value in point.items():
                 if not name or (value is not None and not isinstance(value, str)):
                     raise InvalidInput(f"point {plan.describe(point)}: give names with text values (or null)")
+                check_text(f"point {plan.describe(point)}", f"{name}{value or ''}", MAX_POINT_TEXT)
         return mode, {"points": points}
 
 

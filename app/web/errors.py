@@ -57,6 +57,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(LoginRequired, _login_required)
+    app.add_exception_handler(UnicodeEncodeError, _not_unicode)
     app.add_exception_handler(Exception, _unexpected_error)
 
 
@@ -107,6 +108,14 @@ async def _login_required(request: Request, exc: Exception) -> Response:
         # page; htmx turns this header into a full navigation instead.
         return Response(status_code=204, headers={"HX-Redirect": login})
     return RedirectResponse(login, status_code=303)
+
+
+async def _not_unicode(request: Request, exc: Exception) -> Response:
+    """Text with a lone surrogate (JSON's "\\ud800"), which no UTF-8 file or database column can
+    hold, fails where it is written; the unit of work rolled back, and the person hears why."""
+    if "surrogate" in str(exc):
+        return await _answer(request, 422, "the request holds text that is not Unicode (a lone surrogate code point)")
+    return await _unexpected_error(request, exc)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:

@@ -68,14 +68,14 @@ async def test_cli_imports_a_rules_file_whole_and_exports_it_back(
         assert code == 0 and out.startswith(f"2 rules imported from {tmp_path / 'team.toml'}"), out
         rules = (await api.get("/api/rules")).json()
         assert [(r["author"], r["title"]) for r in rules] == [
-            ("dee", "Another server holds the port"), ("service token", "The flag is ignored")
+            ("service token", "Another server holds the port"), ("service token", "The flag is ignored")
         ]  # fmt: skip
 
         code, out, _ = await launchdeck("export", str(tmp_path / "out.toml"))
         assert code == 0 and out.strip() == f"2 rules written to {tmp_path / 'out.toml'}"
         exported = parse_rules((tmp_path / "out.toml").read_text())
         assert [(r.author, r.title, r.scope) for r in exported] == [
-            ("dee", "Another server holds the port", "root"), ("service token", "The flag is ignored", "any")
+            ("service token", "Another server holds the port", "root"), ("service token", "The flag is ignored", "any")
         ]  # fmt: skip
         code, printed, _ = await launchdeck("export")
         assert code == 0 and parse_rules(printed) == exported
