@@ -15,7 +15,7 @@ from httpx import ASGITransport, AsyncClient
 
 from app.cli import main
 from app.states import Role
-from tests.support.accounts import PASSWORD, add_user, person
+from tests.support.accounts import PASSWORD, add_user, browser, log_in, person
 from tests.support.launching import wait_for
 from tests.support.servers import free_port
 from tests.support.web import csrf_from
@@ -112,14 +112,11 @@ async def test_a_limited_operator_cannot_stop_what_runs_on_another_host(
     assert attempt["status"] == "ready"
     refused = await ann.post(f"/api/attempts/{attempt['id']}/stop")
     assert refused.status_code == 403 and refused.json()["detail"] == REFUSAL
-    async with AsyncClient(transport=ASGITransport(app=running_app), base_url="http://testserver") as browser:
-        form = await browser.get("/login")
-        fields = {"name": "ann", "password": PASSWORD, "csrf_token": csrf_from(form.text)}
-        assert (await browser.post("/login", data=fields)).status_code == 303
-        csrf = csrf_from((await browser.get("/hosts")).text)
-        page = await browser.post(f"/hosts/b200-01/processes/{attempt['pid']}/stop", data={"csrf_token": csrf})
+    async with browser(running_app) as page_client:
+        csrf = await log_in(page_client, name="ann", password=PASSWORD)
+        page = await page_client.post(f"/hosts/b200-01/processes/{attempt['pid']}/stop", data={"csrf_token": csrf})
         assert page.status_code == 403 and REFUSAL in html.unescape(page.text)
-        page = await browser.post(f"/attempts/{attempt['id']}/stop", data={"csrf_token": csrf})
+        page = await page_client.post(f"/attempts/{attempt['id']}/stop", data={"csrf_token": csrf})
         assert page.status_code == 403 and REFUSAL in html.unescape(page.text)
     assert (await api.get(f"/api/attempts/{attempt['id']}")).json()["status"] == "ready"
     assert not [event for event in (await api.get("/api/audit")).json() if event["action"].startswith("stop")]
@@ -135,12 +132,9 @@ async def test_stopping_a_tracked_server_from_the_host_page_stops_its_attempt(
     attempt = await wait_for(api, launched.json()["id"], {"ready", "failed", "lost"})
     assert attempt["status"] == "ready"
     await add_user(running_app, "olga", Role.OPERATOR)
-    async with AsyncClient(transport=ASGITransport(app=running_app), base_url="http://testserver") as browser:
-        form = await browser.get("/login")
-        fields = {"name": "olga", "password": PASSWORD, "csrf_token": csrf_from(form.text)}
-        assert (await browser.post("/login", data=fields)).status_code == 303
-        csrf = csrf_from((await browser.get("/hosts")).text)
-        page = await browser.post(f"/hosts/rtxpro-01/processes/{attempt['pid']}/stop", data={"csrf_token": csrf})
+    async with browser(running_app) as page_client:
+        csrf = await log_in(page_client, name="olga", password=PASSWORD)
+        page = await page_client.post(f"/hosts/rtxpro-01/processes/{attempt['pid']}/stop", data={"csrf_token": csrf})
         assert page.status_code == 303, page.text
     ended = await wait_for(api, attempt["id"], {"stopped", "failed", "lost"})
     assert ended["status"] == "stopped"
