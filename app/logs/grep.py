@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import math
 import os
 import re
@@ -51,13 +52,45 @@ class GrepLimits:
     memory_bytes: int = 512 << 20  # address space of each grep
     at_once: int = 4
     wait_seconds: float = 2.0  # how long a search waits for a turn when `at_once` greps are running
+    person: str = ""  # whose searches these are (`of`); "" for the dashboard's own
     _turns: asyncio.Semaphore = field(init=False, repr=False)
+    _held: dict[str, int] = field(init=False, repr=False)  # turns each person holds, shared by `of`'s copies
 
     def __post_init__(self) -> None:
         self._turns = asyncio.Semaphore(self.at_once)
+        self._held = {}
+
+    @property
+    def per_person(self) -> int:
+        """The turns one person may hold at once: half, so that one person's slow searches leave
+        everyone else room."""
+        return max(1, self.at_once // 2)
+
+    def of(self, person: str) -> GrepLimits:
+        """These limits, and their turns, for `person`'s searches."""
+        mine = copy.copy(self)  # the same semaphore and counts
+        mine.person = person
+        return mine
 
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
+        held = self._held.get(self.person, 0)
+        if self.person and held >= self.per_person:
+            raise SearchBusy(
+                f"you have {held} searches running, as many as one person may at once: try again when one ends."
+            )
+        self._held[self.person] = held + 1
+        try:
+            async with self._shared_turn():
+                yield
+        finally:
+            if (left := self._held[self.person] - 1) > 0:
+                self._held[self.person] = left
+            else:
+                del self._held[self.person]
+
+    @contextlib.asynccontextmanager
+    async def _shared_turn(self) -> AsyncIterator[None]:
         try:
             async with asyncio.timeout(self.wait_seconds):
                 await self._turns.acquire()

@@ -120,7 +120,7 @@ def log_context(runtime: Runtime, log: LogFile) -> dict[str, Any]:
 
 
 async def attempts_matching(
-    runtime: Runtime, q: str, *, preset: str = "", host: str = "", **options: bool
+    runtime: Runtime, q: str, *, person: str, preset: str = "", host: str = "", **options: bool
 ) -> list[tuple[Attempt, int]]:
     """The newest attempts (of a preset, on a host) whose logs contain `q`, with hit counts; the
     attempts are read first and the session closed before grep runs. When the time limit stops the
@@ -135,7 +135,7 @@ async def attempts_matching(
         return [(row, counts[paths[row.id]]) for row in rows if counts.get(paths[row.id])]
 
     try:
-        counts = await count_matches(list(paths.values()), q, limits=runtime.grep_limits, **options)
+        counts = await count_matches(list(paths.values()), q, limits=runtime.grep_limits.of(person), **options)
     except SearchTooSlow as exc:
         assert isinstance(exc.partial, dict)
         raise SearchTooSlow(str(exc), with_hits(exc.partial)) from None

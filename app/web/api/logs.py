@@ -97,7 +97,7 @@ def _json_event(name: str, data: dict[str, Any], end: int | None) -> ServerSentE
 async def grep(
     request: Request,
     runtime: RuntimeDep,
-    _user: ApiViewer,
+    user: ApiViewer,
     _attempt: AttemptDep,
     log: LogDep,
     q: str,
@@ -115,7 +115,7 @@ async def grep(
     options = {"regex": regex, "ignore_case": ignore_case, "context": context, "flag_aware": flags}
     try:
         searching = search_log(
-            log, q, limits=runtime.grep_limits, limit=max(1, min(limit, 5000)), after=after, **options
+            log, q, limits=runtime.grep_limits.of(user.name), limit=max(1, min(limit, 5000)), after=after, **options
         )
         search = await unless_disconnected(request, searching)
     except SearchTooSlow as exc:
@@ -152,7 +152,7 @@ def _search_json(search: LogSearch) -> dict[str, Any]:
 async def grep_attempts(
     request: Request,
     runtime: RuntimeDep,
-    _user: ApiViewer,
+    user: ApiViewer,
     q: str,
     preset: str = "",
     host: str = "",
@@ -163,7 +163,9 @@ async def grep_attempts(
     stopped by its time limit answers 422 with `timed_out` and, as `matches`, the attempts found
     before then."""
     try:
-        matching = attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+        matching = attempts_matching(
+            runtime, q, person=user.name, preset=preset, host=host, regex=regex, ignore_case=ignore_case
+        )
         found = await unless_disconnected(request, matching)
     except SearchTooSlow as exc:
         assert isinstance(exc.partial, list)

@@ -232,12 +232,13 @@ async def grep_page(
     error, status = "", 200
     ranges: list[list[tuple[int, int]]] = []
     if q:
-        searching = search_log(log, q, limits=runtime.grep_limits, limit=GREP_PAGE_HITS, after=after, **options)
+        limits = runtime.grep_limits.of(user.name)
+        searching = search_log(log, q, limits=limits, limit=GREP_PAGE_HITS, after=after, **options)
         search, error, status = await _bounded_search(request, searching)
     if search and search.result.matches:
         texts = [m.text for m in search.result.matches]
         query = {"regex": regex, "ignore_case": ignore_case, "flag_aware": flag_aware}
-        marking = match_ranges(texts, q, limits=runtime.grep_limits, **query)
+        marking = match_ranges(texts, q, limits=runtime.grep_limits.of(user.name), **query)
         ranges = (await _bounded_search(request, marking))[0] or []  # without them, hits are still shown
     next_page = ""
     if search and search.result.more and not search.result.timed_out:
@@ -299,7 +300,9 @@ async def search_attempts(
     ignore_case: bool = False,
 ) -> Response:
     """Which attempts of a preset or a host contain a pattern, with hit counts."""
-    matching = attempts_matching(runtime, q, preset=preset, host=host, regex=regex, ignore_case=ignore_case)
+    matching = attempts_matching(
+        runtime, q, person=user.name, preset=preset, host=host, regex=regex, ignore_case=ignore_case
+    )
     rows, error, status = await _bounded_search(request, matching)
     context = {
         "user": user,
