@@ -79,16 +79,13 @@ def decide(found: StoredDiagnosis, rules: list[tuple[int, Rule]], *, log_path: P
     return Decided(replace(decided, rule=AppliedRule.of(decision, rule_id, line)), stalled)
 
 
-async def decide_live(sessions: Sessions, found: StoredDiagnosis, earlier: StoredDiagnosis) -> Decided:
+def decide_live(found: StoredDiagnosis, earlier: StoredDiagnosis, rules: list[tuple[int, Rule]]) -> Decided:
     """The rules over the diagnosis a live attempt's follower is about to write (`earlier` is the
-    one it replaces, which knows the line a scope `any` rule matched): read in a session of its
-    own, decided in a worker thread, so the follower's transaction and the event loop never wait on
-    a rule."""
+    one it replaces, which knows the line a scope `any` rule matched). Slow: the follower runs it
+    in a worker thread, before its transaction, so neither waits on a rule."""
     if not found.stage:
         return Decided(found, {})
-    async with sessions.read() as session:
-        rules = await active_rules(session)
-    return await asyncio.to_thread(decide, replace(found, rule=found.rule or earlier.rule), rules)
+    return decide(replace(found, rule=found.rule or earlier.rule), rules)
 
 
 class Rediagnosis:

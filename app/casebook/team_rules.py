@@ -122,10 +122,12 @@ async def create_rule(
 
 
 async def update_rule(
-    session: AsyncSession, row: DiagnosisRule, table: dict[str, Any], *, actor: str, remote_addr: str = ""
+    session: AsyncSession, rule_id: int, table: dict[str, Any], *, actor: str, remote_addr: str = ""
 ) -> DiagnosisRule:
-    """The rule as edited; the person who edits it becomes its author."""
+    """The rule as edited; the person who edits it becomes its author. Checked before the row is
+    read: a write session holds SQLite's write lock from its first statement."""
     rule = await _checked({**table, "author": ""}, author=actor)
+    row = await get_rule(session, rule_id)
     before = table_of(rule_of(row))
     _write(row, rule)
     audit.record(session, actor=actor, action="rule-update", target=f"rule {row.id}", remote_addr=remote_addr,

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.casebook.rediagnose import decide_live
 from app.casebook.signatures import assign_signature
-from app.casebook.team_rules import set_aside
+from app.casebook.team_rules import active_rules, set_aside
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import Attempt
@@ -190,8 +190,9 @@ class AttemptRecord:
         loop; a rule that ran out of time is set aside in the same write."""
         async with self.sessions.read() as session:
             stored = await session.scalar(select(Attempt.diagnosis).where(Attempt.id == self.attempt_id))
+            rules = await active_rules(session)
         earlier = StoredDiagnosis.from_json(stored)
-        decided = await decide_live(self.sessions, diagnosis(earlier), earlier)
+        decided = await asyncio.to_thread(decide_live, diagnosis(earlier), earlier, rules)
 
         async def write(attempt: Attempt, session: AsyncSession) -> None:
             change(attempt)

@@ -79,7 +79,6 @@ class SlurmJob(Shape):
         self, session: AsyncSession, attempt: Attempt, host_ids: dict[str, int], gpus: GpuReadings
     ) -> None:
         slurm_lifecycle.prepare(attempt, self.cluster)
-        attempt.script_sha256 = hashlib.sha256(attempt.script.encode()).hexdigest()
 
 
 @dataclass
@@ -165,12 +164,12 @@ def shape_of(ssh: SSHManager, revision: PresetRevision, where: Where, *, asked: 
     names what the request does, for the sentence that says a host is missing."""
     host, hosts, label, gpus = where.host, where.hosts, where.label, where.gpus
     port = where.port or revision.port
+    argv = command_argv(revision)
+    argv[argv.index("--port") + 1] = str(port)
     cluster = ssh.get(host).spec.slurm if host is not None and hosts is None and not label else None
     nnodes = nodes.nnodes_of(revision.args)
     if cluster is None and (nnodes > 1 or hosts is not None or label):
         names = _node_hosts(ssh, nnodes, host=host, hosts=hosts, label=label)
-        argv = command_argv(revision)
-        argv[argv.index("--port") + 1] = str(port)
         dist_port = where.dist_port or nodes.DEFAULT_DIST_PORT
         leader = f"{nodes.address_of(ssh.get(names[0]))}:{dist_port}"
         node_argvs = [
@@ -185,8 +184,6 @@ def shape_of(ssh: SSHManager, revision: PresetRevision, where: Where, *, asked: 
     if host is None:
         raise InvalidInput(f"host: say which host to {asked}")
     name = ssh.get(host).name
-    argv = command_argv(revision)
-    argv[argv.index("--port") + 1] = str(port)
     detail = {"host": host, "gpus": gpus}
     if cluster is not None:
         return SlurmJob(revision, [name], gpus, port, argv, {**revision.env}, detail, cluster=cluster)

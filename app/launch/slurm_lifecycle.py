@@ -9,6 +9,7 @@ stopped between the two still finds the job.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 
 from app.db.models import Attempt
@@ -51,6 +52,7 @@ def prepare(attempt: Attempt, settings: SlurmSettings) -> None:
         gpus_per_node=gpus_per_node(settings, attempt.gpus),
     )
     attempt.scheduler = {"state": "", "sbatch": options, "nodes_requested": nodes}
+    attempt.script_sha256 = hashlib.sha256(attempt.script.encode()).hexdigest()
 
 
 async def submit(record: AttemptRecord, connection: HostConnection, attempt: Attempt) -> bool:

@@ -67,7 +67,7 @@ async def test_rules_are_made_edited_and_deleted_with_their_author_and_audited(s
         row = await team_rules.get_rule(session, row.id)
         assert (row.author, row.failure_class, row.scope, row.flag_aware) == ("ana", "oom", "root", True)
         await team_rules.update_rule(
-            session, row, {"match": "Not enough", "class": "oom", "title": "KV pool", "hint": "see https://x"},
+            session, row.id, {"match": "Not enough", "class": "oom", "title": "KV pool", "hint": "see https://x"},
             actor="ben",
         )  # fmt: skip
     async with sessions.read() as session:

@@ -48,10 +48,6 @@ class RulePublic(BaseModel):
 RuleBody = Body(default={}, examples=[{"match": "Not enough memory", "class": "oom", "title": "KV pool too small"}])
 
 
-def _remote(request: Request) -> str:
-    return client_address(request)
-
-
 @router.get("")
 async def list_rules(db: ReadDb, _user: ApiViewer) -> list[RulePublic]:
     return [RulePublic.of(row) for row in await team_rules.list_rules(db)]
@@ -73,7 +69,7 @@ async def import_rules(request: Request, db: WriteDb, runtime: RuntimeDep, user:
         text = body.decode()
     except UnicodeDecodeError:
         raise InvalidInput("the rules file is not UTF-8 text") from None
-    rows = await team_rules.import_toml(db, text, actor=user.name, remote_addr=_remote(request))
+    rows = await team_rules.import_toml(db, text, actor=user.name, remote_addr=client_address(request))
     runtime.rediagnosis.request()
     return [RulePublic.of(row) for row in rows]
 
@@ -82,7 +78,7 @@ async def import_rules(request: Request, db: WriteDb, runtime: RuntimeDep, user:
 async def create_rule(
     request: Request, db: WriteDb, runtime: RuntimeDep, user: ApiOperator, table: dict[str, Any] = RuleBody
 ) -> RulePublic:
-    row = await team_rules.create_rule(db, table, actor=user.name, remote_addr=_remote(request))
+    row = await team_rules.create_rule(db, table, actor=user.name, remote_addr=client_address(request))
     runtime.rediagnosis.request()
     return RulePublic.of(row)
 
@@ -101,8 +97,7 @@ async def update_rule(
     user: ApiOperator,
     table: dict[str, Any] = RuleBody,
 ) -> RulePublic:
-    row = await team_rules.get_rule(db, rule_id)
-    row = await team_rules.update_rule(db, row, table, actor=user.name, remote_addr=_remote(request))
+    row = await team_rules.update_rule(db, rule_id, table, actor=user.name, remote_addr=client_address(request))
     runtime.rediagnosis.request()
     return RulePublic.of(row)
 
@@ -110,5 +105,5 @@ async def update_rule(
 @router.delete("/{rule_id}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: ApiOperator) -> None:
     row = await team_rules.get_rule(db, rule_id)
-    await team_rules.delete_rule(db, row, actor=user.name, remote_addr=_remote(request))
+    await team_rules.delete_rule(db, row, actor=user.name, remote_addr=client_address(request))
     runtime.rediagnosis.request()

@@ -86,14 +86,13 @@ async def rule_page(request: Request, rule_id: Int64, db: ReadDb, user: Viewer) 
 
 @router.post("/rules/{rule_id}", response_class=HTMLResponse)
 async def update_rule(request: Request, rule_id: Int64, db: WriteDb, runtime: RuntimeDep, user: Operator) -> Response:
-    row = await team_rules.get_rule(db, rule_id)
     table = rule_table(await request.form())
     try:
-        await team_rules.update_rule(db, row, table, actor=user.name, remote_addr=client_address(request))
+        await team_rules.update_rule(db, rule_id, table, actor=user.name, remote_addr=client_address(request))
     except InvalidInput as exc:
         context = {
             "user": user,
-            "rule": row,
+            "rule": await team_rules.get_rule(db, rule_id),
             "values": values_of(table),
             "classes": list(FailureClass),
             "error": str(exc),
