@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +30,7 @@ from app import audit
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.history import load_attempt
-from app.db.models import Attempt, Host
+from app.db.models import Attempt, Host, PresetRevision
 from app.errors import HostError, InvalidInput, NotFound
 from app.launch import guards, remote, shapes, slurm_lifecycle
 from app.launch.follower import Follower, GpuReadings, NoGpuReadings
@@ -48,6 +49,16 @@ log = logging.getLogger(__name__)
 
 # Finished attempts whose log mirror a restart resumes.
 RESUME_MIRRORS_DAYS = 7
+
+
+@dataclass(frozen=True)
+class Vetted:
+    """A launch every guard let through, not yet recorded."""
+
+    shape: shapes.Shape
+    preflight: Preflight
+    past: guards.PastFailures | None
+    host_ids: dict[str, int]
 
 
 class AttemptService:
@@ -168,45 +179,58 @@ class AttemptService:
         A preset whose arguments ask for N nodes (`--nnodes N`) runs on `hosts` (N of them, node 0
         first) or on N hosts with `label`, with `gpus` on each, node 0 waiting for the others on
         `dist_port` (app.launch.shapes)."""
-        check_text("override_reason", override_reason, MAX_OVERRIDE_REASON)
-        override_reason = override_reason.strip()
-        if len(set(gpus)) != len(gpus) or any(gpu < 0 for gpu in gpus):
-            raise InvalidInput("gpus: give distinct GPU indices, e.g. [0, 1]")
-        for name, number in (("port", port), ("dist_port", dist_port)):
-            if number is not None and not 1 <= number <= 65535:
-                raise InvalidInput(f"{name}: {number} is out of range (1-65535)")
         where = shapes.Where(host=host, hosts=hosts, label=label, gpus=gpus, port=port, dist_port=dist_port)
-        shape = await self._shape(preset, revision, where, permission, asked="launch on")
-        chosen = shape.revision
-        async with self.sessions.read() as session:
-            found = await session.execute(select(Host.name, Host.id).where(Host.name.in_(shape.hosts)))
-            host_ids: dict[str, int] = {name: host_id for name, host_id in found.all()}
-            past = await guards.past_failures(session, chosen, shape.argv, shape.env)
-        if missing := [name for name in shape.hosts if name not in host_ids]:
-            raise NotFound(f"unknown host {missing[0]!r}")
-        if past is not None and not confirm_failed_before:
-            raise guards.refuse_failed_before(past)
-        preflight = await shape.preflight(self.ssh, self._owners_on)
-        if preflight.blocked and not override_reason:
-            raise guards.refuse_blocked(preflight)
+        vetted = await self.vet(preset, revision, where, permission, override_reason, confirm_failed_before)
+        shape, override_reason = vetted.shape, override_reason.strip()
         async with self.sessions.write.begin() as session:
             attempt = shapes.new_attempt(
                 shape,
-                host_id=host_ids[shape.hosts[0]],
+                host_id=vetted.host_ids[shape.hosts[0]],
                 actor=actor,
                 override_reason=override_reason,
-                preflight=preflight,
+                preflight=vetted.preflight,
                 configuration=guards.configuration_key(shape.argv, shape.env),
                 sweep=sweep,
             )
             attempt.gpu_snapshot = {"at_launch": self.gpus.snapshot_of(shape.hosts[0])}
             session.add(attempt)
             await session.flush()
-            await shape.add_rows(session, attempt, host_ids, self.gpus)
-            detail = {"preset": preset, "revision": chosen.number, **shape.audit_detail}
-            _audit_launch(session, actor, attempt.id, detail, override_reason, preflight, past)
+            await shape.add_rows(session, attempt, vetted.host_ids, self.gpus)
+            detail = {"preset": preset, "revision": shape.revision.number, **shape.audit_detail}
+            _audit_launch(session, actor, attempt.id, detail, override_reason, vetted.preflight, vetted.past)
         self._follow(attempt.id, launching=True)
         return attempt
+
+    async def vet(
+        self,
+        preset: str,
+        revision: int | PresetRevision | None,
+        where: shapes.Where,
+        permission: guards.LaunchPermission | None,
+        override_reason: str = "",
+        confirm_failed_before: bool = False,
+    ) -> Vetted:
+        """Every guard of a launch, without recording it; `revision` may be one not saved yet (an
+        edit that is saved only once its launch would be accepted)."""
+        check_text("override_reason", override_reason, MAX_OVERRIDE_REASON)
+        if len(set(where.gpus)) != len(where.gpus) or any(gpu < 0 for gpu in where.gpus):
+            raise InvalidInput("gpus: give distinct GPU indices, e.g. [0, 1]")
+        for name, number in (("port", where.port), ("dist_port", where.dist_port)):
+            if number is not None and not 1 <= number <= 65535:
+                raise InvalidInput(f"{name}: {number} is out of range (1-65535)")
+        shape = await self._shape(preset, revision, where, permission, asked="launch on")
+        async with self.sessions.read() as session:
+            found = await session.execute(select(Host.name, Host.id).where(Host.name.in_(shape.hosts)))
+            host_ids: dict[str, int] = {name: host_id for name, host_id in found.all()}
+            past = await guards.past_failures(session, shape.revision, shape.argv, shape.env)
+        if missing := [name for name in shape.hosts if name not in host_ids]:
+            raise NotFound(f"unknown host {missing[0]!r}")
+        if past is not None and not confirm_failed_before:
+            raise guards.refuse_failed_before(past)
+        preflight = await shape.preflight(self.ssh, self._owners_on)
+        if preflight.blocked and not override_reason.strip():
+            raise guards.refuse_blocked(preflight)
+        return Vetted(shape, preflight, past, host_ids)
 
     async def preflight(
         self,
@@ -229,7 +253,7 @@ class AttemptService:
     async def _shape(
         self,
         preset: str,
-        revision: int | None,
+        revision: int | PresetRevision | None,
         where: shapes.Where,
         permission: guards.LaunchPermission | None,
         *,
@@ -239,7 +263,10 @@ class AttemptService:
         `permission` is found to cover its hosts."""
         async with self.sessions.read() as session:
             preset_row = await get_preset(session, preset)
-            chosen = latest(preset_row) if revision is None else revision_of(preset_row, revision)
+            if isinstance(revision, PresetRevision):
+                chosen = revision
+            else:
+                chosen = latest(preset_row) if revision is None else revision_of(preset_row, revision)
         shape = shapes.shape_of(self.ssh, chosen, where, asked=asked)
         shape.check(permission, self.ssh)
         return shape

@@ -48,11 +48,13 @@ class LaunchPermission:
         )
 
 
-async def permission_now(session: AsyncSession, person: str) -> LaunchPermission:
-    """What `person` may launch on as their account stands now, for work that goes on after the
-    request that started it (each point of a sweep asks again): the access token's holders
-    everywhere; a person while enabled and an operator or above, on the hosts their labels allow.
-    AccessRefused says why not."""
+async def launch_permission(session: AsyncSession, person: str) -> LaunchPermission:
+    """The one rule for every action that runs or stops something on a host: launch, relaunch,
+    preflight, stop (an attempt, a process, a benchmark, a sweep), benchmark, and a sweep and each
+    of its points. The access token's holders and admins act everywhere; an enabled operator on the
+    hosts their labels allow; anyone else is refused (AccessRefused says why). A request asks once;
+    long-running work asks again before each step, so it ends once its creator loses the right.
+    Editing presets and teaching rules run nothing on a host: the role alone decides them."""
     if person in (SERVICE_TOKEN, BUILT_IN_ADMIN):
         return LaunchPermission(person)
     user = await session.scalar(select(User).where(User.name == person))

@@ -7,7 +7,7 @@ module only decides what to launch and saves the new revision first.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from app.db.history import load_attempt, parts_of
 from app.db.models import Attempt, PresetRevision
@@ -17,6 +17,7 @@ from app.errors import InvalidInput
 from app.launch.attempts import AttemptService
 from app.launch.guards import LaunchPermission
 from app.launch.nodes import option_value
+from app.launch.shapes import Where
 from app.presets.revisions import (
     FIELD_BY_OPTION,
     PresetInput,
@@ -117,33 +118,33 @@ async def relaunch(
     confirm_failed_before: bool = False,
     permission: LaunchPermission | None = None,
 ) -> Relaunched:
-    """Launches the attempt's choices again. With `data` (the attempt's preset as edited), that is
-    saved first as a new revision, audited as made from the attempt, unless it is the attempt's
-    own revision or the preset's latest unchanged; the launch runs it on the same host, GPUs and port."""
-    async with service.sessions.write() if data is not None else service.sessions.read() as session:
+    """Launches the attempt's choices again on the same host, GPUs and port. With `data` (the
+    attempt's preset as edited), that launch is vetted first, then saved as a new revision, audited
+    as made from the attempt (unless it is the attempt's own revision or the preset's latest
+    unchanged), and launched: a refused edit saves nothing."""
+    async with service.sessions.read() as session:
         attempt = await load_attempt(session, attempt_id)
-        target = Target.of(attempt)
         hosts = [part.host.name for part in await parts_of(session, attempt_id)] or None  # on several nodes
-        dist_addr = option_value(attempt.argv, ("--dist-init-addr",)) or ""
-        revision, saved = target.revision, False
-        if data is not None and not same_revision(attempt.revision, data):
+    target = Target.of(attempt)
+    dist_port = (option_value(attempt.argv, ("--dist-init-addr",)) or "").rpartition(":")[2]
+    where = Where(
+        host=None if hosts else target.host, hosts=hosts, label=None, gpus=target.gpus, port=target.port,
+        dist_port=int(dist_port) if dist_port.isdigit() else None,
+    )  # fmt: skip
+    revision, saved = target.revision, False
+    if data is not None and not same_revision(attempt.revision, data):
+        data.validate()
+        draft = PresetRevision(**{key: getattr(data, key) for key in revision_fields(attempt.revision)})
+        await service.vet(target.preset, draft, where, permission, override_reason, confirm_failed_before)
+        async with service.sessions.write() as session:
             preset = await get_preset(session, target.preset)
             detail = {"from_attempt": attempt_id}
             new = await save_preset(session, preset, data, actor=actor, action="preset-relaunch", detail=detail)
             revision, saved = (new.number, True) if new else (latest(preset).number, False)
     launched = await service.launch(
-        preset=target.preset,
-        revision=revision,
-        host=None if hosts else target.host,
-        hosts=hosts,
-        dist_port=int(dist_addr.rpartition(":")[2]) if dist_addr.rpartition(":")[2].isdigit() else None,
-        gpus=target.gpus,
-        port=target.port,
-        override_reason=override_reason,
-        confirm_failed_before=confirm_failed_before,
-        actor=actor,
-        permission=permission,
-    )
+        preset=target.preset, revision=revision, **asdict(where), override_reason=override_reason,
+        confirm_failed_before=confirm_failed_before, actor=actor, permission=permission,
+    )  # fmt: skip
     return Relaunched(launched, revision, saved)
 
 

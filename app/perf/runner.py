@@ -125,7 +125,7 @@ class Benchmarks:
         async with self.sessions.write.begin() as session:
             attempt = await load_attempt(session, attempt_id)
             if permission is not None:
-                permission.check(attempt.host.name, attempt.host.labels)
+                permission.check(attempt.host.name, self.ssh.get(attempt.host.name).spec.labels)
             if attempt.part_of_id is not None:
                 raise Conflict(f"attempt {attempt_id} is one node of attempt {attempt.part_of_id}: benchmark that")
             if attempt.status is not AttemptStatus.READY:

@@ -36,11 +36,19 @@ from app.db import Sessions
 from app.db.history import latest_done
 from app.db.models import Attempt, Benchmark, Preset, PresetRevision, Sweep
 from app.diagnose.stored import StoredDiagnosis
-from app.errors import Conflict, FailedBefore, InvalidInput, LaunchdeckError, NotFound, PreflightBlocked
+from app.errors import (
+    AccessRefused,
+    Conflict,
+    FailedBefore,
+    InvalidInput,
+    LaunchdeckError,
+    NotFound,
+    PreflightBlocked,
+)
 from app.launch import nodes
 from app.launch.attempts import AttemptService
 from app.launch.follower import INTERRUPTED_LAUNCH
-from app.launch.guards import LaunchPermission, permission_now
+from app.launch.guards import LaunchPermission, launch_permission
 from app.launch.preflight import tp_size
 from app.perf import plan
 from app.perf.runner import INTERRUPTED, Benchmarks
@@ -340,7 +348,7 @@ class Sweeps:
         """Launches one point in its creator's name, if their account still may (AccessRefused or
         HostNotAllowed ends the sweep with the sentence)."""
         async with self.sessions.read() as session:
-            permission = await permission_now(session, sweep.created_by)
+            permission = await launch_permission(session, sweep.created_by)
         revision = await self._revision_for(sweep, values)
         point = {"index": index, "values": values}
         try:
@@ -375,10 +383,14 @@ class Sweeps:
         """Waits for the point's server to be ready or to end; benchmarks a ready one, then stops it
         and waits until it has ended, so the next point finds the GPUs free."""
         status = await self._until(sweep.id, attempt_id, lambda s: s is AttemptStatus.READY or s not in ACTIVE_STATUSES)
-        if status is AttemptStatus.READY and not await self._stopping(sweep.id):
-            benchmark = await self._benchmark_of(attempt_id, sweep)
-            if benchmark is not None and benchmark.status == BenchmarkStatus.RUNNING:
-                await self._measure(sweep.id, benchmark.id, sweep.created_by)
+        try:
+            if status is AttemptStatus.READY and not await self._stopping(sweep.id):
+                benchmark = await self._benchmark_of(attempt_id, sweep)
+                if benchmark is not None and benchmark.status == BenchmarkStatus.RUNNING:
+                    await self._measure(sweep.id, benchmark.id, sweep.created_by)
+        except AccessRefused:  # the creator may no longer benchmark: the sweep ends, the point's server too
+            await self._stop_and_wait(attempt_id, sweep.created_by)
+            raise
         await self._stop_and_wait(attempt_id, sweep.created_by)
 
     async def _measure(self, sweep_id: int, benchmark_id: int, actor: str) -> None:
@@ -404,8 +416,12 @@ class Sweeps:
             )
         if found is not None:
             return found
+        async with self.sessions.read() as session:  # a step of its own: its creator must still have the right
+            permission = await launch_permission(session, sweep.created_by)
         try:
-            return await self.benchmarks.run(attempt_id, workload=sweep.workload_name, actor=sweep.created_by)
+            return await self.benchmarks.run(
+                attempt_id, workload=sweep.workload_name, actor=sweep.created_by, permission=permission
+            )
         except Conflict:
             return None
 

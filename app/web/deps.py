@@ -27,13 +27,13 @@ from fastapi import Depends, Form, HTTPException, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
-from app.accounts import tokens, users
+from app.accounts import tokens
 from app.accounts.logins import Login, find_login
 from app.accounts.proxy import from_proxy, proxy_login
 from app.accounts.users import SERVICE_TOKEN
 from app.db.history import load_attempt
 from app.db.models import Attempt
-from app.launch.guards import LaunchPermission
+from app.launch.guards import LaunchPermission, launch_permission
 from app.logs.store import LogFile, LogLoan
 from app.runtime import Runtime
 from app.ssh import HostConnection
@@ -239,12 +239,10 @@ ApiAdmin = Annotated[Caller, Depends(_needs(Role.ADMIN, api_caller))]
 
 
 async def _launch_permission(runtime: Runtime, caller: Caller) -> LaunchPermission:
-    """The hosts the caller may launch on: an operator's account may limit them to some labels;
-    admins (and the access token) are never limited."""
-    if caller.role.allows(Role.ADMIN):
-        return LaunchPermission(caller.name)
+    """The hosts the caller may act on, by the one rule every action and long-running step uses
+    (app.launch.guards.launch_permission); the route's role guard has already run."""
     async with runtime.sessions.read() as session:
-        return LaunchPermission(caller.name, await users.host_labels_of(session, caller.name))
+        return await launch_permission(session, caller.name)
 
 
 async def page_launch_permission(runtime: RuntimeDep, caller: Operator) -> LaunchPermission:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import html
 import io
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -15,10 +17,13 @@ from httpx import ASGITransport, AsyncClient
 
 from app.cli import main
 from app.states import Role
+from app.web.deps import api_launch_permission, page_launch_permission
+from tests.accounts.test_roles import LEAST_ROLE
 from tests.support.accounts import PASSWORD, add_user, browser, log_in, person
 from tests.support.launching import wait_for
 from tests.support.servers import free_port
-from tests.support.web import csrf_from
+from tests.support.waiting import until
+from tests.support.web import api_routes, csrf_from
 
 REFUSAL = "ann may launch only on hosts labelled rtx-pro-6000; b200-01 has labels b200"
 
@@ -140,3 +145,132 @@ async def test_stopping_a_tracked_server_from_the_host_page_stops_its_attempt(
     assert ended["status"] == "stopped"
     stops = [e for e in (await api.get("/api/audit")).json() if e["action"] in ("stop", "stop-process")]
     assert [(e["actor"], e["action"], e["target"]) for e in stops] == [("olga", "stop", f"attempt {attempt['id']}")]
+
+
+# Every route that runs or stops something on a host, and the action it is: each asks
+# app.launch.guards.launch_permission, so an operator limited to other hosts is refused.
+HOST_ACTIONS: dict[tuple[str, str], str] = {
+    ("POST", "/api/preflight"): "preflight",
+    ("POST", "/launch/preflight"): "preflight",
+    ("POST", "/api/attempts"): "launch",
+    ("POST", "/launch"): "launch",
+    ("POST", "/api/attempts/{attempt_id}/relaunch"): "relaunch",
+    ("POST", "/attempts/{attempt_id}/relaunch"): "relaunch",
+    ("POST", "/attempts/{attempt_id}/edit"): "relaunch with changes",
+    ("POST", "/api/attempts/{attempt_id}/stop"): "stop",
+    ("POST", "/attempts/{attempt_id}/stop"): "stop",
+    ("POST", "/hosts/{name}/processes/{pid}/stop"): "stop a process",
+    ("POST", "/api/attempts/{attempt_id}/benchmarks"): "benchmark",
+    ("POST", "/attempts/{attempt_id}/benchmarks"): "benchmark",
+    ("POST", "/api/benchmarks/{benchmark_id}/stop"): "stop a benchmark",
+    ("POST", "/api/sweeps"): "sweep",
+    ("POST", "/sweeps"): "sweep",
+    ("POST", "/api/sweeps/{sweep_id}/stop"): "stop a sweep",
+    ("POST", "/sweeps/{sweep_id}/stop"): "stop a sweep",
+}
+# The operator's other routes run nothing on a host: the role alone decides them.
+PRESET, TEACH, WORKLOAD, FORM = "edits a preset", "teaches a rule", "adds a workload", "shows a form; its post acts"
+ROLE_ONLY: dict[tuple[str, str], str] = {
+    ("POST", "/api/presets"): PRESET,
+    ("PUT", "/api/presets/{name}"): PRESET,
+    ("POST", "/api/presets/{name}/clone"): PRESET,
+    ("POST", "/api/presets/{name}/archive"): PRESET,
+    ("POST", "/api/presets/{name}/rewrite"): PRESET,
+    ("GET", "/presets/new"): PRESET,
+    ("POST", "/presets"): PRESET,
+    ("POST", "/presets/{name}"): PRESET,
+    ("POST", "/presets/{name}/clone"): PRESET,
+    ("POST", "/presets/{name}/archive"): PRESET,
+    ("POST", "/presets/{name}/rewrite"): PRESET,
+    ("POST", "/api/sweeps/{sweep_id}/points/{attempt_id}/adopt"): PRESET,
+    ("POST", "/sweeps/{sweep_id}/adopt"): PRESET,
+    ("POST", "/api/rules/import"): TEACH,
+    ("POST", "/api/rules"): TEACH,
+    ("PUT", "/api/rules/{rule_id}"): TEACH,
+    ("DELETE", "/api/rules/{rule_id}"): TEACH,
+    ("POST", "/rules"): TEACH,
+    ("POST", "/rules/{rule_id}"): TEACH,
+    ("POST", "/rules/{rule_id}/delete"): TEACH,
+    ("POST", "/api/workloads"): WORKLOAD,
+    ("GET", "/launch"): FORM,
+    ("GET", "/sweeps/new"): FORM,
+    ("GET", "/attempts/{attempt_id}/relaunch"): FORM,
+    ("GET", "/attempts/{attempt_id}/edit"): FORM,
+}
+
+
+async def sweep_ended(api: AsyncClient, sweep_id: int) -> bool:
+    return bool((await api.get(f"/api/sweeps/{sweep_id}")).json()["status"] != "running")
+
+
+def depends_on(dependant: Any, call: Callable[..., Any]) -> bool:
+    return any(d.call is call or depends_on(d, call) for d in dependant.dependencies)
+
+
+def test_every_operator_route_is_a_host_action_or_role_only(running_app: FastAPI) -> None:
+    """Built from the routes, as the role table is: a new operator route must say which it is,
+    and every host action takes the caller's permission."""
+    operator_routes = {route for route, least in LEAST_ROLE.items() if least == Role.OPERATOR.value}
+    assert operator_routes == set(HOST_ACTIONS) | set(ROLE_ONLY) and not set(HOST_ACTIONS) & set(ROLE_ONLY)
+    routes = {(method, r.path): r for r in api_routes(running_app.routes) for method in r.methods}
+    permissions = (page_launch_permission, api_launch_permission)
+    missing = [key for key in HOST_ACTIONS if not any(depends_on(routes[key].dependant, p) for p in permissions)]
+    assert not missing, f"host actions that never ask for the caller's permission: {missing}"
+
+
+async def test_every_host_action_refuses_a_host_outside_the_limit(
+    api: AsyncClient, ann: AsyncClient, running_app: FastAPI
+) -> None:
+    """ann may act only on rtx-pro-6000 hosts. Each host action of the table, aimed at b200-01 or
+    at what runs there, is refused with the sentence (403), and nothing changes: no attempt,
+    revision, benchmark or audit row of hers, the server still ready, the sweep untouched."""
+    await api.post("/api/workloads", json={"name": "tiny", "num_prompts": 4, "input_len": 16, "output_len": 8})
+    body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [0], "port": free_port()}
+    served = await wait_for(api, (await api.post("/api/attempts", json=body)).json()["id"], {"ready", "failed"})
+    assert served["status"] == "ready", served
+    measured = await api.post(f"/api/attempts/{served['id']}/benchmarks", json={"workload": "tiny"})
+    sweep_body = {"preset": "llama31-8b", "host": "b200-01", "gpus": [1], "workload": "tiny",
+                  "points": [{"--max-running-requests": "8"}], "port": free_port()}  # fmt: skip
+    sweep = (await api.post("/api/sweeps", json=sweep_body)).json()
+    await api.post(f"/api/sweeps/{sweep['id']}/stop")
+    await until(lambda: sweep_ended(api, sweep["id"]), "the stopped sweep ends")
+    ids = {"attempt_id": served["id"], "benchmark_id": measured.json()["id"], "sweep_id": sweep["id"],
+           "name": "b200-01", "pid": served["pid"]}  # fmt: skip
+    before = (await attempt_count(api), len((await api.get("/api/presets/llama31-8b/revisions")).json()))
+    benchmarks = len((await api.get(f"/api/attempts/{served['id']}/benchmarks")).json())
+    async with browser(running_app) as page:
+        csrf = await log_in(page, name="ann", password=PASSWORD)
+        editor = (await page.get(f"/attempts/{served['id']}/edit")).text
+        edited = dict(re.findall(r'<input (?:type="hidden" )?name="([^"]+)" value="([^"]*)"', editor))
+        forms: dict[str, dict[str, str]] = {
+            "/launch/preflight": {"preset": "llama31-8b", "host": "b200-01", "gpus": "0"},
+            "/launch": {"preset": "llama31-8b", "host": "b200-01", "gpus": "0"},
+            "/attempts/{attempt_id}/edit": edited | {"max_running_requests": "4", "confirmed": "1"},
+            "/attempts/{attempt_id}/benchmarks": {"workload": "tiny"},
+            "/sweeps": {"preset": "llama31-8b", "host": "b200-01", "gpus": "1", "workload": "tiny",
+                        "grid": "--max-running-requests 8 16"},
+        }  # fmt: skip
+        json_bodies: dict[str, Any] = {
+            "/api/preflight": body,
+            "/api/attempts": body,
+            "/api/attempts/{attempt_id}/relaunch": {"changes": [{"flag": "--max-running-requests", "value": "4"}]},
+            "/api/attempts/{attempt_id}/benchmarks": {"workload": "tiny"},
+            "/api/sweeps": sweep_body,
+        }
+        wrong = []
+        for (method, path), action in HOST_ACTIONS.items():
+            url = path.format(**ids)
+            if path.startswith("/api/"):
+                answer = await ann.request(method, url, json=json_bodies.get(path))
+                said = answer.json().get("detail") if answer.status_code == 403 else answer.text
+            else:
+                answer = await page.request(method, url, data={**forms.get(path, {}), "csrf_token": csrf})
+                said = REFUSAL if REFUSAL in html.unescape(answer.text) else answer.text[:300]
+            if (answer.status_code, said) != (403, REFUSAL):
+                wrong.append(f"{action:22} {method} {path}: {answer.status_code} {said}")
+    assert not wrong, "\n".join(wrong)
+    assert (await api.get(f"/api/attempts/{served['id']}")).json()["status"] == "ready"
+    assert (await attempt_count(api), len((await api.get("/api/presets/llama31-8b/revisions")).json())) == before
+    assert len((await api.get(f"/api/attempts/{served['id']}/benchmarks")).json()) == benchmarks
+    hers = {e["action"] for e in (await api.get("/api/audit")).json() if e["actor"] == "ann"}
+    assert hers == {"token-create", "login"}

@@ -221,3 +221,16 @@ async def test_relaunching_a_failed_configuration_is_confirmed_by_its_page_and_a
     unconfirmed = await api.post(f"/attempts/{oom_id}/relaunch", data={"csrf_token": csrf})
     assert unconfirmed.status_code == 409 and re.search(r"this configuration failed \d times", unconfirmed.text)
     assert 'name="confirm_failed_before" value="1" required' in unconfirmed.text  # asked for, nothing launched
+
+
+async def test_a_refused_relaunch_with_changes_saves_nothing(api: AsyncClient) -> None:
+    """The edit is saved only once its launch is let through: while the attempt still serves on its
+    port, preflight refuses the relaunch, and the preset keeps its revisions and audit trail."""
+    ready_id = await launch(api, "llama31-8b", "b200-01", [5])
+    assert (await wait_for(api, ready_id, FINAL))["status"] == "ready"
+    revisions = len((await api.get("/api/presets/llama31-8b/revisions")).json())
+    change = {"changes": [{"flag": "--max-running-requests", "value": "4"}]}
+    refused = await api.post(f"/api/attempts/{ready_id}/relaunch", json=change)
+    assert refused.status_code == 422 and "is not free on the host" in refused.json()["detail"]
+    assert len((await api.get("/api/presets/llama31-8b/revisions")).json()) == revisions
+    assert not [e for e in (await api.get("/api/audit")).json() if e["action"] == "preset-relaunch"]

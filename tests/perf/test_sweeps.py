@@ -246,8 +246,9 @@ async def test_a_stopped_sweep_stops_its_point_and_keeps_what_ran(api: AsyncClie
 
 
 async def test_a_sweep_stops_launching_once_its_creator_may_no_longer(api: AsyncClient, running_app: FastAPI) -> None:
-    """Each point asks whether the sweep's creator may still launch there: disabled after the first
-    point started, they launch no more, and the sweep ends saying why."""
+    """Each step asks whether the sweep's creator may still act there: disabled once the first
+    point is launching, they neither benchmark it nor launch more; its server is stopped and the
+    sweep ends saying why."""
     await api.post("/api/workloads", json=TINY)
     async with await person(running_app, "sam", Role.OPERATOR, None) as sam:
         points = [{"--max-running-requests": str(n)} for n in (8, 16, 32)]
@@ -265,3 +266,6 @@ async def test_a_sweep_stops_launching_once_its_creator_may_no_longer(api: Async
     sweep = await finished_sweep(api, sweep_id)
     assert (sweep["status"], sweep["launches"]) == ("failed", 1), sweep
     assert sweep["error"] == "sam's account is disabled, so nothing more is launched in their name"
+    [point] = [p for p in sweep["points"] if p.get("attempt_id")]
+    assert (await api.get(f"/api/attempts/{point['attempt_id']}")).json()["status"] == "stopped"
+    assert (await api.get(f"/api/attempts/{point['attempt_id']}/benchmarks")).json() == []

@@ -141,14 +141,15 @@ async def launch_form(request: Request, runtime: RuntimeDep, user: Operator) -> 
 async def launch_preflight(request: Request, runtime: RuntimeDep, user: Operator, may: Launcher) -> Response:
     choice = await launch_choice(request)
     context = await launch_context(runtime, user, choice)
+    status = 200
     try:
         context["preflight"] = await runtime.attempts.preflight(
             preset=choice.get("preset", ""), permission=may, **where_to(choice)
         )
     except (InvalidInput, AccessRefused, HostError) as exc:
-        context["error"] = str(exc)
+        context["error"], status = str(exc), 403 if isinstance(exc, AccessRefused) else 422
     context["suggested_port"] = suggested_port(context["choice"], context["preflight"])
-    return render(request, "launch.html", context, block="preflight")
+    return render(request, "launch.html", context, block="preflight", status_code=status)
 
 
 @router.post("/launch", response_class=HTMLResponse)
