@@ -20,7 +20,7 @@ from app.runtime import running
 from app.ssh import load_hosts_file
 from app.states import ServerRole
 from app.web import api, pages
-from app.web.errors import install_error_handlers
+from app.web.errors import UnexpectedErrors, install_error_handlers
 from app.web.limits import CLIENT_ADDRESS, AllowedHosts, ClientAddress, RequestLimits
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,7 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
+    app.add_middleware(UnexpectedErrors)
     app.add_middleware(
         SessionMiddleware,
         secret_key=credentials.load_or_create(settings.data_dir / "session-key"),

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.disk import is_disk_full
 from app.errors import (
@@ -116,6 +117,35 @@ async def _not_unicode(request: Request, exc: Exception) -> Response:
     if "surrogate" in str(exc):
         return await _answer(request, 422, "the request holds text that is not Unicode (a lone surrogate code point)")
     return await _unexpected_error(request, exc)
+
+
+class UnexpectedErrors:
+    """Answers an error no handler knows with a 500 page or JSON, and ends there. Starlette's own
+    handler for Exception answers too but then raises again, and uvicorn closes the connection
+    of an answer that raised, so a browser's keep-alive connection (and the htmx requests queued
+    on it) would go with each 500. Inside the session middleware: the page keeps its menu."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            if started:  # part of the answer is out: only closing the connection can end it
+                raise
+            response = await _unexpected_error(Request(scope, receive), exc)
+            await response(scope, receive, send)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:

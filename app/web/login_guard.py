@@ -59,15 +59,18 @@ async def guarded_login(
 
 
 async def guarded_bearer(limiter: LoginLimiter, address: str, find: Callable[[], Awaitable[T | None]]) -> T | None:
-    """An API token, limited by address (a token names no account): 429 while locked. `find`
-    gives whom the token speaks for, or None for a wrong one, which counts as a failure."""
+    """An API token, limited by address (a token names no account). `find` gives whom the token
+    speaks for, or None for a wrong one, which counts as a failure and gets 429 while the address
+    is locked. A right token goes through even then: the lock slows guessing, and a token (256
+    random bits) is not guessed, so a colleague's mistyped passwords do not stop a team's scripts."""
+    found = await find()
+    if found is not None:
+        return found
     if (wait := limiter.check(address)) is not None:
         limiter.refused(address)
         raise HTTPException(429, refusal_sentence(wait), headers={"Retry-After": str(wait)})
-    found = await find()
-    if found is None:
-        limiter.failed(address)
-    return found
+    limiter.failed(address)
+    return None
 
 
 async def _audit(db: AsyncSession, burst: Burst) -> None:

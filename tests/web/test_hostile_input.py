@@ -3,6 +3,9 @@ Unicode, TOML nested past reason, offsets past any file, GPU numbers no host has
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,12 @@ from app.diagnose.rules import parse_rules
 from app.errors import InvalidInput
 from app.perf.runner import Benchmarks
 from app.states import Role
+from app.web.api.hosts import HostPublic
 from tests.support.accounts import person
+from tests.support.dashboard import AUTH
+from tests.support.served import served
 
+AUTH_LINE = "".join(f"{name}: {value}" for name, value in AUTH.items())
 RULE = {"match": "Not enough memory", "class": "oom", "title": "KV pool"}
 
 
@@ -68,3 +75,27 @@ async def test_whoever_imports_a_rules_file_is_the_author_of_its_rules(api: Asyn
         answer = await ivy.post("/api/rules/import", content=text, headers={"Content-Type": "application/toml"})
         assert answer.status_code in (200, 201), answer.text
     assert [rule["author"] for rule in (await api.get("/api/rules")).json()] == ["ivy"]
+
+
+async def test_an_unexpected_error_answers_500_and_keeps_the_connection(
+    running_app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug answers with a sentence and the connection stays open for the next request (uvicorn
+    closed it when the error was raised again after the answer): three requests, one connection."""
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(HostPublic, "from_overview", broken)
+    async with served(running_app) as url:
+        reader, writer = await asyncio.open_connection(*url.removeprefix("http://").split(":"))
+        try:
+            for _ in range(3):
+                writer.write(f"GET /api/hosts HTTP/1.1\r\nHost: testserver\r\n{AUTH_LINE}\r\n\r\n".encode())
+                head = (await reader.readuntil(b"\r\n\r\n")).decode()
+                length = int(re.search(r"(?i)content-length: (\d+)", head)[1])
+                body = await reader.readexactly(length)
+                assert head.startswith("HTTP/1.1 500") and "connection: close" not in head.lower()
+                assert json.loads(body) == {"detail": "internal error; the server log has the details"}
+        finally:
+            writer.close()
