@@ -21,7 +21,7 @@ from pathlib import Path
 
 from app import credentials, db
 from app.accounts.limits import LoginLimiter
-from app.accounts.logins import Timeouts
+from app.accounts.logins import HeldLogins, Timeouts
 from app.accounts.proxy import IgnoredHeaders, Network
 from app.accounts.setup import SetupLink
 from app.casebook.rediagnose import Rediagnosis
@@ -71,6 +71,7 @@ class Runtime:
     htmx_version: str
     htmx_sse_version: str
     login_limits: LoginLimiter = field(default_factory=LoginLimiter)
+    held_logins: HeldLogins = field(default_factory=HeldLogins)  # begun while the data dir was full
     ignored_headers: IgnoredHeaders = field(default_factory=IgnoredHeaders)
     setup_link: SetupLink | None = None  # while the dashboard started with no accounts
     roles: frozenset[ServerRole] = frozenset(ServerRole)

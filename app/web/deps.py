@@ -130,7 +130,9 @@ async def session_login(request: Request, runtime: Runtime) -> Login | None:
     found = await _proxy_login(request, runtime)
     login_id = request.session.get("login")
     if found is None and isinstance(login_id, str) and login_id:
-        found = await find_login(runtime.sessions, login_id, token=runtime.token, timeouts=runtime.login_timeouts)
+        found = await find_login(
+            runtime.sessions, login_id, token=runtime.token, timeouts=runtime.login_timeouts, held=runtime.held_logins
+        )
     request.state.login = found
     return found
 

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy import create_engine, select, text, update
 
 from app.accounts import users
+from app.accounts.logins import HeldLogins
 from app.cli import cli_actor, main
 from app.clock import utcnow
 from app.db.models import AuditEvent, LoginSession
@@ -128,3 +129,10 @@ def test_users_cli_adds_lists_and_changes_accounts(
         ("user-disable", "ann"),
     ]
     assert {actor for actor, _, _ in rows} == {cli_actor()} and cli_actor().endswith(" on the command line")
+
+
+def test_logins_held_on_a_full_disk_are_bounded_the_oldest_dropped_first() -> None:
+    held = HeldLogins(limit=2)
+    for id_hash in ("first", "second", "third"):
+        held.hold(LoginSession(id_hash=id_hash, user_id=None, token_check="", remote_addr="", created_at=utcnow()))
+    assert [held.find(id_hash) is not None for id_hash in ("first", "second", "third")] == [False, True, True]

@@ -17,21 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from httpx import ASGITransport, AsyncClient
+from fastapi import FastAPI
+from httpx import ASGITransport, AsyncClient, Response
 from sqlalchemy.exc import OperationalError
 
+from app.accounts import users
 from app.demo.cluster import SimCluster
 from app.demo.presets import seed_demo_presets
 from app.disk import is_disk_full
 from app.launch.record import Pace
 from app.runtime import Runtime
 from app.ssh import HostSpec
+from app.states import Role
 from app.web.app import create_app
+from tests.support.accounts import PASSWORD, add_user, browser, log_in
 from tests.support.dashboard import AUTH, TOKEN, make_settings
 from tests.support.filesystem import fill, small_filesystem
 from tests.support.hosts import end_every_attempt
 from tests.support.servers import free_port
 from tests.support.waiting import until
+from tests.support.web import csrf_from
 
 PRESET = "llama31-8b"
 
@@ -45,6 +50,7 @@ class Deck:
     browser: AsyncClient  # without: it logs in with the form
     data_dir: Path
     cluster: SimCluster
+    app: FastAPI
 
     @property
     def sentence(self) -> str:
@@ -115,7 +121,7 @@ async def deck(tmp_path: Path, small: Path, sim_specs: list[HostSpec], sim_clust
             AsyncClient(transport=transport, base_url="http://testserver", headers=AUTH) as api,
             AsyncClient(transport=transport, base_url="http://testserver") as browser,
         ):
-            yield Deck(runtime, api, browser, small / "data", sim_cluster)
+            yield Deck(runtime, api, browser, small / "data", sim_cluster, app)
             (small / "filler").unlink(missing_ok=True)
             await end_every_attempt(api, runtime.ssh, runtime.ssh.get)
 
@@ -142,7 +148,7 @@ async def test_writes_on_a_full_data_dir_answer_507_with_the_sentence_and_reads_
     await deck.attempt_when(attempt["id"], lambda a: a["status"] == "stopped")
 
 
-async def test_every_page_shows_the_banner_and_a_new_login_says_why_it_cannot_be_kept(deck: Deck) -> None:
+async def test_every_page_shows_the_banner_and_a_write_from_a_page_gets_the_sentence(deck: Deck) -> None:
     assert "the data dir is full" not in (await deck.browser.get("/login")).text
     assert await deck.log_in() == 303  # a login is a row on the server, so it is made while there is room
     await deck.fill()
@@ -160,15 +166,52 @@ async def test_every_page_shows_the_banner_and_a_new_login_says_why_it_cannot_be
         headers={"accept": "text/html"},
     )
     assert answer.status_code == 507 and deck.sentence in answer.text
-    # A new login could not be ended again if it were not kept: it is refused, with the reason.
-    deck.browser.cookies.clear()
-    form = await deck.browser.get("/login")
-    csrf = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
-    assert csrf
-    answer = await deck.browser.post(
-        "/login", data={"token": TOKEN, "csrf_token": csrf[1]}, headers={"accept": "text/html"}
-    )
-    assert answer.status_code == 507 and deck.sentence in answer.text
+
+
+async def test_new_logins_go_on_while_the_data_dir_is_full_and_are_kept_once_there_is_room(deck: Deck) -> None:
+    await add_user(deck.app, "ann", Role.VIEWER)
+    filler = await deck.fill()
+    assert await deck.log_in() == 303  # with the access token
+    assert _whoami("admin") in (await deck.browser.get("/account")).text
+    async with browser(deck.app) as ann:
+        await deck.fill()
+        form = await ann.get("/login")
+        wrong = await ann.post("/login", data={"name": "ann", "password": "not it", "csrf_token": csrf_from(form.text)})
+        assert wrong.status_code == 401  # counted, though the count cannot be saved
+        await deck.fill()
+        csrf = await log_in(ann, name="ann", password=PASSWORD)  # a 303, then a page as ann
+        assert _whoami("ann") in (await ann.get("/account")).text
+        assert (await ann.post("/logout", data={"csrf_token": csrf})).status_code == 303
+        assert _to_login_form(await ann.get("/hosts"))
+
+    filler.unlink()
+
+    async def listed() -> bool:  # in the table of logins, which only rows in the database reach
+        return "this one" in (await deck.browser.get("/account")).text
+
+    await until(listed, "the login was not written once there was room")
+
+
+async def test_a_login_begun_while_the_data_dir_was_full_ends_with_a_new_password_or_a_disabled_account(
+    deck: Deck,
+) -> None:
+    for name in ("ann", "bob"):
+        await add_user(deck.app, name, Role.VIEWER)
+    async with browser(deck.app) as ann, browser(deck.app) as bob:
+        filler = await deck.fill()
+        await log_in(ann, name="ann", password=PASSWORD)
+        await deck.fill()
+        await log_in(bob, name="bob", password=PASSWORD)
+        filler.unlink()
+        # As `launchdeck users` does it from another process, with no request in between.
+        async with deck.runtime.sessions.write() as session:
+            await users.set_password(session, "ann", "a new password for ann")
+            await users.set_disabled(session, "bob", True)
+        assert _to_login_form(await ann.get("/hosts"))
+        assert _to_login_form(await bob.get("/hosts"))
+        async with deck.runtime.sessions.write() as session:
+            await users.set_disabled(session, "bob", False)
+        assert _to_login_form(await bob.get("/hosts"))  # enabling the account again does not bring it back
 
 
 async def test_the_mirror_pauses_on_a_full_data_dir_and_resumes_exactly_at_its_offset(deck: Deck) -> None:
@@ -216,6 +259,14 @@ async def test_a_server_that_exits_while_the_data_dir_is_full_gets_its_status_on
     ended = await deck.attempt_when(attempt["id"], lambda a: a["status"] not in ("ready", "unhealthy"))
     assert ended["status"] in ("failed", "lost") and ended["ended_at"] is not None
     await deck.attempt_when(attempt["id"], lambda a: a["tracking"] == "")
+
+
+def _whoami(name: str) -> str:
+    return f'<p id="whoami"><strong>{name}</strong>'
+
+
+def _to_login_form(answer: Response) -> bool:
+    return answer.status_code == 303 and answer.headers["location"].startswith("/login")
 
 
 def _same(mirror: Path, host_log: Path) -> bool:

@@ -80,10 +80,14 @@ async def login(
         if not verdict.accepted:
             error = "That token is not valid." if by_token else "Wrong user name or password."
             return render(request, "login.html", {"next": _local_path(next), "error": error}, status_code=401)
-        login_id = await logins.start_login(
-            db, user=user, token=runtime.token, remote_addr=remote, timeouts=runtime.login_timeouts
+        login_id = await logins.start_or_hold_login(
+            runtime.sessions,
+            runtime.held_logins,
+            user=user,
+            token=runtime.token,
+            remote_addr=remote,
+            timeouts=runtime.login_timeouts,
         )
-        await db.commit()  # a login that cannot be kept fails here, with the full-disk page
         await _record_session_event(
             db, actor=BUILT_IN_ADMIN if by_token else account, action="login", remote_addr=remote
         )
@@ -93,8 +97,8 @@ async def login(
 
 
 @router.post("/logout")
-async def logout(request: Request, user: Viewer, db: WriteDb) -> Response:
-    await logins.end_login(db, str(request.session.get("login")))
+async def logout(request: Request, runtime: RuntimeDep, user: Viewer, db: WriteDb) -> Response:
+    await logins.end_login(db, str(request.session.get("login")), held=runtime.held_logins)
     await db.commit()  # ended before anything else, whatever becomes of the audit event
     remote = client_address(request)
     await _record_session_event(db, actor=user.name, action="logout", remote_addr=remote)
