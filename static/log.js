@@ -58,6 +58,7 @@
       box.dataset.offset = id;
     }
     var lines = box.querySelector("[sse-swap]");
+    countLog(id, lines);
     if (!box.dataset.stick) {
       var added = lines.querySelectorAll(".ln").length - +(box.dataset.before || 0);
       box.dataset.unseen = +(box.dataset.unseen || 0) + Math.max(added, 0);
@@ -68,9 +69,27 @@
     showFollowing(box);
   });
 
+  // The header's counts, as lines arrive: the event id is the log's size in bytes, and the last
+  // line's number its count of lines.
+  function countLog(offset, lines) {
+    var bytes = document.getElementById("log-bytes");
+    if (bytes && offset) bytes.textContent = (+offset).toLocaleString("en-US");
+    var numbered = lines.querySelectorAll(".ln[id^=L]");
+    var last = numbered[numbered.length - 1];
+    var count = document.getElementById("log-lines");
+    var number = last && /^L(\d+)$/.exec(last.id);
+    if (count && number) count.textContent = (+number[1]).toLocaleString("en-US");
+  }
+
+  // A live log swapped in, by a page load or a boosted navigation: starts at its end.
   document.addEventListener("htmx:load", function (evt) {
-    var boxes = evt.detail.elt.querySelectorAll ? evt.detail.elt.querySelectorAll("[data-live-log]") : [];
+    var elt = evt.detail.elt;
+    if (!elt.querySelectorAll) return;
+    var boxes = Array.prototype.slice.call(elt.querySelectorAll("[data-live-log]"));
+    if (elt.matches("[data-live-log]")) boxes.push(elt);
     boxes.forEach(function (box) {
+      if (box.dataset.started) return;
+      box.dataset.started = "1";
       box.scrollTop = box.scrollHeight;
       box.addEventListener("scroll", function () { showFollowing(box); });
     });

@@ -1,11 +1,11 @@
 // The attempt being watched, in the tab: its status in the title and the icon, and, once the user
 // asked for it ("notify me", remembered in this browser), a desktop notification when it becomes
 // ready, fails or turns unhealthy. The status is read from the page (#status) whenever the page
-// changes, so it follows whatever updates the page, a poll or a stream. The page names the attempt
-// on this script's tag (data-watch-attempt, data-preset, data-host).
+// changes, so it follows whatever updates the page, a poll or a stream. The attempt page names the
+// attempt on an element (data-watch-attempt, data-preset, data-host) and has a #notify-slot for the
+// button; other pages have neither.
 (function () {
   "use strict";
-  if (window.launchdeckWatch) { window.launchdeckWatch(); return; }  // loaded again by a boosted page
 
   var STORAGE_KEY = "launchdeck.notify";
   var LOOK = {  // glyph in the title, colour of the icon
@@ -36,9 +36,9 @@
     return "data:image/svg+xml," + encodeURIComponent(svg);
   }
 
-  function show(script, status) {
-    var title = LOOK[status][0] + " " + status + " · #" + script.dataset.watchAttempt + " " +
-      script.dataset.preset + " — launchdeck";
+  function show(watch, status) {
+    var title = LOOK[status][0] + " " + status + " · #" + watch.dataset.watchAttempt + " " +
+      watch.dataset.preset + " — launchdeck";
     if (document.title !== title) document.title = title;
     var link = iconLink();
     if (link.dataset.status !== status) {
@@ -73,7 +73,7 @@
     button.title = on ? "stop notifying" : "a desktop notification when this attempt is ready or fails";
   }
 
-  function ensureButton(script) {
+  function ensureButton(watch) {
     if (!canNotify() || document.getElementById("notify-toggle")) return;
     var button = document.createElement("button");
     button.type = "button";
@@ -92,17 +92,17 @@
       renderButton(button);
     });
     renderButton(button);
-    script.after(button);
+    (document.getElementById("notify-slot") || watch).appendChild(button);
   }
 
-  function notify(script, status) {
+  function notify(watch, status) {
     if (!notifying()) return;
     var root = document.querySelector("#root-error .root-line") || document.getElementById("attempt-error");
-    var where = script.dataset.preset + " on " + script.dataset.host;
+    var where = watch.dataset.preset + " on " + watch.dataset.host;
     try {
-      var notification = new Notification("launchdeck: #" + script.dataset.watchAttempt + " " + status, {
+      var notification = new Notification("launchdeck: #" + watch.dataset.watchAttempt + " " + status, {
         body: root && status !== "ready" ? where + "\n" + root.textContent.trim() : where,
-        tag: "launchdeck-attempt-" + script.dataset.watchAttempt,
+        tag: "launchdeck-attempt-" + watch.dataset.watchAttempt,
         icon: iconFor(status)
       });
       notification.onclick = function () { window.focus(); notification.close(); };
@@ -112,25 +112,24 @@
   }
 
   function sync() {
-    var script = document.querySelector("script[data-watch-attempt]");
-    if (!script) { forget(); return; }
+    var watch = document.querySelector("[data-watch-attempt]");
+    if (!watch) { forget(); return; }
     var element = document.getElementById("status");
     var found = element && STATUS_WORD.exec(element.textContent);
     if (!found) return;
     var status = found[1];
-    ensureButton(script);
-    show(script, status);
-    var id = script.dataset.watchAttempt;
+    ensureButton(watch);
+    show(watch, status);
+    var id = watch.dataset.watchAttempt;
     if (watched.id !== id) {
       watched = { id: id, status: status };  // as the page opened: nothing happened while it was watched
       return;
     }
     var before = watched.status;
     watched.status = status;
-    if (before !== status && NOTIFIED[status] && !FINISHED[before]) notify(script, status);
+    if (before !== status && NOTIFIED[status] && !FINISHED[before]) notify(watch, status);
   }
 
-  window.launchdeckWatch = sync;
   new MutationObserver(sync).observe(document.documentElement, { childList: true, subtree: true, characterData: true });
   sync();
 })();

@@ -398,6 +398,59 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     assert tab.console_errors == [], tab.console_errors
 
 
+async def test_a_person_clicks_from_the_home_page_to_a_live_log_that_follows_counts_and_answers_keys(
+    tab: Tab, demo: Demo
+) -> None:
+    """Only clicks and keys after the home page: every page arrives by boosted navigation, and the
+    log views work as after a reload. The live log follows its end, its header counts bytes and
+    lines as they come and ends on the sha256 check, the keys answer, and "full log" lands on the
+    last line, highlighted and in view."""
+    page = tab.page
+    await page.goto("/")
+    await log_in(page, TOKEN)
+    await page.get_by_role("link", name="Presets").click()
+    await page.get_by_role("link", name="llama31-8b").click()
+    await page.locator("section").get_by_role("link", name="Launch").click()
+    await page.wait_for_function("() => document.querySelector('select[name=host]')?.['htmx-internal-data']")
+    await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
+    await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
+    for gpu in await page.locator("input[name=gpus]:checked").all():
+        await gpu.uncheck()
+    await page.locator("input[name=gpus][value='1']").check()
+    await page.get_by_label("Port").fill(str(free_port()))
+    await page.get_by_role("button", name="Launch", exact=True).click()
+    await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
+    await expect(page.locator("#status")).to_have_text("ready", timeout=30_000)
+
+    following = "box => box.scrollHeight > box.clientHeight && box.scrollHeight - box.scrollTop - box.clientHeight < 40"
+    await page.wait_for_function(f"() => ({following})(document.getElementById('live-log'))")
+    last_line = page.locator("#live-lines .ln[id^=L]").last
+    await expect(page.locator("#log-lines")).to_have_text(re.compile(r"^[1-9]"))
+    assert await page.locator("#log-lines").text_content() == (await last_line.get_attribute("id") or "")[1:]
+    await expect(page.locator("#log-bytes")).not_to_have_text("0")
+    notify = page.locator("#notify-toggle")
+    if await notify.count():  # a button beside the title, not a bar across the page
+        assert (await notify.bounding_box() or {"width": 0})["width"] < 400
+    await page.keyboard.press("?")
+    await expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
+    await page.get_by_role("button", name="Close").click()
+
+    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+    await page.get_by_role("button", name="Stop").click()
+    await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)
+    await expect(page.locator("#log-state")).to_contain_text("complete, sha256 matches", timeout=15_000)
+    assert await page.locator("#log-lines").text_content() == (await last_line.get_attribute("id") or "")[1:]
+
+    await page.get_by_role("link", name="full log").click()
+    await expect(page).to_have_url(re.compile(r"/log\?at=bottom$"))
+    last = page.locator("#log .ln").last
+    await expect(last).to_have_class(re.compile(r"\bmark\b"))
+    await expect(last).to_be_in_viewport()
+    await page.keyboard.press("g")
+    await expect(page.locator("#log .ln").first).to_have_class(re.compile(r"\bmark\b"))
+    assert tab.console_errors == [], tab.console_errors
+
+
 async def test_a_new_preset_made_in_the_form_launches_after_preflight_holds_its_gpu_and_stop_frees_it(
     tab: Tab, demo: Demo
 ) -> None:

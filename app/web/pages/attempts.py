@@ -249,10 +249,11 @@ async def attempt_page(
         **serving_example(attempt),
         **await diagnosis_context(db, attempt),
     }
-    if not wants_fragment(request):  # the live log, which the status block's refreshes leave alone
-        log = logs.get(attempt_id)
+    log = logs.get(attempt_id)
+    context |= log_context(runtime, log) | {"refreshed": wants_fragment(request)}
+    if not context["refreshed"]:  # the live log, which the status block's refreshes leave alone
         lines, offset = tail(log, LIVE_TAIL_LINES)
-        context |= log_context(runtime, log) | {"tail_html": lines_html(attempt_id, lines), "live_offset": offset}
+        context |= {"tail_html": lines_html(attempt_id, lines), "live_offset": offset}
     return render(request, "attempt.html", context, block="attempt_status")
 
 

@@ -84,9 +84,8 @@ async def live_events(runtime: Runtime, attempt_id: int, offset: int, seen: int)
             if ended is not None:
                 async with runtime.sessions.read() as db:
                     finished = await attempt_finished(db, attempt_id)
-                if finished:
-                    if (stamp := runtime.attempts.changes.stamp(attempt_id)) != seen:
-                        yield _status_event(stamp)
+                if finished:  # a last refresh, which also brings the log's final state (its sha256)
+                    yield _status_event(runtime.attempts.changes.stamp(attempt_id))
                     yield ServerSentEvent(data="", event="end", id=str(ended.offset)).encode()
                     return
     finally:
