@@ -29,6 +29,15 @@ class HostOverview:
     partitions: list[PartitionGpus] = field(default_factory=list)  # a Slurm cluster's
 
 
+def freest_gpus(overview: HostOverview | None, count: int) -> list[int]:
+    """The `count` GPUs with the most free memory, in index order: what a form ticks for a launch
+    that names none (GPU 0 may be the one another server fills)."""
+    if overview is None or not overview.gpus:
+        return []
+    by_room = sorted(overview.gpus, key=lambda gpu: (-(gpu.memory_free_mib or 0), gpu.index))
+    return sorted(gpu.index for gpu in by_room[:count])
+
+
 async def host_overview(host: HostConnection) -> HostOverview:
     gpus: list[GpuMemory] = []
     error = None

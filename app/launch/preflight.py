@@ -301,7 +301,7 @@ def _memory_check(found: dict[str, Any], fraction: float, tp: int, gpus: list[An
     split = f", split over {nnodes} nodes x {tp // nnodes} GPUs" if nnodes > 1 else ""
     basis = (
         f"need {memory_need(weights, fraction, (gpus[0].memory_total_mib or 0) * MiB) / GiB:.1f} GiB per GPU "
-        f"(weights {weights / GiB:.1f} GiB per GPU{split}; mem-fraction-static {fraction} of "
+        f"(weights {weights / GiB:.1f} GiB per GPU{split}; mem-fraction-static {float(fraction):.3g} of "
         f"{(gpus[0].memory_total_mib or 0) / 1024:.1f} GiB)"
     )
     if short:

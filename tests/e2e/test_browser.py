@@ -451,6 +451,78 @@ async def test_a_person_clicks_from_the_home_page_to_a_live_log_that_follows_cou
     assert tab.console_errors == [], tab.console_errors
 
 
+async def test_the_launch_form_keeps_what_is_on_screen_and_stopping_a_server_asks_first(tab: Tab, demo: Demo) -> None:
+    """A server of someone else's holds GPU 3 and a port. From the home page: the host page's Stop
+    asks first; on the launch form "use port N" changes only the port (the GPUs ticked stay) and
+    runs preflight again; a choice changed after a preflight takes it off the screen; preflight's
+    own Stop asks first and leaves the form as it is."""
+    page = tab.page
+    port = free_port()
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        body = {"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [3], "port": port}
+        held = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
+
+        async def status() -> str:
+            return str((await api.get(f"/api/attempts/{held}")).json()["status"])
+
+        await wait_until(lambda: _is(status, "ready"), 30, f"attempt {held} to be ready", demo)
+        questions: list[str] = []
+
+        async def answer(dialog: Any, accept: bool) -> None:
+            questions.append(dialog.message)
+            await (dialog.accept() if accept else dialog.dismiss())
+
+        await page.goto("/")
+        await log_in(page, TOKEN)
+        await page.get_by_role("link", name="Hosts", exact=True).click()
+        await page.get_by_role("link", name="rtxpro-01", exact=True).click()
+        page.once("dialog", lambda dialog: answer(dialog, False))
+        await page.get_by_role("button", name=f"Stop attempt {held}").click()
+        await wait_until(lambda: _true(bool(questions)), 5, "the host page to ask", demo)
+        assert questions[-1] == f"Stop attempt {held}? Its server on rtxpro-01 stops answering."
+        assert await status() == "ready"
+
+        await page.get_by_role("link", name="Launch", exact=True).click()
+        await page.get_by_label("Preset").select_option("llama31-8b")
+        await page.wait_for_function("() => document.querySelector('select[name=host]')?.['htmx-internal-data']")
+        await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
+        await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
+        await expect(page.locator("input[name=gpus][value='3']")).not_to_be_checked()  # it is full
+        for gpu in await page.locator("input[name=gpus]:checked").all():
+            await gpu.uncheck()
+        await page.locator("input[name=gpus][value='3']").check()
+        await page.get_by_label("Port").fill(str(port))
+        await page.get_by_role("button", name="Run preflight").click()
+        await expect(page.locator("tr[data-check='port']")).to_contain_text("is not free")
+        use = page.locator("#use-free-port")
+        free = int(await use.get_attribute("data-use-port") or 0)
+        await use.click()
+        await expect(page.get_by_label("Port")).to_have_value(str(free))
+        await expect(page.locator("tr[data-check='port']")).to_contain_text("✓")
+        await expect(page.locator("input[name=gpus]:checked")).to_have_count(1)
+        await expect(page.locator("input[name=gpus][value='3']")).to_be_checked()
+
+        await page.locator("input[name=gpus][value='2']").check()
+        await expect(page.locator("#preflight")).to_have_text("The choices changed since this preflight: run it again.")
+        await page.get_by_role("button", name="Run preflight").click()
+        stop = page.get_by_role("button", name=f"Stop attempt {held}")
+        page.once("dialog", lambda dialog: answer(dialog, True))
+        await stop.click()
+        await wait_until(lambda: _is(status, "stopped"), 30, f"attempt {held} to stop", demo)
+        assert questions[-1].startswith(f"Stop attempt {held}? Its server on rtxpro-01 stops answering")
+        await expect(page.get_by_label("Port")).to_have_value(str(free))  # the form stayed
+        await expect(page.locator("input[name=gpus]:checked")).to_have_count(2)
+    assert tab.console_errors == [], tab.console_errors
+
+
+async def _is(read: Callable[[], Awaitable[str]], wanted: str) -> bool:
+    return await read() == wanted
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def test_a_new_preset_made_in_the_form_launches_after_preflight_holds_its_gpu_and_stop_frees_it(
     tab: Tab, demo: Demo
 ) -> None:

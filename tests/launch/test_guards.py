@@ -104,11 +104,9 @@ async def test_a_taken_port_gets_a_free_one_suggested(api: AsyncClient) -> None:
     page = await api.post("/launch", data={**choice, "override_reason": "kept as typed"})
     assert page.status_code == 422
     text = html.unescape(page.text)
-    link = re.search(r'<a id="use-free-port" href="([^"]+)"[^>]*>use port (\d+)</a>', text)
-    assert link and int(link.group(2)) == suggested
+    # The button puts the port in the field on screen (tests/e2e/test_browser.py clicks it).
+    assert f'id="use-free-port" data-use-port="{suggested}">use port {suggested}</button>' in text
     assert 'value="kept as typed"' in text and f'value="{port}"' in text  # nothing typed is lost
-    taken = await api.get(link.group(1))
-    assert f'name="port" value="{suggested}"' in taken.text and f"--port {suggested}" in taken.text
     assert await attempt_count(api) == 1
 
 

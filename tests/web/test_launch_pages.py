@@ -17,6 +17,7 @@ from app.diagnose.stored import stored
 from app.launch.record import Pace
 from tests.support.servers import free_port
 from tests.support.sglang_logs import MODEL, NEWEST_ARGV, NEWEST_OOM_LOG
+from tests.support.waiting import until
 from tests.support.web import csrf_from, log_in
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -94,9 +95,9 @@ async def test_launch_form_checks_launches_and_stops(app_client: AsyncClient, ru
     await app_client.post("/presets", data={"csrf_token": csrf, "name": "llama", "model_path": LLAMA, "port": "30000"})
     form = await app_client.get("/launch", params={"preset": "llama", "host": "rtxpro-01"})
     assert form.text.count('name="gpus"') == 4 and "GPU 3 · 95.1 GiB free of 95.6" in form.text
-    choice = {"csrf_token": csrf, "preset": "llama", "host": "rtxpro-01", "gpus": ["2"], "port": str(free_port())}
+    choice = {"csrf_token": csrf, "preset": "llama", "host": "rtxpro-01", "gpus": ["0"], "port": str(free_port())}
     checked = await app_client.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})
-    assert checked.text.strip().startswith('<div id="preflight">')
+    assert checked.text.strip().startswith('<div id="preflight"')
     assert re.search(r'data-check="memory">\s*<td>memory</td><td>✓ enough free memory', checked.text)
 
     launched = await app_client.post("/launch", data=choice)
@@ -108,6 +109,11 @@ async def test_launch_form_checks_launches_and_stops(app_client: AsyncClient, ru
             break
         await asyncio.sleep(0.1)
     assert 'id="status">ready<' in status_html and 'data-stage="cuda graph capture"' in status_html
+    # The next launch's form ticks the freest GPU, not GPU 0, which this server now fills.
+    await until(lambda: gpu_free_gib(running_app, "rtxpro-01", 0) < 50, "the server's memory to show on GPU 0")
+    again = await app_client.get("/launch", params={"preset": "llama", "host": "rtxpro-01"})
+    ticked = re.findall(r'name="gpus" value="(\d)" checked', again.text)
+    assert len(ticked) == 1 and ticked != ["0"], ticked
     attempts = (await app_client.get("/attempts", params={"host": "rtxpro-01", "status": "ready"})).text
     assert f'href="{attempt_url}"' in attempts
     assert "No attempts match these filters" in (await app_client.get("/attempts?status=lost")).text
@@ -115,7 +121,7 @@ async def test_launch_form_checks_launches_and_stops(app_client: AsyncClient, ru
     attempt_number = attempt_url.removeprefix("/attempts/")
     busy = await app_client.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})
     assert f'from <a href="/attempts/{attempt_number}">attempt {attempt_number}</a>' in busy.text
-    assert f'formaction="/attempts/{attempt_number}/stop"' in busy.text
+    assert f'hx-post="/attempts/{attempt_number}/stop"' in busy.text
     stopped = await app_client.post(f"{attempt_url}/stop", data={"csrf_token": csrf})
     assert stopped.status_code == 303
     for _ in range(100):
@@ -238,3 +244,9 @@ async def test_a_failure_no_rule_places_says_unrecognised_on_its_attempt_and_its
     # Before its server wrote a line, a launch's log is not called foreign.
     starting = html.unescape((await app_client.get(f"/attempts/{attempts['starting'].id}")).text)
     assert "no line from SGLang in the log yet" in starting and "not an SGLang log" not in starting
+
+
+def gpu_free_gib(app: FastAPI, host: str, index: int) -> float:
+    snapshot = app.state.runtime.gpus.hosts[host].snapshot
+    gpu = next(g for g in snapshot.gpus if g.index == index) if snapshot else None
+    return (gpu.memory_free_mib or 0) / 1024 if gpu else float("inf")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from typing import Any
 from urllib.parse import urlencode
@@ -15,9 +16,9 @@ from app.casebook import compare, signatures
 from app.db import history
 from app.db.models import Attempt
 from app.errors import AccessRefused, HostError, InvalidInput, LaunchdeckError, LaunchRefused
-from app.gpu.overview import current_overview
+from app.gpu.overview import current_overview, freest_gpus
 from app.launch import guards, nodes
-from app.launch.preflight import Preflight
+from app.launch.preflight import Preflight, tp_size
 from app.logs.live import tail
 from app.presets import revisions
 from app.runtime import Runtime
@@ -97,6 +98,8 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
     overview = None
     if host_name in hosts:
         overview = await current_overview(runtime.ssh.get(host_name), runtime.gpus.hosts[host_name], 5.0)
+    per_node = math.ceil(tp_size(revision.args) / nnodes) if revision else 1
+    default_gpus = freest_gpus(overview, per_node) or [0]
     command = revisions.command_argv(revision) if revision else []
     if command and choice.get("port"):
         command[command.index("--port") + 1] = str(choice["port"])  # the preview follows the typed port
@@ -106,7 +109,7 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
         "hosts": hosts,
         "preset": preset,
         "command": shlex.join(command),
-        "choice": {**choice, "preset": preset_name, "host": host_name, "gpus": choice.get("gpus") or [0]},
+        "choice": {**choice, "preset": preset_name, "host": host_name, "gpus": choice.get("gpus") or default_gpus},
         "nnodes": nnodes,
         "node_hosts": node_hosts,
         "labels": sorted({label for host in runtime.ssh for label in host.spec.labels}),
@@ -119,16 +122,11 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
     }
 
 
-def suggested_port(choice: dict[str, Any], preflight: Preflight | None) -> dict[str, Any] | None:
-    """The launch form again, as filled in, with the free port the port check found: the
-    suggestion taken in one click."""
+def suggested_port(preflight: Preflight | None) -> int | None:
+    """The free port the port check found, which the form's "use port N" puts in the port field
+    (keeping every other choice as it is on screen)."""
     found = [c.detail["suggested_port"] for c in preflight.checks if "suggested_port" in c.detail] if preflight else []
-    if not found:
-        return None
-    keep = ("preset", "host", "override", "override_reason", "confirm_failed_before")
-    query = [(key, str(choice[key])) for key in keep if choice.get(key)]
-    query += [("gpus", str(gpu)) for gpu in choice["gpus"]] + [("port", str(found[0]))]
-    return {"port": found[0], "url": "/launch?" + urlencode(query)}
+    return found[0] if found else None
 
 
 @router.get("/launch", response_class=HTMLResponse)
@@ -148,7 +146,7 @@ async def launch_preflight(request: Request, runtime: RuntimeDep, user: Operator
         )
     except (InvalidInput, AccessRefused, HostError) as exc:
         context["error"], status = str(exc), 403 if isinstance(exc, AccessRefused) else 422
-    context["suggested_port"] = suggested_port(context["choice"], context["preflight"])
+    context["suggested_port"] = suggested_port(context["preflight"])
     return render(request, "launch.html", context, block="preflight", status_code=status)
 
 
@@ -168,7 +166,7 @@ async def launch(request: Request, runtime: RuntimeDep, user: Operator, may: Lau
     except LaunchRefused as exc:
         context = await launch_context(runtime, user, choice)
         context |= {"error": str(exc), "preflight": exc.preflight}
-        context["suggested_port"] = suggested_port(context["choice"], exc.preflight)
+        context["suggested_port"] = suggested_port(exc.preflight)
         return render(request, "launch.html", context, status_code=status_of(exc))
     except LaunchdeckError as exc:
         context = await launch_context(runtime, user, choice)
@@ -258,8 +256,14 @@ async def attempt_page(
 
 
 @router.post("/attempts/{attempt_id}/stop")
-async def stop_attempt(attempt_id: Int64, runtime: RuntimeDep, user: Operator, may: Launcher) -> Response:
+async def stop_attempt(
+    request: Request, attempt_id: Int64, runtime: RuntimeDep, user: Operator, may: Launcher
+) -> Response:
+    """To the attempt's page, except for a Stop on another page's part (preflight's list of what
+    holds the GPUs), which stays where it is."""
     await runtime.attempts.stop(attempt_id, actor=user.name, permission=may)
+    if wants_fragment(request):
+        return Response(status_code=204)
     return RedirectResponse(f"/attempts/{attempt_id}", status_code=303)
 
 
