@@ -1726,6 +1726,8 @@ async def test_a_sweep_fills_its_table_and_chart_live_and_its_best_point_becomes
     await page.get_by_label("colour by").select_option("--speculative-eagle-topk")
     await page.get_by_role("button", name="Draw").click()
     await expect(page.locator("#sweep-chart figcaption.legend span")).to_have_count(2)  # topk 1 and 4
+    dot = await page.locator("#sweep-chart figcaption.legend svg").first.bounding_box()
+    assert dot is not None and dot["height"] <= 12, dot  # a dot beside its name, not the chart's width
     await shoot(page, "sweep.png")
 
     best = page.locator("#sweep-points tr.best")

@@ -163,6 +163,12 @@ async def test_a_sweep_over_the_draft_finds_the_modelled_optimum(api: AsyncClien
     page = (await api.get(f"/sweeps/{sweep['id']}?colour=--speculative-num-steps")).text
     assert page.count('class="mark"') == 6 and 'id="adopt-best"' in page
     assert "best-mark" in page and 'id="sweep-chart"' in page
+    # The swept argument on the x axis, one line per colour.
+    params = {"x": "--speculative-num-draft-tokens", "colour": "--speculative-num-steps"}
+    by_draft = (await api.get(f"/sweeps/{sweep['id']}", params=params)).text
+    assert '<option value="--speculative-num-draft-tokens" selected>' in by_draft
+    assert 'aria-label="output tokens/s by --speculative-num-draft-tokens"' in by_draft
+    assert by_draft.count('class="mark"') == 6 and "<polyline" in by_draft
 
 
 async def test_a_bisection_finds_the_memory_cliff_with_fewer_launches_than_a_scan(

@@ -3,6 +3,7 @@ runs, with its best point one click from becoming a preset revision."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -117,19 +118,26 @@ async def sweep_page(
 ) -> Response:
     found = await sweeps.view(db, sweep_id)
     names = list(dict.fromkeys(name for row in found.rows for name in row.values))
-    x = x if x in AXES else "accept_length"
+    # The x axis may also be a swept argument with numeric values (--max-running-requests 8 16 32).
+    x_axes = {name: name for name in names if all(_number(row.values.get(name)) is not None for row in found.rows)}
+    x_axes |= AXES
+    x = x if x in x_axes else "accept_length"
     y = y if y in AXES else "output_throughput"
     colour = colour if colour in names else (names[0] if names else "")
+
+    def x_of(row: sweeps.PointRow) -> float | None:
+        return _number(row.values.get(x)) if x not in AXES else _number(row.figures.get(x))
+
     marks = [
         charts.Mark(
-            x=float(row.figures[x]),
+            x=x_value,
             y=float(row.figures[y]),
-            group=f"{colour} {row.values.get(colour)}" if colour else "",
+            group=f"{colour} {row.values.get(colour)}" if colour and colour != x else "",
             label=f"#{row.attempt_id} {plan.describe(row.values)}: {AXES[y]} {row.figures[y]:.2f}",
             href=f"/attempts/{row.attempt_id}",
         )
         for row in found.rows
-        if isinstance(row.figures.get(x), int | float) and isinstance(row.figures.get(y), int | float)
+        if (x_value := x_of(row)) is not None and isinstance(row.figures.get(y), int | float)
     ]
     context = {
         "user": user,
@@ -137,10 +145,11 @@ async def sweep_page(
         "sweep": found.sweep,
         "names": names,
         "axes": AXES,
+        "x_axes": x_axes,
         "x": x,
         "y": y,
         "colour": colour,
-        "chart": charts.layout(marks, AXES[x], AXES[y]),
+        "chart": charts.layout(marks, x_axes[x], AXES[y], join=x not in AXES),
         "figures": [("output_throughput", "out tok/s"), ("accept_length", "accept len"), ("mean_ttft_ms", "TTFT ms"),
                     ("mean_tpot_ms", "TPOT ms"), ("p99_itl_ms", "ITL p99 ms")],
     }  # fmt: skip
@@ -160,3 +169,14 @@ async def adopt_point(request: Request, sweep_id: Int64, runtime: RuntimeDep, us
         raise InvalidInput("attempt: say which point's attempt to adopt")
     preset, revision = await runtime.sweeps.adopt(sweep_id, int(attempt), actor=user.name)
     return RedirectResponse(f"/presets/{preset}?saved={revision}", status_code=303)
+
+
+def _number(value: object) -> float | None:
+    """A figure or an argument's value as a number, if it is one (a switch's None is not)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
