@@ -141,9 +141,12 @@ class StoredDiagnosis:
         if decision is None and result.fingerprint == alone.fingerprint:
             return alone, None
         built_in = BuiltIn(alone.failure_class, alone.hint, alone.fingerprint, alone.recognised, alone.change)
+        # The fix launchdeck found stays one click away while the rule keeps its kind of failure
+        # (the team named or explained it); a rule that calls it another kind takes it away.
+        same_kind = result.failure_class == alone.failure_class
         decided = replace(
             alone, failure_class=result.failure_class, hint=result.hint, fingerprint=result.fingerprint,
-            recognised=result.recognised, built_in=built_in, change=None if decision else alone.change,
+            recognised=result.recognised, built_in=built_in, change=alone.change if same_kind else None,
         )  # fmt: skip
         return decided, decision
 

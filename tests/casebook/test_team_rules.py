@@ -114,6 +114,16 @@ def test_a_rule_decides_over_the_built_in_answer_which_stays_beside_it_and_retur
     assert decide(decided, []).diagnosis == found  # the rule deleted: the built-in answer returns
 
 
+def test_a_rule_of_the_same_kind_keeps_the_one_click_fix_and_one_of_another_kind_drops_it() -> None:
+    change = {"flag": "--mem-fraction-static", "value": "0.9"}
+    oom = StoredDiagnosis.from_json({**STORED, "class": "oom", "change": change})
+    teach = '[[rule]]\nmatch = "Not enough memory"\nclass = "{kind}"\ntitle = "KV pool too small"\n'
+    named = decide(oom, [(3, parse_rules(teach.format(kind="oom"))[0])]).diagnosis
+    assert named.rule is not None and named.change == oom.change
+    other = decide(oom, [(4, parse_rules(teach.format(kind="driver"))[0])]).diagnosis
+    assert other.failure_class == "driver" and other.change is None
+
+
 def test_a_failure_a_rule_placed_is_no_longer_unrecognised_and_is_again_once_the_rule_goes() -> None:
     unplaced = StoredDiagnosis.from_json({**STORED, "recognised": False})
     rule = parse_rules('[[rule]]\nmatch = "Not enough memory"\nclass = "oom"\ntitle = "KV pool"\n')[0]
