@@ -287,3 +287,16 @@ async def test_the_stream_of_an_attempt_whose_server_wrote_nothing_ends_at_once(
     assert events == [("end", "0", '{"offset": 0}')]
     grep = (await api.get(f"/api/attempts/{attempt['id']}/grep", params={"q": "x"})).json()
     assert (grep["total"], grep["searched_bytes"], grep["tail"]) == (0, 0, [])
+
+
+async def test_a_failed_attempts_page_offers_neither_an_empty_performance_block_nor_a_blind_stop(
+    api: AsyncClient,
+) -> None:
+    """Nothing of the failed server is left on its GPUs: the page offers no "Stop process group",
+    and with no benchmark and no ready server there is no Performance block above the log."""
+    attempt = await failed_override_attempt(api)
+    await log_in(api)
+    page = (await api.get(f"/attempts/{attempt['id']}")).text
+    assert 'id="stop-leftovers"' not in page and "Stop process group" not in page
+    panel = (await api.get(f"/attempts/{attempt['id']}/performance", headers={"HX-Request": "true"})).text
+    assert "<h2>Performance</h2>" not in panel and "hidden" in panel
