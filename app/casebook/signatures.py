@@ -126,6 +126,7 @@ class SignatureGroup:
     signature: Signature
     hosts: list[str]
     presets: list[str]
+    example: str = ""  # the root error of its newest attempt, as the log wrote it
 
     @property
     def unrecognised(self) -> bool:
@@ -167,10 +168,31 @@ async def signature_groups(
     for signature_id, host, preset in named.all():
         hosts.setdefault(signature_id, set()).add(host)
         presets.setdefault(signature_id, set()).add(preset)
+    examples = await _newest_root_errors(session, [signature.id for signature in signatures])
     return [
-        SignatureGroup(signature, sorted(hosts.get(signature.id, ())), sorted(presets.get(signature.id, ())))
+        SignatureGroup(
+            signature,
+            sorted(hosts.get(signature.id, ())),
+            sorted(presets.get(signature.id, ())),
+            examples.get(signature.id, ""),
+        )
         for signature in signatures
     ]
+
+
+async def _newest_root_errors(session: AsyncSession, signature_ids: list[int]) -> dict[int, str]:
+    """Each cause's root error as its newest attempt's log wrote it: a title a person reads, where
+    the signature's own message has its numbers and paths taken out (`<n>`, `<path>`)."""
+    newest = (
+        select(func.max(Attempt.id))
+        .where(Attempt.signature_id.in_(signature_ids))
+        .group_by(Attempt.signature_id)
+        .scalar_subquery()
+    )
+    found = await session.execute(
+        select(Attempt.signature_id, Attempt.diagnosis["root_error"].as_string()).where(Attempt.id.in_(newest))
+    )
+    return {signature_id: (root or "").strip() for signature_id, root in found.all()}
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,7 @@ async def test_attempt_page_shows_drift_from_the_newest_releases_dict_dump(
 UNPLACED_LOG = """[2026-02-01 10:00:00] server_args=ServerArgs(model_path='acme/Lark-8B', tp_size=1)
 [2026-02-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):
   File "/x/sglang/srt/managers/scheduler.py", line 10, in event_loop
-ValueError: the wibble of the frobnicator is out of phase
+ValueError: the wibble of the frobnicator is out of phase by 0.7592325781249999 at /opt/lark/phase.py
 """
 
 
@@ -234,6 +234,9 @@ async def test_a_failure_no_rule_places_says_unrecognised_on_its_attempt_and_its
     listed = html.unescape((await app_client.get("/errors")).text)
     row = listed[listed.index(f'data-fingerprint="{fingerprint}"') :]
     assert '<span class="unrecognised">unrecognised</span>' in row[: row.index("</tr>")]
+    # Its title is the error as the log wrote it; the signed form, numbers and paths taken out, is its tooltip.
+    title = "ValueError: the wibble of the frobnicator is out of phase by 0.7592325781249999 at /opt/lark/phase.py"
+    assert f">{title}</a>" in row and "out of phase by <n>" in row and ">ValueError</code>" not in row
     # A log that is no SGLang log is not called healthy, nor given an error, and the attempt's
     # status stays what its host said.
     other = html.unescape((await app_client.get(f"/attempts/{attempts['nginx'].id}")).text)
