@@ -3,8 +3,11 @@
 Commands run under /bin/sh in the host's home directory, with the simulated nvidia-smi,
 pynvml and sglang first on PATH and PYTHONPATH, and the host's GPU state file named in the
 environment. A bare host (python=False) has only this machine's programs on its PATH, no Python.
-Closing a channel hangs up its command, as sshd does. Each host's commands, and the connections
-its clients forward, use a network of the host's own where the machine allows it (see netns.py).
+A channel that closes, or a connection that is lost, closes its command's pipes and sends no
+signal, as sshd does for a session without a terminal: a command reading its input sees its end,
+one writing output gets SIGPIPE, and one doing neither (a sleep, a server started with setsid)
+runs on. Each host's commands, and the connections its clients forward, use a network of the
+host's own where the machine allows it (see netns.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import asyncssh
 from asyncssh.forward import SSHForwarder
@@ -211,21 +214,13 @@ class SimHost:
         argv = ["/bin/sh", "-c", process.command] if process.command is not None else ["/bin/sh"]
         if self.network is not None:
             argv = self.network.command(argv)
-        child = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=self.home,
-            env=self.environment(),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
+        transport, child = await _start_command(argv, cwd=self.home, env=self.environment())
         self._process_groups.add(child.pid)
         session = asyncio.current_task()
         assert session is not None
         self._sessions.add(session)
         try:
-            await _relay(process, child)
+            await _relay(process, child, transport)
         finally:
             self._process_groups.discard(child.pid)
             self._sessions.discard(session)
@@ -274,8 +269,45 @@ def _home_sftp_server(home: Path) -> type[asyncssh.SFTPServer]:
     return HomeSFTPServer
 
 
-async def _relay(process: asyncssh.SSHServerProcess[bytes], child: asyncio.subprocess.Process) -> None:
-    """Copies bytes between the channel and the command until both are done; passes signals on."""
+async def _start_command(
+    argv: list[str], *, cwd: Path, env: dict[str, str]
+) -> tuple[asyncio.SubprocessTransport, asyncio.subprocess.Process]:
+    """`argv` in a session of its own (sshd's setsid), and the transport whose pipes a hangup closes:
+    create_subprocess_exec's own steps, keeping the transport it hides."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: asyncio.subprocess.SubprocessStreamProtocol(limit=2**16, loop=loop),
+        *argv,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    return transport, asyncio.subprocess.Process(transport, protocol, loop)
+
+
+def _hang_up(transport: asyncio.SubprocessTransport) -> None:
+    """Closes the command's ends of the channel, as sshd does when a session's channel or
+    connection goes: its input ends, and its output has no reader."""
+    for fd in (0, 1, 2):
+        pipe = transport.get_pipe_transport(fd)
+        if pipe is None or pipe.is_closing():
+            continue
+        if isinstance(pipe, asyncio.WriteTransport):
+            pipe.abort()  # input the command never read is dropped, not waited for
+        else:
+            pipe.close()
+
+
+async def _relay(
+    process: asyncssh.SSHServerProcess[bytes],
+    child: asyncio.subprocess.Process,
+    transport: asyncio.SubprocessTransport,
+) -> None:
+    """Copies bytes between the channel and the command until both are done; passes signals on.
+    A hangup closes the command's pipes; the session then lasts as long as the command."""
     assert child.stdin and child.stdout and child.stderr
 
     async def feed_stdin() -> None:
@@ -307,17 +339,14 @@ async def _relay(process: asyncssh.SSHServerProcess[bytes], child: asyncio.subpr
     finished = asyncio.create_task(child.wait())
     try:
         await asyncio.wait({hangup, finished}, return_when=asyncio.FIRST_COMPLETED)
-        if not finished.done():
-            _signal_group(child.pid, signal.SIGHUP)
-            try:
-                await asyncio.wait_for(asyncio.shield(finished), HANGUP_GRACE)
-            except TimeoutError:
-                _signal_group(child.pid, signal.SIGKILL)
+        if hangup.done():
+            _hang_up(transport)
         returncode = await finished
-        # After a hangup nobody listens, and a detached grandchild may hold the pipes open forever.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(output), HANGUP_GRACE if hangup.done() else None)
+        # A grandchild may hold the pipes after the command ends: its output goes on until the channel does.
+        output_or_hangup: set[asyncio.Future[Any]] = {output, hangup}
+        await asyncio.wait(output_or_hangup, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        _hang_up(transport)
         for task in (output, stdin_task, hangup, finished):
             task.cancel()
         await asyncio.gather(output, stdin_task, hangup, finished, return_exceptions=True)

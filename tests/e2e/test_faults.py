@@ -8,6 +8,7 @@ each fault cost is printed (`pytest -s -m faults`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from app.demo.cluster import SimCluster
 from app.demo.inventory import SimHostSpec
 from app.demo.presets import DEMO_PRESETS
 from app.demo.sshserver import SimHost
+from app.perf.runner import INTERRUPTED
 from app.ssh import HostConnection
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, line_numbers, log_in, open_tab
 from tests.support.faults import (
@@ -41,6 +43,7 @@ from tests.support.faults import (
     watching,
 )
 from tests.support.filesystem import fill, small_filesystem
+from tests.support.hosts import processes_under
 from tests.support.servers import free_port
 from tests.support.strict import require
 from tests.support.waiting import until
@@ -51,6 +54,8 @@ TIME_SCALE = 0.3  # a launch loads for about 9 s: long enough to do damage while
 SETTLED = ("ready", "unhealthy", "failed", "stopped", "lost")
 LLAMA = "llama31-8b"
 OOM = "qwen36-27b-mtp-oom"
+# A benchmark that runs for about 1000 s, as one capped at 3600 s would when its dashboard dies.
+LONG_WORKLOAD = {"num_prompts": 2000, "input_len": 64, "output_len": 64, "request_rate": 2}
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +198,55 @@ async def append_lines(path: Path, count: int) -> None:
             await asyncio.sleep(0.001)
 
 
+def session_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2 :].split()[3])
+
+
+def sessions_on_hosts(root: Path, kept: set[int]) -> list[str]:
+    """The processes under the hosts' folder `root` that run for someone's SSH session: all but
+    those in the sessions `kept` (the hosts' and the dashboard's own), the hosts' network keepers'
+    and the servers attempts started (each in a session of its own, led by the launch script
+    that wrote its pid)."""
+    leaders = set(kept)
+    for pid_file in (*root.glob("hosts/*/network.pid"), *root.glob("hosts/*/home/.launchdeck/attempts/*/pid")):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            leaders.add(int(pid_file.read_text().split()[0]))
+    return [
+        p for p in processes_under(root) if (sid := session_of(int(p.split()[1]))) is not None and sid not in leaders
+    ]
+
+
+async def left_by_killed_dashboard(root: Path, kept: set[int]) -> tuple[list[str], float]:
+    """What a dashboard killed a moment ago still runs on the hosts after 2 s at most (OpenSSH's
+    sshd ended the same sessions in under 1 s), and how long its sessions' processes took to end:
+    a benchmark left running would halve the figures of the next one on its GPUs."""
+    began = time.monotonic()
+    while (left := sessions_on_hosts(root, kept)) and time.monotonic() - began < 2:
+        await asyncio.sleep(0.05)
+    return left, time.monotonic() - began
+
+
+async def benchmark_running(client: httpx.AsyncClient, attempt: dict[str, Any], root: Path, kept: set[int]) -> int:
+    """Starts a long benchmark of the ready attempt and waits until it runs on the host beside the
+    GPU probes; returns its id."""
+    workload = {"name": f"long-{time.monotonic_ns()}", **LONG_WORKLOAD}
+    assert (await client.post("/api/workloads", json=workload)).status_code == 201
+    started = await client.post(f"/api/attempts/{attempt['id']}/benchmarks", json={"workload": workload["name"]})
+    assert started.status_code == 202, started.text
+
+    def benchmarking() -> bool:
+        running = sessions_on_hosts(root, kept)
+        probing = [p for p in running if "nvmlInit" in p or "--query-gpu" in p]
+        return any("bench_serving" in p for p in running) and bool(probing)
+
+    await until(benchmarking, "the benchmark and the GPU probes did not run on the hosts", 30)
+    return int(started.json()["id"])
+
+
 async def test_a_host_whose_ssh_server_is_killed_during_a_launch_and_a_stream_returns_and_loses_nothing(
     cluster: dict[str, HostProcess], client: httpx.AsyncClient
 ) -> None:
@@ -306,6 +360,9 @@ async def test_a_dashboard_killed_under_load_reconciles_every_attempt_without_du
             viewers.append(asyncio.create_task(follow_events(client, last, received[last])))
             statuses = [(await attempt_of(client, i))["status"] for i in ids]
             dashboard.kill()
+            kept = {host.pid for host in cluster.values()} | {dashboard.pid}
+            left, ended_in = await left_by_killed_dashboard(b200.cluster, kept)
+        assert not left, "the killed dashboard's sessions left:\n" + "\n".join(left)
         killed = time.monotonic()
         await asyncio.to_thread(dashboard.start)
         restarted = time.monotonic() - killed
@@ -347,7 +404,8 @@ async def test_a_dashboard_killed_under_load_reconciles_every_attempt_without_du
     signatures = (await client.get("/api/signatures")).json()
     actions = [event["action"] for event in audit]
     print(
-        f"\nFAULT dashboard SIGKILL under load (statuses at the kill: {statuses}): back in {restarted:.1f} s; "
+        f"\nFAULT dashboard SIGKILL under load (statuses at the kill: {statuses}): its sessions ended in "
+        f"{ended_in:.2f} s, back in {restarted:.1f} s; "
         f"final {[a['status'] for a in attempts.values() if a]}; {compared} bytes compared; "
         f"{len(listed)} attempts, {actions.count('launch')} launch and {actions.count('stop')} stop audit rows, "
         f"{len(signatures)} signature(s)"
@@ -359,6 +417,53 @@ async def test_a_dashboard_killed_under_load_reconciles_every_attempt_without_du
     assert len(fingerprints) == len(set(fingerprints))
     oom = next(a for a in attempts.values() if a and a["preset"] == OOM)
     assert oom["status"] == "failed" and oom["exit_code"] not in (None, 0), oom
+
+
+async def test_a_dashboard_killed_mid_benchmark_leaves_only_its_servers_running_on_the_hosts(
+    cluster: dict[str, HostProcess], dashboard: Dashboard, client: httpx.AsyncClient
+) -> None:
+    """The hosts run as processes of their own: the benchmark and the GPU probes end with the
+    dashboard's connections, as on OpenSSH; the server it benchmarked goes on serving."""
+    host = cluster["fa-b200"]
+    attempt = await settled(client, await launch(client, host.name))
+    assert attempt["status"] == "ready", attempt
+    kept = {h.pid for h in cluster.values()} | {dashboard.pid}
+    benchmark_id = await benchmark_running(client, attempt, host.cluster, kept)
+    running = len(sessions_on_hosts(host.cluster, kept))
+    dashboard.kill()
+    left, ended_in = await left_by_killed_dashboard(host.cluster, kept)
+    await asyncio.to_thread(dashboard.start)
+    benchmark = (await client.get(f"/api/benchmarks/{benchmark_id}")).json()
+    print(f"\nFAULT dashboard SIGKILL mid-benchmark: {running} session processes ended in {ended_in:.2f} s")
+    assert not left, "the killed dashboard's sessions left:\n" + "\n".join(left)
+    assert ended_in <= 2
+    assert_status_is_true(host, await attempt_of(client, attempt["id"]))
+    assert process_alive(attempt["pid"]), "the benchmarked server did not survive the dashboard"
+    assert (benchmark["status"], benchmark["error"]) == ("failed", INTERRUPTED), benchmark
+
+
+async def test_a_demo_killed_mid_benchmark_leaves_only_its_servers_and_networks(tmp_path: Path) -> None:
+    """`launchdeck demo` serves its hosts' SSH from its own process: killed, it cannot signal
+    anything, and the kernel closes its sessions' pipes as for a killed sshd, which ends the
+    benchmark and the probes; the servers (setsid) and the hosts' networks run on for its restart."""
+    demo = Dashboard.demo(tmp_path / "data", TIME_SCALE)
+    root = demo.data_dir / "demo"
+    await asyncio.to_thread(demo.start)
+    try:
+        async with httpx.AsyncClient(base_url=demo.url, headers=AUTH, timeout=30) as client:
+            attempt = await settled(client, await launch(client, "b200-01"))
+            assert attempt["status"] == "ready", attempt
+            await benchmark_running(client, attempt, root, {demo.pid})
+        running = len(sessions_on_hosts(root, {demo.pid}))
+        demo.kill()
+        left, ended_in = await left_by_killed_dashboard(root, {demo.pid})
+        print(f"\nFAULT demo SIGKILL mid-benchmark: {running} session processes ended in {ended_in:.2f} s")
+        assert not left, "the killed demo's sessions left:\n" + "\n".join(left)
+        assert process_alive(attempt["pid"]), "the benchmarked server did not survive the demo"
+    finally:
+        demo.stop()
+        for host_root in (root / "hosts").iterdir():
+            SimHost(host_root.name, host_root).kill_detached()  # its servers, and its networks' keepers
 
 
 # How chromium notes a stream cut by the kill, and each connection refused while the dashboard is down.
@@ -481,10 +586,10 @@ async def test_a_full_data_dir_refuses_writes_with_a_sentence_keeps_reads_and_re
                 assert "the data dir is full" in answer.json()["detail"]
             for route in ("/api/attempts", "/api/hosts", f"/api/attempts/{attempt_id}", "/api/presets"):
                 assert (await client.get(route)).status_code == 200, route
-            # A login is a row now: one made before goes on reading, a new one is refused with the sentence.
+            # Logins go on: one made before goes on reading, a new one is held until there is room (README).
             assert (await browser.get("/hosts")).status_code == 200
-            refused = await form_login(late_browser)
-            assert refused.status_code == 507 and "the data dir is full" in refused.text
+            assert (await form_login(late_browser)).status_code == 303
+            assert (await late_browser.get("/hosts")).status_code == 200
 
             async def says_so() -> bool:
                 return "the data dir is full" in (await client.get(f"/api/attempts/{attempt_id}")).text
