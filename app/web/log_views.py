@@ -17,7 +17,7 @@ from app.db.history import list_attempts
 from app.db.models import Attempt
 from app.errors import SearchTooSlow
 from app.logs.render import line_class, render_line
-from app.logs.search import TRACEBACK, count_matches
+from app.logs.search import TRACEBACK, Match, count_matches, grep_log
 from app.logs.store import Line, LogFile
 from app.runtime import Runtime
 from app.web.params import INT64_MAX, Int64
@@ -25,6 +25,7 @@ from app.web.params import INT64_MAX, Int64
 log = logging.getLogger(__name__)
 
 SEARCH_ATTEMPTS = 500  # the newest attempts a search across attempts looks at
+EXCERPT_ATTEMPTS, EXCERPT_HITS = 10, 3  # the search page shows the first hits of its first attempts
 SEND_TIMEOUT = 30.0  # a viewer that takes nothing for this long is dropped
 TRACEBACK_BYTES = TRACEBACK.encode()
 
@@ -140,3 +141,34 @@ async def attempts_matching(
         assert isinstance(exc.partial, dict)
         raise SearchTooSlow(str(exc), with_hits(exc.partial)) from None
     return with_hits(counts)
+
+
+def hits_html(attempt_id: int, matches: Sequence[Match], ranges: Sequence[Sequence[tuple[int, int]]] = ()) -> str:
+    """Each matching line with its context, marked and linked into the full log; `ranges` (one list
+    per match) highlights the matched bytes."""
+    groups = []
+    for i, match in enumerate(matches):
+        found = {match.line: ranges[i]} if i < len(ranges) else {}
+        lines = [
+            *(Line(c.line, c.offset, c.text, len(c.text)) for c in match.before),
+            Line(match.line, match.offset, match.text, len(match.text)),
+            *(Line(c.line, c.offset, c.text, len(c.text)) for c in match.after),
+        ]
+        hit = lines_html(attempt_id, lines, mark=match.line, anchors=False, matches=found)
+        groups.append(f'<div class="hit">{hit}</div>')
+    return "\n".join(groups)
+
+
+async def excerpts(
+    runtime: Runtime, found: Sequence[tuple[Attempt, int]], q: str, *, person: str, **options: bool
+) -> dict[int, str]:
+    """The first hits, with a line of context, of the first attempts a search found: what a person
+    scans before choosing an attempt to open."""
+    paths = runtime.logs.paths([attempt.id for attempt, _ in found[:EXCERPT_ATTEMPTS]])
+    shown = {}
+    for attempt_id, path in paths.items():
+        result = await grep_log(
+            path, q, context=1, limit=EXCERPT_HITS, limits=runtime.grep_limits.of(person), **options
+        )
+        shown[attempt_id] = hits_html(attempt_id, result.matches)
+    return shown

@@ -300,3 +300,16 @@ async def test_a_failed_attempts_page_offers_neither_an_empty_performance_block_
     assert 'id="stop-leftovers"' not in page and "Stop process group" not in page
     panel = (await api.get(f"/attempts/{attempt['id']}/performance", headers={"HX-Request": "true"})).text
     assert "<h2>Performance</h2>" not in panel and "hidden" in panel
+
+
+async def test_searching_many_logs_shows_the_matching_lines_each_linked_into_its_log(api: AsyncClient) -> None:
+    """Counts alone make a person open every attempt; the first hits of each, with a line of
+    context, say at once which one to open, and each line number opens the full log there."""
+    attempt = await failed_override_attempt(api)
+    await log_in(api)
+    page = html.unescape((await api.get("/search", params={"q": "Speculative decoding for"})).text)
+    excerpt = page[page.index(f'data-excerpt="{attempt["id"]}"') :]
+    excerpt = excerpt[: excerpt.index("</tr>")]
+    hit = re.search(r'<div class="ln [^"]*mark"><a class="n" href="/attempts/(\d+)/log\?line=(\d+)#L\2">', excerpt)
+    assert hit and int(hit[1]) == attempt["id"], excerpt
+    assert "ValueError: Speculative decoding for" in excerpt

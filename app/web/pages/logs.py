@@ -16,12 +16,20 @@ from app.db.history import attempt_finished
 from app.errors import InvalidInput, SearchBusy, SearchTooSlow
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import FIRST_ERROR, LogSearch, first_line, match_ranges, search_log
-from app.logs.store import Line, LogFile
+from app.logs.store import LogFile
 from app.runtime import Runtime
 from app.web.deps import AttemptDep, LogDep, RuntimeDep, Viewer, loaded_attempt, session_login
 from app.web.disconnect import unless_disconnected
 from app.web.errors import status_of
-from app.web.log_views import attempts_matching, event_stream, lines_html, log_context, resume_offset
+from app.web.log_views import (
+    attempts_matching,
+    event_stream,
+    excerpts,
+    hits_html,
+    lines_html,
+    log_context,
+    resume_offset,
+)
 from app.web.params import Int64
 from app.web.templating import render
 
@@ -257,7 +265,7 @@ async def grep_page(
         "error": error,
         "next_page": next_page,
         "first_page": first_page,
-        "hits_html": _hits_html(attempt_id, search, ranges) if search else "",
+        "hits_html": hits_html(attempt_id, search.result.matches, ranges) if search else "",
         "tail_html": lines_html(attempt_id, search.tail, anchors=False) if search else "",
     }
     return render(request, "grep.html", page, block="results", status_code=status)
@@ -271,20 +279,6 @@ async def _bounded_search(request: Request, search: Coroutine[Any, Any, T]) -> t
     except (InvalidInput, SearchBusy) as exc:
         partial = cast(T, exc.partial) if isinstance(exc, SearchTooSlow) else None  # what `search` returns
         return partial, str(exc), status_of(exc)
-
-
-def _hits_html(attempt_id: int, search: LogSearch, ranges: list[list[tuple[int, int]]]) -> str:
-    groups = []
-    for i, match in enumerate(search.result.matches):
-        found = {match.line: ranges[i]} if i < len(ranges) else {}
-        lines = [
-            *(Line(c.line, c.offset, c.text, len(c.text)) for c in match.before),
-            Line(match.line, match.offset, match.text, len(match.text)),
-            *(Line(c.line, c.offset, c.text, len(c.text)) for c in match.after),
-        ]
-        hit = lines_html(attempt_id, lines, mark=match.line, anchors=False, matches=found)
-        groups.append(f'<div class="hit">{hit}</div>')
-    return "\n".join(groups)
 
 
 @router.get("/search", response_class=HTMLResponse)
@@ -303,6 +297,10 @@ async def search_attempts(
         runtime, q, person=user.name, preset=preset, host=host, regex=regex, ignore_case=ignore_case
     )
     rows, error, status = await _bounded_search(request, matching)
+    shown: dict[int, str] = {}
+    if rows:  # the lines themselves, for the first attempts; a refused or slow excerpt leaves the counts
+        options = {"regex": regex, "ignore_case": ignore_case}
+        shown = (await _bounded_search(request, excerpts(runtime, rows, q, person=user.name, **options)))[0] or {}
     context = {
         "user": user,
         "q": q,
@@ -311,6 +309,7 @@ async def search_attempts(
         "regex": regex,
         "ignore_case": ignore_case,
         "rows": rows or [],
+        "excerpts": shown,
         "error": error,
         "hosts": [h.name for h in runtime.ssh],
     }
