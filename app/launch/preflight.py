@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from app.diagnose import flag_history
 from app.diagnose.drift import requested_args, stated_values
+from app.diagnose.hints import explain
 from app.errors import CommandTimedOut, HostError
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
 from app.launch import remote
@@ -173,9 +174,14 @@ async def run_preflight(
     if isinstance(answer, _TooSlow):
         checks.append(Check("arguments", False, str(answer), blocking=False))
     elif "error" in found:
-        # The host's own parser said no: the server would exit with this very error.
+        # The host's own parser said no: the server would exit with this very error, whose fix
+        # the diagnosis knows as it would after the failure (the launch form offers to apply it).
         message = f"SGLang will refuse these arguments: {found['error']}"
-        checks.append(Check("arguments", False, message, detail={"warnings": warnings}))
+        explained = explain(
+            str(found["error"]), "arg-conflict", server_args=result.effective_args, argv=["--port", str(port), *args]
+        )
+        change = asdict(explained.change) if explained and explained.change else None
+        checks.append(Check("arguments", False, message, detail={"warnings": warnings, "change": change}))
     elif "check_error" in found:
         message = f"the argument check could not run: {found['check_error']}"
         checks.append(Check("arguments", False, message, blocking=False))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from app.db.history import load_attempt, parts_of
 from app.db.models import Attempt, PresetRevision
@@ -133,19 +134,74 @@ async def relaunch(
     )  # fmt: skip
     revision, saved = target.revision, False
     if data is not None and not same_revision(attempt.revision, data):
-        data.validate()
-        draft = PresetRevision(**{key: getattr(data, key) for key in revision_fields(attempt.revision)})
-        await service.vet(target.preset, draft, where, permission, override_reason, confirm_failed_before)
-        async with service.sessions.write() as session:
-            preset = await get_preset(session, target.preset)
-            detail = {"from_attempt": attempt_id}
-            new = await save_preset(session, preset, data, actor=actor, action="preset-relaunch", detail=detail)
-            revision, saved = (new.number, True) if new else (latest(preset).number, False)
+        revision, saved = await _vet_and_save(
+            service, target.preset, data, where, permission, override_reason, confirm_failed_before,
+            actor=actor, action="preset-relaunch", detail={"from_attempt": attempt_id},
+        )  # fmt: skip
     launched = await service.launch(
         preset=target.preset, revision=revision, **asdict(where), override_reason=override_reason,
         confirm_failed_before=confirm_failed_before, actor=actor, permission=permission,
     )  # fmt: skip
     return Relaunched(launched, revision, saved)
+
+
+async def launch_with_change(
+    service: AttemptService,
+    *,
+    preset: str,
+    change: SuggestedChange,
+    where: Where,
+    actor: str,
+    override_reason: str = "",
+    confirm_failed_before: bool = False,
+    permission: LaunchPermission | None = None,
+) -> Relaunched:
+    """The preset's latest revision with `change` applied, launched: the launch form's "apply the
+    fix and launch" for a refusal its preflight predicted. As for a relaunch with changes, the new
+    revision is saved (audited as `preset-fix`) only once every guard lets its launch through."""
+    async with service.sessions.read() as session:
+        row = await get_preset(session, preset)
+    data = PresetInput(
+        name=preset, description=row.description, webhook_url=row.webhook_url, **revision_fields(latest(row))
+    )
+    data.args = apply_change(data.args, change)
+    revision, saved = await _vet_and_save(
+        service, preset, data, where, permission, override_reason, confirm_failed_before,
+        actor=actor, action="preset-fix", detail={"change": str(change)},
+    )  # fmt: skip
+    launched = await service.launch(
+        preset=preset, revision=revision, **asdict(where), override_reason=override_reason,
+        confirm_failed_before=confirm_failed_before, actor=actor, permission=permission,
+    )  # fmt: skip
+    return Relaunched(launched, revision, saved)
+
+
+async def _vet_and_save(
+    service: AttemptService,
+    preset: str,
+    data: PresetInput,
+    where: Where,
+    permission: LaunchPermission | None,
+    override_reason: str,
+    confirm_failed_before: bool,
+    *,
+    actor: str,
+    action: str,
+    detail: dict[str, Any],
+) -> tuple[int, bool]:
+    """Runs every launch guard on `data` as a revision not yet saved, then saves it: a refused edit
+    leaves no revision and no audit row. The revision's number, and whether it is new (an edit
+    that equals the latest revision runs that)."""
+    data.validate()
+    draft = PresetRevision(
+        model_path=data.model_path, launcher=data.launcher, python=data.python, port=data.port,
+        args=list(data.args), env=dict(data.env),
+    )  # fmt: skip
+    await service.vet(preset, draft, where, permission, override_reason, confirm_failed_before)
+    async with service.sessions.write() as session:
+        row = await get_preset(session, preset)
+        new = await save_preset(session, row, data, actor=actor, action=action, detail=detail)
+        return (new.number, True) if new else (latest(row).number, False)
 
 
 def _canonical(option: str) -> str:

@@ -163,3 +163,24 @@ async def test_cli_exits_3_when_a_guard_refuses(api: AsyncClient, running_app: F
         await wait_for(api, 1, FINAL)
         code, output, _ = await launchdeck("launch", "--help")
         assert "3 a guard refused the launch" in " ".join(output.split())
+
+
+async def test_a_refusal_preflight_predicts_offers_its_fix_and_launches_it_in_one_click(api: AsyncClient) -> None:
+    """SGLang 0.5.10 would refuse the preset (the mamba strategy left to auto): the refused form
+    offers the fix the diagnosis knows, and its button saves the preset with it and launches that,
+    with no failed launch first."""
+    csrf = await log_in(api)
+    revisions = len((await api.get(f"/api/presets/{UNSET}/revisions")).json())
+    choice = {"csrf_token": csrf, "preset": UNSET, "host": "rtxpro-01", "gpus": ["3"], "port": str(free_port())}
+    refused = html.unescape((await api.post("/launch", data=choice)).text)
+    offer = re.search(r'<button type="submit" class="primary" name="apply_fix" value="([^"]+)">([^<]+)</button>', refused)
+    assert offer and offer[1] == "--mamba-scheduler-strategy extra_buffer", refused
+    assert offer[2] == "Apply --mamba-scheduler-strategy extra_buffer and launch"
+    launched = await api.post("/launch", data={**choice, "apply_fix": offer[1]})
+    assert launched.status_code == 303, launched.text
+    attempt = await wait_for(api, int(launched.headers["location"].rsplit("/", 1)[1]), FINAL)
+    assert attempt["status"] == "ready" and attempt["revision"] == revisions + 1
+    assert attempt["argv"][attempt["argv"].index("--mamba-scheduler-strategy") + 1] == "extra_buffer"
+    fixes = [e for e in (await api.get("/api/audit")).json() if e["action"] == "preset-fix"]
+    assert [e["detail"]["change"] for e in fixes] == ["--mamba-scheduler-strategy extra_buffer"]
+    await api.post(f"/api/attempts/{attempt['id']}/stop", headers={"x-csrf-token": csrf})

@@ -15,10 +15,12 @@ from app import audit
 from app.casebook import compare, signatures
 from app.db import history
 from app.db.models import Attempt
+from app.diagnose.hints import SuggestedChange
 from app.errors import AccessRefused, HostError, InvalidInput, LaunchdeckError, LaunchRefused
 from app.gpu.overview import current_overview, freest_gpus
-from app.launch import guards, nodes
+from app.launch import guards, nodes, shapes
 from app.launch.preflight import Preflight, tp_size
+from app.launch.relaunch import launch_with_change
 from app.logs.live import tail
 from app.presets import revisions
 from app.runtime import Runtime
@@ -152,17 +154,28 @@ async def launch_preflight(request: Request, runtime: RuntimeDep, user: Operator
 
 @router.post("/launch", response_class=HTMLResponse)
 async def launch(request: Request, runtime: RuntimeDep, user: Operator, may: Launcher) -> Response:
+    """Launches the preset as chosen; with `apply_fix` ("--flag value", the fix preflight found
+    for the refusal it predicted), its latest revision with that fix, saved as a new one."""
     choice = await launch_choice(request)
     override = choice.get("override_reason", "").strip() if choice.get("override") else ""
+    fix = str((await request.form()).get("apply_fix") or "")
+    consent: dict[str, Any] = {
+        "override_reason": override,
+        "confirm_failed_before": bool(choice.get("confirm_failed_before")),
+    }
     try:
-        attempt = await runtime.attempts.launch(
-            preset=choice.get("preset", ""),
-            **where_to(choice),
-            override_reason=override,
-            confirm_failed_before=bool(choice.get("confirm_failed_before")),
-            actor=user.name,
-            permission=may,
-        )
+        if fix:
+            flag, _, value = fix.partition(" ")
+            attempt = (
+                await launch_with_change(
+                    runtime.attempts, preset=choice.get("preset", ""), change=SuggestedChange(flag, value or None),
+                    where=shapes.Where(**where_to(choice)), actor=user.name, permission=may, **consent,
+                )
+            ).attempt  # fmt: skip
+        else:
+            attempt = await runtime.attempts.launch(
+                preset=choice.get("preset", ""), **where_to(choice), actor=user.name, permission=may, **consent
+            )
     except LaunchRefused as exc:
         context = await launch_context(runtime, user, choice)
         context |= {"error": str(exc), "preflight": exc.preflight}
