@@ -175,3 +175,21 @@ class Figures:
         if len(self.decode) >= MAX_POINTS:
             self.decode = self.decode[::2]
             self.decode_stride *= 2
+
+
+def small_capacity(memory: dict[str, Any], concurrency: int, wanted_by: str) -> str | None:
+    """Why a server that came up serves too little to be useful, from the figures its log printed:
+    fewer requests at a time than `concurrency` (what `wanted_by` runs at once), or a KV cache that
+    cannot hold one request of the full context. None when neither shows (or is not known)."""
+    running, tokens, context = (
+        memory.get(key) for key in ("max_running_requests", "max_total_num_tokens", "context_len")
+    )
+    tokens = tokens or memory.get("kv_tokens")
+    said = []
+    if isinstance(running, int | float) and running < concurrency:
+        requests = f"{running:,.0f} request{'s' if running != 1 else ''}"
+        said.append(f"serves at most {requests} at a time, where {wanted_by} runs {concurrency} at once")
+    if isinstance(tokens, int | float) and isinstance(context, int | float) and tokens < context:
+        held = f"the KV cache holds {tokens:,.0f} tokens"
+        said.append(f"{held}, less than one request of the full context ({context:,.0f})")
+    return "; ".join(said) or None

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.casebook import signatures
-from app.db.models import Attempt
+from app.db.models import Attempt, Workload
 from app.diagnose.analyze import STAGES
+from app.diagnose.figures import small_capacity
 from app.diagnose.lexicon import HINTS
 from app.diagnose.stored import StoredDiagnosis
+from app.perf.workloads import DEFAULT_WORKLOAD
+from app.states import AttemptStatus
 
 SAME_SIGNATURE_SHOWN = 10
+SERVED = (AttemptStatus.READY, AttemptStatus.UNHEALTHY, AttemptStatus.STOPPED)
+FALLBACK_CONCURRENCY = 4  # requests at once a server must take to be of use, with no workload to say
 # The serving metrics charted from the decode-batch lines: (key, label, format).
 METRICS = (
     ("running_requests", "running requests", "{:.0f}"),
@@ -35,8 +41,14 @@ async def diagnosis_context(db: AsyncSession, attempt: Attempt) -> dict[str, Any
         earlier = await signatures.attempt_ids_with_signature(
             db, attempt.signature_id, before=attempt.id, limit=SAME_SIGNATURE_SHOWN
         )
+    capacity = None
+    if attempt.status in SERVED and not found.root_error:  # up, and maybe too small to be of use
+        wanted = await db.scalar(select(Workload.max_concurrency).where(Workload.name == DEFAULT_WORKLOAD))
+        by = f"the {DEFAULT_WORKLOAD} benchmark" if wanted else "a useful server"
+        capacity = small_capacity(found.memory or {}, wanted or FALLBACK_CONCURRENCY, by)
     return {
         "diagnosis": found,
+        "capacity": capacity,
         "unrecognised": not found.recognised,
         "drift": signatures.drift_of(attempt),
         "same_signature": same,

@@ -253,3 +253,40 @@ def gpu_free_gib(app: FastAPI, host: str, index: int) -> float:
     snapshot = app.state.runtime.gpus.hosts[host].snapshot
     gpu = next(g for g in snapshot.gpus if g.index == index) if snapshot else None
     return (gpu.memory_free_mib or 0) / 1024 if gpu else float("inf")
+
+
+TINY_SERVER_LOG = "\n".join(
+    [
+        "[2026-02-01 10:00:00] server_args=ServerArgs(model_path='acme/Lark-27B', tp_size=1, mem_fraction_static=0.61)",
+        "[2026-02-01 10:00:40 TP0] max_total_num_tokens=17961, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        "max_running_requests=1, context_len=262144, available_gpu_mem=3.10 GB",
+        "[2026-02-01 10:00:52] The server is fired up and ready to roll!",
+        "",
+    ]
+)
+
+
+async def test_a_server_up_but_too_small_to_be_of_use_says_so_with_its_figures(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    """Ready is not enough: one request at a time and a KV cache shorter than one full context is
+    said on the card, with the bisection that finds a fraction that serves one click away."""
+    async with running_app.state.runtime.sessions.write() as session:
+        revision = PresetRevision(preset=Preset(name="lark-27b"), number=1, model_path="acme/Lark-27B")
+        host = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
+        assert host is not None
+        session.add(revision)
+        await session.flush()
+        attempt = Attempt(host_id=host.id, preset_revision_id=revision.id, argv=[], status="ready",
+                          diagnosis=stored(diagnose(TINY_SERVER_LOG), []).to_json())  # fmt: skip
+        session.add(attempt)
+        await session.commit()
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    warning = page[page.index('id="capacity"') :]
+    warning = warning[: warning.index("</p>")]
+    assert "serves at most 1 request at a time, where the chat-short benchmark runs 8 at once" in warning
+    assert "the KV cache holds 17,961 tokens, less than one request of the full context (262,144)" in warning
+    assert 'href="/sweeps/new?preset=lark-27b&mode=bisect"' in warning
+    bisect = html.unescape((await app_client.get("/sweeps/new", params={"preset": "lark-27b", "mode": "bisect"})).text)
+    assert re.search(r'<input type="radio" name="mode" value="bisect" checked>', bisect)

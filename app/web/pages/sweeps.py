@@ -65,10 +65,13 @@ async def sweeps_page(request: Request, runtime: RuntimeDep, db: ReadDb, user: V
 
 
 @router.get("/sweeps/new", response_class=HTMLResponse)
-async def new_sweep(request: Request, runtime: RuntimeDep, db: ReadDb, user: Operator, preset: str = "") -> Response:
-    return render(
-        request, "sweeps.html", await form_context(runtime, db, user, {"preset": preset, "mode": SweepMode.GRID})
-    )
+async def new_sweep(
+    request: Request, runtime: RuntimeDep, db: ReadDb, user: Operator, preset: str = "", mode: str = ""
+) -> Response:
+    """The form, for a preset; `mode=bisect` (the link from a server too small to be of use) opens
+    it on a bisection of --mem-fraction-static."""
+    chosen = SweepMode.BISECT if mode == SweepMode.BISECT else SweepMode.GRID
+    return render(request, "sweeps.html", await form_context(runtime, db, user, {"preset": preset, "mode": chosen}))
 
 
 @router.post("/sweeps", response_class=HTMLResponse)
