@@ -414,7 +414,7 @@ async def test_a_person_clicks_from_the_home_page_to_a_live_log_that_follows_cou
     await page.wait_for_function("() => document.querySelector('select[name=host]')?.['htmx-internal-data']")
     await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
     await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
-    for gpu in await page.locator("input[name=gpus]:checked").all():
+    for gpu in await page.locator("input[name=gpus]").all():
         await gpu.uncheck()
     await page.locator("input[name=gpus][value='1']").check()
     await page.get_by_label("Port").fill(str(free_port()))
@@ -461,57 +461,63 @@ async def test_the_launch_form_keeps_what_is_on_screen_and_stopping_a_server_ask
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         body = {"preset": "llama31-8b", "host": "rtxpro-01", "gpus": [3], "port": port}
         held = (await api.post("/api/attempts", json={**body, **AGAIN})).json()["id"]
+        try:
 
-        async def status() -> str:
-            return str((await api.get(f"/api/attempts/{held}")).json()["status"])
+            async def status() -> str:
+                return str((await api.get(f"/api/attempts/{held}")).json()["status"])
 
-        await wait_until(lambda: _is(status, "ready"), 30, f"attempt {held} to be ready", demo)
-        questions: list[str] = []
+            await wait_until(lambda: _is(status, "ready"), 30, f"attempt {held} to be ready", demo)
+            questions: list[str] = []
 
-        async def answer(dialog: Any, accept: bool) -> None:
-            questions.append(dialog.message)
-            await (dialog.accept() if accept else dialog.dismiss())
+            async def answer(dialog: Any, accept: bool) -> None:
+                questions.append(dialog.message)
+                await (dialog.accept() if accept else dialog.dismiss())
 
-        await page.goto("/")
-        await log_in(page, TOKEN)
-        await page.get_by_role("link", name="Hosts", exact=True).click()
-        await page.get_by_role("link", name="rtxpro-01", exact=True).click()
-        page.once("dialog", lambda dialog: answer(dialog, False))
-        await page.get_by_role("button", name=f"Stop attempt {held}").click()
-        await wait_until(lambda: _true(bool(questions)), 5, "the host page to ask", demo)
-        assert questions[-1] == f"Stop attempt {held}? Its server on rtxpro-01 stops answering."
-        assert await status() == "ready"
+            await page.goto("/")
+            await log_in(page, TOKEN)
+            await page.get_by_role("link", name="Hosts", exact=True).click()
+            await page.get_by_role("link", name="rtxpro-01", exact=True).click()
+            page.once("dialog", lambda dialog: answer(dialog, False))
+            await page.get_by_role("button", name=f"Stop attempt {held}").click()
+            await wait_until(lambda: _true(bool(questions)), 5, "the host page to ask", demo)
+            assert questions[-1] == f"Stop attempt {held}? Its server on rtxpro-01 stops answering."
+            assert await status() == "ready"
 
-        await page.get_by_role("link", name="Launch", exact=True).click()
-        await page.get_by_label("Preset").select_option("llama31-8b")
-        await page.wait_for_function("() => document.querySelector('select[name=host]')?.['htmx-internal-data']")
-        await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
-        await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
-        await expect(page.locator("input[name=gpus][value='3']")).not_to_be_checked()  # it is full
-        for gpu in await page.locator("input[name=gpus]:checked").all():
-            await gpu.uncheck()
-        await page.locator("input[name=gpus][value='3']").check()
-        await page.get_by_label("Port").fill(str(port))
-        await page.get_by_role("button", name="Run preflight").click()
-        await expect(page.locator("tr[data-check='port']")).to_contain_text("is not free")
-        use = page.locator("#use-free-port")
-        free = int(await use.get_attribute("data-use-port") or 0)
-        await use.click()
-        await expect(page.get_by_label("Port")).to_have_value(str(free))
-        await expect(page.locator("tr[data-check='port']")).to_contain_text("✓")
-        await expect(page.locator("input[name=gpus]:checked")).to_have_count(1)
-        await expect(page.locator("input[name=gpus][value='3']")).to_be_checked()
+            await page.get_by_role("link", name="Launch", exact=True).click()
+            await page.get_by_label("Preset").select_option("llama31-8b")
+            await page.wait_for_function("() => document.querySelector('select[name=host]')?.['htmx-internal-data']")
+            await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
+            await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
+            await expect(page.locator("input[name=gpus][value='3']")).not_to_be_checked()  # it is full
+            for gpu in await page.locator("input[name=gpus]").all():
+                await gpu.uncheck()
+            await page.locator("input[name=gpus][value='3']").check()
+            await page.get_by_label("Port").fill(str(port))
+            await page.get_by_role("button", name="Run preflight").click()
+            await expect(page.locator("tr[data-check='port']")).to_contain_text("is not free")
+            use = page.locator("#use-free-port")
+            free = int(await use.get_attribute("data-use-port") or 0)
+            await use.click()
+            await expect(page.get_by_label("Port")).to_have_value(str(free))
+            await expect(page.locator("tr[data-check='port']")).to_contain_text("✓")
+            await expect(page.locator("input[name=gpus]:checked")).to_have_count(1)
+            await expect(page.locator("input[name=gpus][value='3']")).to_be_checked()
 
-        await page.locator("input[name=gpus][value='2']").check()
-        await expect(page.locator("#preflight")).to_have_text("The choices changed since this preflight: run it again.")
-        await page.get_by_role("button", name="Run preflight").click()
-        stop = page.get_by_role("button", name=f"Stop attempt {held}")
-        page.once("dialog", lambda dialog: answer(dialog, True))
-        await stop.click()
-        await wait_until(lambda: _is(status, "stopped"), 30, f"attempt {held} to stop", demo)
-        assert questions[-1].startswith(f"Stop attempt {held}? Its server on rtxpro-01 stops answering")
-        await expect(page.get_by_label("Port")).to_have_value(str(free))  # the form stayed
-        await expect(page.locator("input[name=gpus]:checked")).to_have_count(2)
+            await page.locator("input[name=gpus][value='2']").check()
+            await expect(page.locator("#preflight")).to_have_text(
+                "The choices changed since this preflight: run it again."
+            )
+            await page.get_by_role("button", name="Run preflight").click()
+            stop = page.get_by_role("button", name=f"Stop attempt {held}")
+            page.once("dialog", lambda dialog: answer(dialog, True))
+            await stop.click()
+            await wait_until(lambda: _is(status, "stopped"), 30, f"attempt {held} to stop", demo)
+            assert questions[-1].startswith(f"Stop attempt {held}? Its server on rtxpro-01 stops answering")
+            await expect(page.get_by_label("Port")).to_have_value(str(free))  # the form stayed
+            await expect(page.locator("input[name=gpus]:checked")).to_have_count(2)
+        finally:  # a failure above must not leave the server holding GPU 3 for the next test
+            await api.post(f"/api/attempts/{held}/stop")
+            await wait_until(lambda: _is(status, "stopped"), 30, f"attempt {held} to stop", demo)
     assert tab.console_errors == [], tab.console_errors
 
 
