@@ -12,6 +12,7 @@
   var KEYS = [
     ["/", "search this log (grep)"],
     ["n / N", "next / previous grep hit"],
+    ["e / E", "next / previous error line"],
     ["g / G", "top / bottom of the log"],
     ["f", "follow the end of the live log (again to pause)"],
     ["t", "show or hide timestamps"],
@@ -114,21 +115,47 @@
     line.scrollIntoView({ block: "center" });
   }
 
+  // A shared link names a line (#L12) or a range of lines (#L10-L42), as on GitHub.
+  var LINK = /^#L(\d+)(?:-L(\d+))?$/;
+
+  function showRange(first, last) {
+    for (var n = first + 1; n <= last; n++) {
+      var line = lineOf(n);
+      if (line) line.classList.add("mark");
+    }
+  }
+
   function showTarget() {
     var log = document.getElementById("log");
     if (!log) return;
-    var found = /^#L(\d+)$/.exec(location.hash);
+    var found = LINK.exec(location.hash);
     var line = lineOf(found ? found[1] : log.dataset.target);
-    if (line) showLine(line);
+    if (!line) return;
+    showLine(line);
+    if (found && found[2]) showRange(+found[1], +found[2]);
   }
 
   function openDeepLink() {
-    var found = /^#L(\d+)$/.exec(location.hash);
+    var found = LINK.exec(location.hash);
     var log = document.getElementById("log");
     if (!found || !log) return;
     if (!lineOf(found[1])) location.replace(log.dataset.href + "?line=" + found[1] + location.hash);
     else showTarget();
   }
+
+  // Shift-click on a line's number after another's: the link to the lines between, in the address bar.
+  document.addEventListener("click", function (evt) {
+    var number = evt.target.closest && evt.target.closest("#log .ln a.n");
+    var from = LINK.exec(location.hash);
+    if (!number || !evt.shiftKey || !from) return;
+    var to = /#L(\d+)$/.exec(number.getAttribute("href"));
+    if (!to) return;
+    evt.preventDefault();
+    evt.stopPropagation();  // nor a boosted navigation to that one line
+    var first = Math.min(+from[1], +to[1]), last = Math.max(+from[1], +to[1]);
+    history.replaceState(null, "", "#L" + first + "-L" + last);
+    showTarget();
+  }, true);  // before htmx's own listener on the link
   window.addEventListener("hashchange", openDeepLink);
   document.addEventListener("DOMContentLoaded", function () { showTarget(); openDeepLink(); });
   document.addEventListener("htmx:afterSettle", function (evt) {
@@ -160,6 +187,28 @@
     var next = hits[((at < 0 && step < 0 ? 0 : at) + step + hits.length) % hits.length];
     next.classList.add("current");
     next.scrollIntoView({ block: "center" });
+  }
+
+  // The next (or previous) error line after the one marked, in the live log or this page of the full log.
+  function stepError(step) {
+    var errors = Array.prototype.slice.call(document.querySelectorAll("#log .ln.error, #live-lines .ln.error"));
+    if (!errors.length) return;
+    var marked = document.querySelector("#log .ln.mark, #live-lines .ln.mark");
+    var at = marked ? errors.indexOf(marked) : -1;
+    if (at < 0 && marked) {  // a mark that is not an error: the first error after (or before) it
+      var after = errors.findIndex(function (line) {
+        return marked.compareDocumentPosition(line) & Node.DOCUMENT_POSITION_FOLLOWING;
+      });
+      at = step > 0 ? (after < 0 ? errors.length : after) - 1 : (after < 0 ? errors.length : after);
+    }
+    var next = errors[Math.min(Math.max(at + step, 0), errors.length - 1)];
+    document.querySelectorAll("#live-lines .ln.mark").forEach(function (other) { other.classList.remove("mark"); });
+    if (next.closest("#log")) {
+      showLine(next);
+    } else {
+      next.classList.add("mark");
+      next.scrollIntoView({ block: "center" });
+    }
   }
 
   function toEnd(bottom) {
@@ -220,6 +269,8 @@
       var grep = document.querySelector("form.grep input[name=q]");
       if (grep) { grep.focus(); grep.select(); }
     },
+    "e": function () { stepError(1); },
+    "E": function () { stepError(-1); },
     "n": function () { stepHit(1); },
     "N": function () { stepHit(-1); },
     "g": function () { toEnd(false); },

@@ -849,6 +849,11 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             await expect(page.locator("#error-groups")).to_contain_text("qwen36-27b-mtp-strategy-unset")
 
             await page.goto(f"/compare?a={oom}&b={fixed}")
+            # One column grid for every table: each side's values stand in one column down the page.
+            edges = [
+                await page.locator(f"#{table} thead th").nth(2).bounding_box() for table in ("argv-diff", "outcome")
+            ]
+            assert edges[0] and edges[1] and abs(edges[0]["x"] - edges[1]["x"]) <= 1, edges
             fraction = page.locator("#argv-diff tr[data-row='--mem-fraction-static']")
             await expect(fraction).to_have_class(re.compile(r"\bdiffers\b"))
             await expect(fraction).to_contain_text("0.95")
@@ -1340,8 +1345,21 @@ async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys
     await expect(await expect_target("Traceback (most recent call last):")).to_be_visible()
     if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
         await page.screenshot(path=f"{shots}/log-viewer-first-error.png")
+    await page.keyboard.press("e")  # the next error line: the exception's own
+    await expect(page.locator("#log .ln.mark")).to_contain_text("ValueError: tensor shapes disagree")
+    await page.keyboard.press("E")
+    await expect_target("Traceback (most recent call last):")
     await traceback.locator("summary").click()  # folds the block to its first line
     await expect(traceback.get_by_text("tensor shapes disagree")).to_be_hidden()
+
+    # A range of lines, as a shared link, then made by shift-clicking a second line's number.
+    await page.goto(f"/attempts/{attempt_id}/log?line=1650#L1650-L1652")
+    await expect(page.locator("#log .ln.mark")).to_have_count(3)
+    await page.locator("#L1660 a.n").click()
+    await expect(page).to_have_url(re.compile(r"#L1660$"))
+    await page.locator("#L1663 a.n").click(modifiers=["Shift"])
+    await expect(page).to_have_url(re.compile(r"#L1660-L1663$"))
+    await expect(page.locator("#log .ln.mark")).to_have_count(4)
 
     await page.get_by_label("line", exact=True).fill("1200")
     await page.get_by_role("button", name="Go").first.click()
@@ -1735,6 +1753,10 @@ async def test_a_sweep_fills_its_table_and_chart_live_and_its_best_point_becomes
     await expect(page.locator("#sweep-chart figcaption.legend span")).to_have_count(2)  # topk 1 and 4
     dot = await page.locator("#sweep-chart figcaption.legend svg").first.bounding_box()
     assert dot is not None and dot["height"] <= 12, dot  # a dot beside its name, not the chart's width
+    await page.set_viewport_size({"width": 390, "height": 844})  # on a phone the headings stay one line
+    heights = await page.locator("#sweep-points thead th").evaluate_all("cells => cells.map(c => c.clientHeight)")
+    assert max(heights) < 2 * min(heights), heights
+    await page.set_viewport_size({"width": 1280, "height": 900})
     await shoot(page, "sweep.png")
 
     best = page.locator("#sweep-points tr.best")
