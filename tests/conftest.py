@@ -62,6 +62,17 @@ def openssh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenSSHServer]
     server.stop()
 
 
+@pytest.fixture(params=["simulated", pytest.param("openssh", marks=pytest.mark.openssh)])
+def target(request: pytest.FixtureRequest) -> HostSpec:
+    """A simulated host, then a real OpenSSH sshd: a test of what SSH does runs against both, so
+    the simulation is held to the real component."""
+    if request.param == "simulated":
+        spec: HostSpec = request.getfixturevalue("sim_specs")[0]
+        return spec
+    spec = request.getfixturevalue("openssh_spec")
+    return spec
+
+
 @pytest.fixture(scope="session")
 def openssh_spec(openssh: OpenSSHServer) -> HostSpec:
     known_hosts = openssh.root / "known_hosts"

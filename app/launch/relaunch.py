@@ -132,17 +132,12 @@ async def relaunch(
         host=None if hosts else target.host, hosts=hosts, label=None, gpus=target.gpus, port=target.port,
         dist_port=int(dist_port) if dist_port.isdigit() else None,
     )  # fmt: skip
-    revision, saved = target.revision, False
+    consent = Consent(actor, permission, override_reason, confirm_failed_before)
     if data is not None and not same_revision(attempt.revision, data):
-        revision, saved = await _vet_and_save(
-            service, target.preset, data, where, permission, override_reason, confirm_failed_before,
-            actor=actor, action="preset-relaunch", detail={"from_attempt": attempt_id},
-        )  # fmt: skip
-    launched = await service.launch(
-        preset=target.preset, revision=revision, **asdict(where), override_reason=override_reason,
-        confirm_failed_before=confirm_failed_before, actor=actor, permission=permission,
-    )  # fmt: skip
-    return Relaunched(launched, revision, saved)
+        return await _launch_edited(
+            service, target.preset, data, where, consent, action="preset-relaunch", detail={"from_attempt": attempt_id}
+        )
+    return Relaunched(await consent.launch(service, target.preset, target.revision, where), target.revision, False)
 
 
 async def launch_with_change(
@@ -165,43 +160,53 @@ async def launch_with_change(
         name=preset, description=row.description, webhook_url=row.webhook_url, **revision_fields(latest(row))
     )
     data.args = apply_change(data.args, change)
-    revision, saved = await _vet_and_save(
-        service, preset, data, where, permission, override_reason, confirm_failed_before,
-        actor=actor, action="preset-fix", detail={"change": str(change)},
-    )  # fmt: skip
-    launched = await service.launch(
-        preset=preset, revision=revision, **asdict(where), override_reason=override_reason,
-        confirm_failed_before=confirm_failed_before, actor=actor, permission=permission,
-    )  # fmt: skip
-    return Relaunched(launched, revision, saved)
+    consent = Consent(actor, permission, override_reason, confirm_failed_before)
+    return await _launch_edited(
+        service, preset, data, where, consent, action="preset-fix", detail={"change": str(change)}
+    )
 
 
-async def _vet_and_save(
+@dataclass(frozen=True)
+class Consent:
+    """Who launches, where they may, and what they agreed to (a reason to override preflight, a
+    configuration that failed before)."""
+
+    actor: str
+    permission: LaunchPermission | None
+    override_reason: str
+    confirm_failed_before: bool
+
+    async def launch(self, service: AttemptService, preset: str, revision: int, where: Where) -> Attempt:
+        return await service.launch(
+            preset=preset, revision=revision, **asdict(where), override_reason=self.override_reason,
+            confirm_failed_before=self.confirm_failed_before, actor=self.actor, permission=self.permission,
+        )  # fmt: skip
+
+
+async def _launch_edited(
     service: AttemptService,
     preset: str,
     data: PresetInput,
     where: Where,
-    permission: LaunchPermission | None,
-    override_reason: str,
-    confirm_failed_before: bool,
+    consent: Consent,
     *,
-    actor: str,
     action: str,
     detail: dict[str, Any],
-) -> tuple[int, bool]:
-    """Runs every launch guard on `data` as a revision not yet saved, then saves it: a refused edit
-    leaves no revision and no audit row. The revision's number, and whether it is new (an edit
-    that equals the latest revision runs that)."""
+) -> Relaunched:
+    """Runs every launch guard on `data` as a revision not yet saved, then saves it and launches
+    it: a refused edit leaves no revision and no audit row. An edit that equals the preset's
+    latest revision runs that one."""
     data.validate()
     draft = PresetRevision(
         model_path=data.model_path, launcher=data.launcher, python=data.python, port=data.port,
         args=list(data.args), env=dict(data.env),
     )  # fmt: skip
-    await service.vet(preset, draft, where, permission, override_reason, confirm_failed_before)
+    await service.vet(preset, draft, where, consent.permission, consent.override_reason, consent.confirm_failed_before)
     async with service.sessions.write() as session:
         row = await get_preset(session, preset)
-        new = await save_preset(session, row, data, actor=actor, action=action, detail=detail)
-        return (new.number, True) if new else (latest(row).number, False)
+        new = await save_preset(session, row, data, actor=consent.actor, action=action, detail=detail)
+        revision = new.number if new else latest(row).number
+    return Relaunched(await consent.launch(service, preset, revision, where), revision, new is not None)
 
 
 def _canonical(option: str) -> str:

@@ -56,15 +56,6 @@ asyncio.run(main())
 """
 
 
-@pytest.fixture(params=["simulated", pytest.param("openssh", marks=pytest.mark.openssh)])
-def target(request: pytest.FixtureRequest) -> HostSpec:
-    if request.param == "simulated":
-        spec: HostSpec = request.getfixturevalue("sim_specs")[0]
-        return spec
-    spec = request.getfixturevalue("openssh_spec")
-    return spec
-
-
 @pytest.fixture
 def tag() -> Iterator[str]:
     """A tag for the test's processes; whichever are left are killed after it."""

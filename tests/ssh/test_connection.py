@@ -25,15 +25,6 @@ from tests.support.servers import OpenSSHServer, Relay, free_port
 Connect = Callable[..., HostConnection]
 
 
-@pytest.fixture(params=["simulated", pytest.param("openssh", marks=pytest.mark.openssh)])
-def target(request: pytest.FixtureRequest) -> HostSpec:
-    if request.param == "simulated":
-        spec: HostSpec = request.getfixturevalue("sim_specs")[0]
-        return spec
-    spec = request.getfixturevalue("openssh_spec")
-    return spec
-
-
 async def online(connect: Connect, spec: HostSpec, **options: float) -> HostConnection:
     host = connect(spec, **options)
     await host.wait_online(10)
