@@ -19,7 +19,7 @@ from app.errors import InvalidInput
 from app.launch import nodes, remote, slurm_lifecycle
 from app.launch.follower import GpuReadings
 from app.launch.guards import LaunchPermission
-from app.launch.preflight import OwnersOf, Preflight, run_preflight
+from app.launch.preflight import Check, OwnersOf, Preflight, run_preflight
 from app.presets.revisions import command_argv
 from app.ssh import SSHManager
 from app.ssh.hosts import SlurmSettings
@@ -72,8 +72,10 @@ class SlurmJob(Shape):
     cluster: SlurmSettings = field(kw_only=True)
 
     async def preflight(self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf]) -> Preflight:
-        slurm_lifecycle.gpus_per_node(self.cluster, self.gpus)
-        return Preflight()
+        count = slurm_lifecycle.gpus_per_node(self.cluster, self.gpus)
+        gpus = f"{count} GPU{'s' if count != 1 else ''}"
+        said = f"Slurm places the job: {gpus} per node on partition {self.cluster.partition or '(the default)'}"
+        return Preflight([Check("slurm", True, f"{said}; the node's GPUs are not checked before", blocking=False)])
 
     async def add_rows(
         self, session: AsyncSession, attempt: Attempt, host_ids: dict[str, int], gpus: GpuReadings

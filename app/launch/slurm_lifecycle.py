@@ -28,12 +28,14 @@ def attempt_dir(settings: SlurmSettings, attempt_id: int) -> str:
 
 
 def gpus_per_node(settings: SlurmSettings, gpus: list[int]) -> int:
-    """The cluster's setting, else as many GPUs as the launch named (Slurm picks which)."""
+    """As many GPUs as the launch named (Slurm picks which), else the cluster's setting: a
+    tensor-parallel-1 server asks for one GPU, not a whole node (sbatch_options' --exclusive
+    takes whole nodes where a cluster wants that)."""
+    if gpus:
+        return len(gpus)
     if settings.gpus_per_node is not None:
         return settings.gpus_per_node
-    if not gpus:
-        raise InvalidInput("gpus: name how many GPUs per node the job needs, e.g. [0, 1] for two")
-    return len(gpus)
+    raise InvalidInput("gpus: name how many GPUs per node the job needs, e.g. [0, 1] for two")
 
 
 def prepare(attempt: Attempt, settings: SlurmSettings) -> None:

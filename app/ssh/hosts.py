@@ -31,7 +31,7 @@ class SlurmSettings:
     partition: str | None = None
     account: str | None = None
     time_limit: str | None = None  # in Slurm's notation: minutes, [D-]HH:MM:SS, ...
-    gpus_per_node: int | None = None  # unset: as many as the launch asks for
+    gpus_per_node: int | None = None  # for a launch that names no GPUs
     sbatch_options: tuple[str, ...] = ()
     output_dir: str = DEFAULT_OUTPUT_DIR
 

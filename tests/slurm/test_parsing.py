@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.errors import InvalidInput
 from app.gpu.partitions import gpu_count, parse_sinfo
+from app.launch.slurm_lifecycle import gpus_per_node
 from app.slurm import batch
 from app.slurm.jobs import JobState, expand_hostlist, parse_accounting, parse_queue
 from app.slurm.outcomes import outcome_of
@@ -191,3 +193,12 @@ def test_multi_node_script_starts_one_server_per_node_with_slurms_rank_and_first
     assert '--node-rank "$SLURM_NODEID"' in script and "[node$SLURM_NODEID $SLURMD_NODENAME] " in script
     assert '--nnodes 2 --dist-init-addr "$first:31000" < /dev/null' in script
     assert batch.nodes_of(["--nnodes=4"]) == 4 and batch.nodes_of(["--tp", "8"]) == 1
+
+
+def test_a_job_asks_for_the_gpus_its_launch_names_and_the_cluster_setting_only_when_it_names_none() -> None:
+    """A tensor-parallel-1 server on a cluster set to 4 GPUs per node asks Slurm for one GPU."""
+    four = SlurmSettings(partition="rtxpro", gpus_per_node=4)
+    assert gpus_per_node(four, [0]) == 1 and gpus_per_node(four, [0, 1]) == 2
+    assert gpus_per_node(four, []) == 4
+    with pytest.raises(InvalidInput, match="name how many GPUs per node"):
+        gpus_per_node(SlurmSettings(partition="rtxpro"), [])

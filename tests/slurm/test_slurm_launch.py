@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import html
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -155,7 +157,9 @@ async def test_queued_job_shows_its_reason_and_position_then_runs_to_ready_and_s
         assert ready["scheduler"]["state"] == "RUNNING" and ready["scheduler"]["nodes"] == ["b200-01"]
         assert "job running" in [stage["stage"] for stage in ready["stages"]]
         assert "The server is fired up and ready to roll!" in (await api.get(f"/api/attempts/{attempt_id}/log")).text
-        assert "<strong>RUNNING</strong>" in await page(browser, attempt_id)
+        shown = await page(browser, attempt_id)
+        assert "<strong>RUNNING</strong>" in shown
+        assert "run this on b200-01)" in shown  # the job's node, where its loopback is, not the login node
 
         response = await api.post(f"/api/attempts/{attempt_id}/stop")
         assert response.status_code == 202, response.text
@@ -341,3 +345,21 @@ async def test_a_running_attempts_gpus_are_read_inside_its_job(
 
         html = await until(shown, "the hosts page to show the attempt's GPUs read inside its job")
         assert f'data-job="{ready["job_id"]}"' in html and "<td>b200-01</td>" in html and "NVIDIA B200" in html
+
+
+async def test_the_launch_form_on_a_cluster_shows_its_partitions_and_preflight_says_what_slurm_decides(
+    slurm_site: SlurmSite, login: HostConnection, tmp_path: Path
+) -> None:
+    """No red "no GPUs reported" for a cluster, whose login node has none: the form shows the
+    partitions' free GPUs and asks how many; preflight's table says what Slurm will do, not nothing."""
+    async with dashboard(slurm_site, tmp_path) as (_, browser):
+        form = html.unescape((await browser.get("/launch", params={"preset": "llama31-8b", "host": "slurm-rtx"})).text)
+        assert "no GPUs reported" not in form
+        assert re.search(r'id="slurm-gpus">Slurm chooses the GPUs.*Partition rtxpro: \d+ of 8 GPUs free', form, re.S)
+        assert re.findall(r'name="gpus" value="(\d)" checked', form) == ["0"]  # tensor parallel 1: one GPU
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', form)
+        assert csrf
+        choice = {"csrf_token": csrf[1], "preset": "llama31-8b", "host": "slurm-rtx", "gpus": ["0"]}
+        checked = await browser.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})
+        assert 'data-check="slurm"' in checked.text
+        assert "Slurm places the job: 1 GPU per node on partition rtxpro" in html.unescape(checked.text)

@@ -101,7 +101,9 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
     if host_name in hosts:
         overview = await current_overview(runtime.ssh.get(host_name), runtime.gpus.hosts[host_name], 5.0)
     per_node = math.ceil(tp_size(revision.args) / nnodes) if revision else 1
-    default_gpus = freest_gpus(overview, per_node) or [0]
+    partitions = overview.partitions if overview else []
+    # Slurm picks a job's GPUs: there the form says only how many.
+    default_gpus = freest_gpus(overview, per_node) or list(range(per_node))
     command = revisions.command_argv(revision) if revision else []
     if command and choice.get("port"):
         command[command.index("--port") + 1] = str(choice["port"])  # the preview follows the typed port
@@ -117,6 +119,7 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
         "labels": sorted({label for host in runtime.ssh for label in host.spec.labels}),
         "dist_port_default": nodes.DEFAULT_DIST_PORT,
         "overview": overview,
+        "slurm_node_gpus": max((n.total for part in partitions for n in part.nodes), default=0),
         "preflight": None,
         "error": None,
         "failed_before": past.as_dict() if past else None,  # what the form says before a launch
@@ -218,11 +221,15 @@ async def attempts_page(
 
 def serving_example(attempt: Attempt) -> dict[str, Any]:
     """Where a server answers and a request to try it with. SGLang listens on 127.0.0.1 unless
-    given --host, and then only the host itself can reach it."""
+    given --host, and then only the machine it runs on can reach it: the host, or for a Slurm job
+    the node it was given (not the login node launchdeck reaches)."""
     argv = attempt.argv
     bind = argv[argv.index("--host") + 1] if "--host" in argv[:-1] else "127.0.0.1"
     local_only = bind in ("127.0.0.1", "localhost", "::1")
-    address = bind if local_only or bind not in ("0.0.0.0", "::") else attempt.host.address or attempt.host.name
+    nodes = (attempt.scheduler or {}).get("nodes") or []
+    runs_on = str(nodes[0]) if attempt.job_id and nodes else attempt.host.name
+    machine = runs_on if attempt.job_id else attempt.host.address or attempt.host.name
+    address = bind if local_only or bind not in ("0.0.0.0", "::") else machine
     name = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv[:-1] else None
     body = {
         "model": name or attempt.revision.model_path,
@@ -233,7 +240,7 @@ def serving_example(attempt: Attempt) -> dict[str, Any]:
     curl = shlex.join(
         ["curl", f"{endpoint}/v1/chat/completions", "-H", "Content-Type: application/json", "-d", json.dumps(body)]
     )
-    return {"endpoint": endpoint, "endpoint_local_only": local_only, "curl_example": curl}
+    return {"endpoint": endpoint, "endpoint_local_only": local_only, "curl_example": curl, "runs_on": runs_on}
 
 
 @router.get("/attempts/{attempt_id}", response_class=HTMLResponse)
