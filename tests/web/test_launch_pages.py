@@ -290,3 +290,32 @@ async def test_a_server_up_but_too_small_to_be_of_use_says_so_with_its_figures(
     assert 'href="/sweeps/new?preset=lark-27b&mode=bisect"' in warning
     bisect = html.unescape((await app_client.get("/sweeps/new", params={"preset": "lark-27b", "mode": "bisect"})).text)
     assert re.search(r'<input type="radio" name="mode" value="bisect" checked>', bisect)
+
+
+ARGPARSE_LOG = "\n".join(
+    [
+        "usage: launch_server.py [-h] --model-path MODEL_PATH [--mamba-scheduler-strategy STRATEGY]",
+        "launch_server.py: error: argument --mamba-scheduler-strategy: invalid choice: 'extra' "
+        "(choose from 'auto', 'no_buffer', 'extra_buffer')",
+        "",
+    ]
+)
+
+
+async def test_a_launch_that_failed_parsing_its_arguments_marks_that_first_step(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    async with running_app.state.runtime.sessions.write() as session:
+        revision = PresetRevision(preset=Preset(name="lark-argparse"), number=1, model_path="acme/Lark-27B")
+        host = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
+        assert host is not None
+        session.add(revision)
+        await session.flush()
+        attempt = Attempt(host_id=host.id, preset_revision_id=revision.id, argv=[], status="failed", exit_code=2,
+                          diagnosis=stored(diagnose(ARGPARSE_LOG), []).to_json())  # fmt: skip
+        session.add(attempt)
+        await session.commit()
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    bar = page[page.index('id="stage-progress"') :]
+    assert re.search(r'<span class="step current failed">\s*✗ args parsed', bar[: bar.index("</div>")]), bar[:600]
