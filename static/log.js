@@ -163,6 +163,39 @@
     if (evt.detail.elt === document.body) setTimeout(showTarget, 0);
   });
 
+  // Filters: one node's lines (the merged log tags each "[nodeN host] "), errors, or errors and
+  // warnings; the others are hidden, and so are those that arrive later.
+  function filters() {
+    var chosen = {};
+    document.querySelectorAll("[data-log-filter]").forEach(function (select) {
+      chosen[select.dataset.logFilter] = select.value;
+    });
+    return chosen;
+  }
+
+  function shown(line, chosen) {
+    if (chosen.level === "error" && !line.classList.contains("error")) return false;
+    if (chosen.level === "warning" && !line.matches(".error, .warning")) return false;
+    if (chosen.node) {
+      var text = line.querySelector(".t");
+      if (!text || text.textContent.indexOf("[node" + chosen.node + " ") !== 0) return false;
+    }
+    return true;
+  }
+
+  function applyFilters() {
+    var chosen = filters();
+    document.querySelectorAll("#log .ln, #live-lines .ln").forEach(function (line) {
+      line.hidden = !shown(line, chosen);
+    });
+  }
+  document.addEventListener("change", function (evt) {
+    if (evt.target.matches && evt.target.matches("[data-log-filter]")) applyFilters();
+  });
+  document.addEventListener("htmx:sseMessage", function (evt) {
+    if (liveLog(evt.target) && (filters().node || filters().level)) applyFilters();
+  });
+
   // Timestamps, shown or hidden on every log view, remembered by the browser.
   function showTimestamps(show) {
     document.documentElement.classList.toggle("hide-ts", !show);

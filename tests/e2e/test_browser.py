@@ -1679,6 +1679,11 @@ async def test_a_preset_on_two_nodes_launches_from_the_form_shows_each_node_and_
     form_live = """() => { const form = document.querySelector('#launch-form');
         return form && !form.matches('.htmx-settling, .htmx-swapping, .htmx-request')
             && [...form.querySelectorAll('select[name=hosts]')].every(s => s['htmx-internal-data']); }"""
+    # Offered as it should run: two hosts of one kind, and the 4 GPUs each node needs for --tp-size 8.
+    await page.wait_for_function(form_live)
+    await expect(page.get_by_label("Node 0 host")).to_have_value("rtxpro-01")
+    await expect(page.get_by_label("Node 1 host")).to_have_value("rtxpro-02")
+    await expect(page.locator("input[name=gpus]:checked")).to_have_count(4)
     for rank, host in enumerate(("rtxpro-01", "rtxpro-02")):
         await page.wait_for_function(form_live)  # a new choice redraws the form, as a person would wait for
         select = page.get_by_label(f"Node {rank} host")
@@ -1695,6 +1700,7 @@ async def test_a_preset_on_two_nodes_launches_from_the_form_shows_each_node_and_
     memory = page.locator("tr[data-check='memory']")
     await expect(memory.nth(1)).to_contain_text("✓ node 1 (rtxpro-02): enough free memory")
     await expect(memory.nth(1)).to_contain_text("split over 2 nodes x 4 GPUs")
+    await expect(page.locator(".headroom-row[data-node='1']").first).to_contain_text("rtxpro-02 GPU 0: needs")
 
     await page.get_by_role("button", name="Launch", exact=True).click()
     await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
@@ -1706,6 +1712,13 @@ async def test_a_preset_on_two_nodes_launches_from_the_form_shows_each_node_and_
     live = page.locator("#live-log")
     await expect(live).to_contain_text("[node0 rtxpro-01]")
     await expect(live).to_contain_text("[node1 rtxpro-02]")
+    await page.locator("select[data-log-filter=node]").select_option("1")  # one node's lines alone
+    await expect(live.locator(".ln:visible", has_text="[node0 rtxpro-01]")).to_have_count(0)
+    await expect(live.locator(".ln:visible", has_text="[node1 rtxpro-02]").first).to_be_visible()
+    await page.locator("select[data-log-filter=level]").select_option("error")
+    await expect(live.locator(".ln:visible:not(.error)")).to_have_count(0)
+    await page.locator("select[data-log-filter=level]").select_option("")
+    await page.locator("select[data-log-filter=node]").select_option("")
 
     page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # "Stop attempt N? …"
     await page.get_by_role("button", name="Stop").click()

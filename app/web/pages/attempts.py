@@ -92,8 +92,8 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
     hosts = [host.name for host in runtime.ssh]
     nnodes = nodes.nnodes_of(revision.args) if revision else 1
     node_hosts: list[str] = []
-    if nnodes > 1:  # the hosts chosen for each node, else the first hosts in order
-        chosen = [name for name in choice.get("hosts") or [] if name in hosts]
+    if nnodes > 1:  # the hosts chosen for each node, else the first hosts of one kind (same labels)
+        chosen = [name for name in choice.get("hosts") or [] if name in hosts] or alike_hosts(runtime, nnodes)
         node_hosts = (chosen + [name for name in hosts if name not in chosen])[:nnodes]
         choice = {**choice, "host": node_hosts[0] if node_hosts else ""}
     host_name = choice.get("host") or (hosts[0] if hosts else "")
@@ -125,6 +125,16 @@ async def launch_context(runtime: Runtime, user: Caller, choice: dict[str, Any])
         "failed_before": past.as_dict() if past else None,  # what the form says before a launch
         "suggested_port": None,
     }
+
+
+def alike_hosts(runtime: Runtime, count: int) -> list[str]:
+    """The first `count` SSH hosts that share their labels (one kind of GPU, as the hosts file
+    says), for a multi-node preset's nodes: not a B200 beside an RTX PRO because they come first."""
+    kinds: dict[tuple[str, ...], list[str]] = {}
+    for host in runtime.ssh:
+        if host.spec.slurm is None:
+            kinds.setdefault(tuple(sorted(host.spec.labels)), []).append(host.name)
+    return next((names[:count] for names in kinds.values() if len(names) >= count), [])
 
 
 def suggested_port(preflight: Preflight | None) -> int | None:

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import HTMLResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from app.db import history
 from app.db.history import attempt_finished
 from app.errors import InvalidInput, SearchBusy, SearchTooSlow
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
@@ -188,9 +189,12 @@ async def full_log(
     else:
         page = log.lines(start or max(1, (line or 1) - LINES_ABOVE_TARGET), count)
     first = page.lines[0].number if page.lines else 1
+    async with runtime.sessions.read() as db:
+        parts = await history.parts_of(db, attempt_id)  # a multi-node attempt's nodes, to filter by
     context |= {
         "user": user,
         "attempt": attempt,
+        "parts": parts,
         "page": page,
         "lines_html": lines_html(attempt_id, page.lines, mark=line, fold_tracebacks=True),
         "target": line,
