@@ -173,7 +173,9 @@ async def test_a_refusal_preflight_predicts_offers_its_fix_and_launches_it_in_on
     revisions = len((await api.get(f"/api/presets/{UNSET}/revisions")).json())
     choice = {"csrf_token": csrf, "preset": UNSET, "host": "rtxpro-01", "gpus": ["3"], "port": str(free_port())}
     refused = html.unescape((await api.post("/launch", data=choice)).text)
-    offer = re.search(r'<button type="submit" class="primary" name="apply_fix" value="([^"]+)">([^<]+)</button>', refused)
+    offer = re.search(
+        r'<button type="submit" class="primary" name="apply_fix" value="([^"]+)">([^<]+)</button>', refused
+    )
     assert offer and offer[1] == "--mamba-scheduler-strategy extra_buffer", refused
     assert offer[2] == "Apply --mamba-scheduler-strategy extra_buffer and launch"
     launched = await api.post("/launch", data={**choice, "apply_fix": offer[1]})
