@@ -177,19 +177,28 @@ class Figures:
             self.decode_stride *= 2
 
 
-def small_capacity(memory: dict[str, Any], concurrency: int, wanted_by: str) -> str | None:
+def small_capacity(memory: dict[str, Any], need: Need) -> str | None:
     """Why a server that came up serves too little to be useful, from the figures its log printed:
-    fewer requests at a time than `concurrency` (what `wanted_by` runs at once), or a KV cache that
-    cannot hold one request of the full context. None when neither shows (or is not known)."""
-    running, tokens, context = (
-        memory.get(key) for key in ("max_running_requests", "max_total_num_tokens", "context_len")
-    )
-    tokens = tokens or memory.get("kv_tokens")
+    fewer requests at a time than `need` runs at once, or a KV cache that cannot hold them (a cache
+    shorter than the model's whole context is common and fine). None when neither shows (or is not
+    known)."""
+    running = memory.get("max_running_requests")
+    tokens = memory.get("max_total_num_tokens") or memory.get("kv_tokens")
     said = []
-    if isinstance(running, int | float) and running < concurrency:
+    if isinstance(running, int | float) and running < need.requests:
         requests = f"{running:,.0f} request{'s' if running != 1 else ''}"
-        said.append(f"serves at most {requests} at a time, where {wanted_by} runs {concurrency} at once")
-    if isinstance(tokens, int | float) and isinstance(context, int | float) and tokens < context:
-        held = f"the KV cache holds {tokens:,.0f} tokens"
-        said.append(f"{held}, less than one request of the full context ({context:,.0f})")
+        said.append(f"serves at most {requests} at a time, where {need.by} runs {need.requests} at once")
+    wanted = need.requests * need.tokens_each
+    if isinstance(tokens, int | float) and tokens < wanted:
+        said.append(f"the KV cache holds {tokens:,.0f} tokens, fewer than the {wanted:,} those requests need")
     return "; ".join(said) or None
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a server must take at once to be of use: `requests` of `tokens_each` (prompt and
+    output), as `by` (a benchmark workload) runs them."""
+
+    requests: int
+    tokens_each: int
+    by: str

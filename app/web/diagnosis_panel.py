@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.casebook import signatures
 from app.db.models import Attempt, Workload
 from app.diagnose.analyze import STAGES
-from app.diagnose.figures import small_capacity
+from app.diagnose.figures import Need, small_capacity
 from app.diagnose.lexicon import HINTS
 from app.diagnose.stored import StoredDiagnosis
 from app.perf.workloads import DEFAULT_WORKLOAD
@@ -19,7 +19,7 @@ from app.states import AttemptStatus
 
 SAME_SIGNATURE_SHOWN = 10
 SERVED = (AttemptStatus.READY, AttemptStatus.UNHEALTHY, AttemptStatus.STOPPED)
-FALLBACK_CONCURRENCY = 4  # requests at once a server must take to be of use, with no workload to say
+FALLBACK_NEED = Need(4, 1024, "a useful server")  # with no workload to say
 # The serving metrics charted from the decode-batch lines: (key, label, format).
 METRICS = (
     ("running_requests", "running requests", "{:.0f}"),
@@ -43,9 +43,12 @@ async def diagnosis_context(db: AsyncSession, attempt: Attempt) -> dict[str, Any
         )
     capacity = None
     if attempt.status in SERVED and not found.root_error:  # up, and maybe too small to be of use
-        wanted = await db.scalar(select(Workload.max_concurrency).where(Workload.name == DEFAULT_WORKLOAD))
-        by = f"the {DEFAULT_WORKLOAD} benchmark" if wanted else "a useful server"
-        capacity = small_capacity(found.memory or {}, wanted or FALLBACK_CONCURRENCY, by)
+        workload = await db.scalar(select(Workload).where(Workload.name == DEFAULT_WORKLOAD))
+        need = FALLBACK_NEED
+        if workload is not None and workload.max_concurrency:
+            each = workload.input_len + workload.output_len
+            need = Need(workload.max_concurrency, each, f"the {DEFAULT_WORKLOAD} benchmark")
+        capacity = small_capacity(found.memory or {}, need)
     return {
         "diagnosis": found,
         "capacity": capacity,

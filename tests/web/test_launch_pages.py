@@ -258,7 +258,7 @@ def gpu_free_gib(app: FastAPI, host: str, index: int) -> float:
 TINY_SERVER_LOG = "\n".join(
     [
         "[2026-02-01 10:00:00] server_args=ServerArgs(model_path='acme/Lark-27B', tp_size=1, mem_fraction_static=0.61)",
-        "[2026-02-01 10:00:40 TP0] max_total_num_tokens=17961, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        "[2026-02-01 10:00:40 TP0] max_total_num_tokens=2900, chunked_prefill_size=8192, max_prefill_tokens=16384, "
         "max_running_requests=1, context_len=262144, available_gpu_mem=3.10 GB",
         "[2026-02-01 10:00:52] The server is fired up and ready to roll!",
         "",
@@ -279,15 +279,22 @@ async def test_a_server_up_but_too_small_to_be_of_use_says_so_with_its_figures(
         await session.flush()
         attempt = Attempt(host_id=host.id, preset_revision_id=revision.id, argv=[], status="ready",
                           diagnosis=stored(diagnose(TINY_SERVER_LOG), []).to_json())  # fmt: skip
-        session.add(attempt)
+        # The fixed preset of the story: a cache shorter than the whole context, and of use.
+        useful_log = TINY_SERVER_LOG.replace("=2900,", "=87263,").replace(
+            "max_running_requests=1,", "max_running_requests=8,"
+        )
+        useful = Attempt(host_id=host.id, preset_revision_id=revision.id, argv=[], status="ready",
+                         diagnosis=stored(diagnose(useful_log), []).to_json())  # fmt: skip
+        session.add_all([attempt, useful])
         await session.commit()
     await log_in(app_client)
     page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
     warning = page[page.index('id="capacity"') :]
     warning = warning[: warning.index("</p>")]
     assert "serves at most 1 request at a time, where the chat-short benchmark runs 8 at once" in warning
-    assert "the KV cache holds 17,961 tokens, less than one request of the full context (262,144)" in warning
+    assert "the KV cache holds 2,900 tokens, fewer than the 3,072 those requests need" in warning
     assert 'href="/sweeps/new?preset=lark-27b&mode=bisect"' in warning
+    assert 'id="capacity"' not in (await app_client.get(f"/attempts/{useful.id}")).text
     bisect = html.unescape((await app_client.get("/sweeps/new", params={"preset": "lark-27b", "mode": "bisect"})).text)
     assert re.search(r'<input type="radio" name="mode" value="bisect" checked>', bisect)
 
