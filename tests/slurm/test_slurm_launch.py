@@ -195,9 +195,11 @@ async def test_sbatch_refusal_is_the_attempts_error(
     slurm_site: SlurmSite, login: HostConnection, tmp_path: Path
 ) -> None:
     async with dashboard(slurm_site, tmp_path, partition="nosuch") as (api, _):
-        # The login node is not where the job runs: nothing there to check before Slurm places it.
+        # The login node is not where the job runs: nothing is checked there, and preflight says
+        # what Slurm will be asked for.
         checked = await api.post("/api/preflight", json={"preset": "llama31-8b", "host": "slurm", "gpus": [0]})
-        assert checked.status_code == 200 and checked.json()["checks"] == [], checked.text
+        assert checked.status_code == 200, checked.text
+        assert [(c["name"], c["ok"], c["blocking"]) for c in checked.json()["checks"]] == [("slurm", True, False)]
         failed = await reaches(api, await launch(api), ENDED)
         assert failed["status"] == "failed" and failed["job_id"] is None
         assert failed["error"].startswith("sbatch refused the job: ")
