@@ -810,7 +810,9 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
         ):
             body = {"preset": preset, "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
             guards = SEE_IT_FAIL if not preset.endswith("fixed") else {}
-            launched[preset] = (await api.post("/api/attempts", json={**body, **guards})).json()["id"]
+            answer = await api.post("/api/attempts", json={**body, **guards})
+            assert answer.status_code == 202, f"{preset} on GPU {gpu}: {answer.text}"  # what refused it, if anything
+            launched[preset] = answer.json()["id"]
         for preset, attempt_id in launched.items():
             wanted = "ready" if preset.endswith("fixed") else "failed"
 
