@@ -271,22 +271,13 @@ async def test_a_server_up_but_too_small_to_be_of_use_says_so_with_its_figures(
 ) -> None:
     """Ready is not enough: one request at a time and a KV cache shorter than one full context is
     said on the card, with the bisection that finds a fraction that serves one click away."""
-    async with running_app.state.runtime.sessions.write() as session:
-        revision = PresetRevision(preset=Preset(name="lark-27b"), number=1, model_path="acme/Lark-27B")
-        host = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
-        assert host is not None
-        session.add(revision)
-        await session.flush()
-        attempt = Attempt(host_id=host.id, preset_revision_id=revision.id, argv=[], status="ready",
-                          diagnosis=stored(diagnose(TINY_SERVER_LOG), []).to_json())  # fmt: skip
-        # The fixed preset of the story: a cache shorter than the whole context, and of use.
-        useful_log = TINY_SERVER_LOG.replace("=2900,", "=87263,").replace(
-            "max_running_requests=1,", "max_running_requests=8,"
-        )
-        useful = Attempt(host_id=host.id, preset_revision_id=revision.id, argv=[], status="ready",
-                         diagnosis=stored(diagnose(useful_log), []).to_json())  # fmt: skip
-        session.add_all([attempt, useful])
-        await session.commit()
+    # The fixed preset of the story: a cache shorter than the whole context, and of use.
+    useful_log = TINY_SERVER_LOG.replace("=2900,", "=87263,").replace(
+        "max_running_requests=1,", "max_running_requests=8,"
+    )
+    attempt, useful = await attempts_from_logs(
+        running_app, "lark-27b", (TINY_SERVER_LOG, "ready"), (useful_log, "ready")
+    )
     await log_in(app_client)
     page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
     warning = page[page.index('id="capacity"') :]
@@ -312,17 +303,27 @@ ARGPARSE_LOG = "\n".join(
 async def test_a_launch_that_failed_parsing_its_arguments_marks_that_first_step(
     running_app: FastAPI, app_client: AsyncClient
 ) -> None:
-    async with running_app.state.runtime.sessions.write() as session:
-        revision = PresetRevision(preset=Preset(name="lark-argparse"), number=1, model_path="acme/Lark-27B")
-        host = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
-        assert host is not None
-        session.add(revision)
-        await session.flush()
-        attempt = Attempt(host_id=host.id, preset_revision_id=revision.id, argv=[], status="failed", exit_code=2,
-                          diagnosis=stored(diagnose(ARGPARSE_LOG), []).to_json())  # fmt: skip
-        session.add(attempt)
-        await session.commit()
+    [attempt] = await attempts_from_logs(running_app, "lark-argparse", (ARGPARSE_LOG, "failed"))
     await log_in(app_client)
     page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
     bar = page[page.index('id="stage-progress"') :]
     assert re.search(r'<span class="step current failed">\s*✗ args parsed', bar[: bar.index("</div>")]), bar[:600]
+
+
+async def attempts_from_logs(app: FastAPI, preset: str, *runs: tuple[str, str]) -> list[Attempt]:
+    """Attempts on rtxpro-01 of a new preset, each with the status and the diagnosis of its log
+    (log, status), as a finished launch leaves them."""
+    async with app.state.runtime.sessions.write() as session:
+        revision = PresetRevision(preset=Preset(name=preset), number=1, model_path="acme/Lark-27B")
+        host = await session.scalar(select(Host).where(Host.name == "rtxpro-01"))
+        assert host is not None
+        session.add(revision)
+        await session.flush()
+        attempts = [
+            Attempt(host_id=host.id, preset_revision_id=revision.id, argv=[], status=status,
+                    diagnosis=stored(diagnose(log), []).to_json())
+            for log, status in runs
+        ]  # fmt: skip
+        session.add_all(attempts)
+        await session.commit()
+    return attempts

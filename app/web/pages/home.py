@@ -80,14 +80,16 @@ async def login(
         if not verdict.accepted:
             error = "That token is not valid." if by_token else "Wrong user name or password."
             return render(request, "login.html", {"next": _local_path(next), "error": error}, status_code=401)
-        login_id = await logins.start_or_hold_login(
-            runtime.sessions,
-            runtime.held_logins,
-            user=user,
-            token=runtime.token,
-            remote_addr=remote,
-            timeouts=runtime.login_timeouts,
-        )
+    # In a unit of work of its own, none open beside it: on a full disk it is held in memory.
+    login_id = await logins.start_or_hold_login(
+        runtime.sessions,
+        runtime.held_logins,
+        user=user,
+        token=runtime.token,
+        remote_addr=remote,
+        timeouts=runtime.login_timeouts,
+    )
+    async with runtime.sessions.write() as db:
         await _record_session_event(
             db, actor=BUILT_IN_ADMIN if by_token else account, action="login", remote_addr=remote
         )
