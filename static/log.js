@@ -4,8 +4,9 @@
 // where the page is; follows the end of the log until the user scrolls up, then counts the lines
 // that arrive meanwhile on a "jump to the end" button; keeps the page's number of lines bounded.
 // The full log: scrolls its target line (a line, an offset, the first error, the bottom, a shared
-// #L1234 link) into view and highlights it. Both: keyboard shortcuts (? lists them) and a switch
-// that shows or hides SGLang's timestamps.
+// #L1234 link) into view and highlights it, unfolding what holds it. Both: launch stages as
+// sections and progress bars as their last state, either folded at will; keyboard shortcuts
+// (? lists them) and a switch that shows or hides SGLang's timestamps.
 (function () {
   "use strict";
   var MAX_LIVE_LINES = 5000;
@@ -59,16 +60,76 @@
       box.dataset.offset = id;
     }
     var lines = box.querySelector("[sse-swap]");
+    joinSections(lines);
     countLog(id, lines);
     if (!box.dataset.stick) {
       var added = lines.querySelectorAll(".ln").length - +(box.dataset.before || 0);
       box.dataset.unseen = +(box.dataset.unseen || 0) + Math.max(added, 0);
     }
-    var extra = lines.children.length - MAX_LIVE_LINES;
-    for (var i = 0; i < extra; i++) lines.removeChild(lines.firstElementChild);
+    trim(lines);
     if (box.dataset.stick) box.scrollTop = box.scrollHeight;
     showFollowing(box);
   });
+
+  // Lines arrive in batches, each swapped in at the end: those that carry on the last stage's
+  // section join it, a progress bar's new state folds the one before it (as the server folds a
+  // bar's states within a batch), and a section's time is filled in once the next one starts.
+  function joinSections(lines) {
+    var section = null;
+    Array.prototype.slice.call(lines.children).forEach(function (child) {
+      if (child.matches("details.stage")) {
+        if (section) tookUntil(section, child);
+        section = child;
+      } else if (section) {
+        section.appendChild(child);
+      }
+    });
+    foldRuns(section || lines);
+  }
+
+  function tookUntil(section, next) {
+    var took = section.querySelector(":scope > summary .took");
+    if (!took || took.textContent) return;
+    var start = parseFloat(section.dataset.at), end = parseFloat(next.dataset.at);
+    if (isNaN(start) || isNaN(end)) { took.textContent = "\u2014"; return; }
+    var seconds = Math.round(end - start);  // as app/logs/stages.py's took()
+    if (seconds < 0) seconds += 86400;
+    took.textContent = seconds < 60 ? seconds + " s" : Math.floor(seconds / 60) + " min " + String(seconds % 60).padStart(2, "0") + " s";
+  }
+
+  function foldRuns(container) {
+    var items = Array.prototype.slice.call(container.children);
+    for (var i = 0; i < items.length - 1; i++) {
+      var row = items[i], next = items[i + 1], bar = row.getAttribute("data-bar");
+      if (bar === null || !row.matches(".ln") || next.getAttribute("data-bar") !== bar) continue;
+      var fold = next.matches("details.progress") ? next : null;
+      if (!fold) {
+        fold = document.createElement("details");
+        fold.className = "progress";
+        fold.setAttribute("data-bar", bar);
+        fold.appendChild(document.createElement("summary"));
+        row.after(fold);
+      }
+      var before = row.previousElementSibling;
+      fold.insertBefore(row, fold.querySelector(":scope > summary").nextSibling);
+      if (before && before.matches("details.progress") && before.getAttribute("data-bar") === bar) {
+        before.querySelectorAll(":scope > .ln").forEach(function (earlier) { fold.insertBefore(earlier, row); });
+        before.remove();
+      }
+      var count = fold.querySelectorAll(":scope > .ln").length;
+      fold.querySelector(":scope > summary").textContent = count.toLocaleString("en-US") + " earlier state" + (count === 1 ? "" : "s");
+    }
+  }
+
+  // At most MAX_LIVE_LINES lines, the oldest going first, and with them the folds they leave empty.
+  function trim(lines) {
+    var rows = lines.querySelectorAll(".ln, .marker");
+    for (var i = 0; i < rows.length - MAX_LIVE_LINES; i++) rows[i].remove();
+    if (rows.length <= MAX_LIVE_LINES) return;
+    lines.querySelectorAll("details.progress, details.traceback").forEach(function (fold) {
+      if (!fold.querySelector(".ln")) fold.remove();
+    });
+  }
 
   // The header's counts, as lines arrive: the event id is the log's size in bytes, and the last
   // line's number its count of lines.
@@ -110,9 +171,13 @@
   function showLine(line) {
     document.querySelectorAll("#log .ln.mark").forEach(function (other) { other.classList.remove("mark"); });
     line.classList.add("mark");
-    var fold = line.closest("details");
-    if (fold) fold.open = true;
+    unfold(line);
     line.scrollIntoView({ block: "center" });
+  }
+
+  // A line shown on purpose is never left inside a folded traceback, progress bar or stage.
+  function unfold(line) {
+    for (var fold = line.closest("details"); fold; fold = fold.parentElement.closest("details")) fold.open = true;
   }
 
   // A shared link names a line (#L12) or a range of lines (#L10-L42), as on GitHub.
@@ -121,7 +186,7 @@
   function showRange(first, last) {
     for (var n = first + 1; n <= last; n++) {
       var line = lineOf(n);
-      if (line) line.classList.add("mark");
+      if (line) { line.classList.add("mark"); unfold(line); }
     }
   }
 
@@ -240,6 +305,7 @@
       showLine(next);
     } else {
       next.classList.add("mark");
+      unfold(next);
       next.scrollIntoView({ block: "center" });
     }
   }

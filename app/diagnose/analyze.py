@@ -38,34 +38,12 @@ from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
 from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, hint_for, place
 from app.diagnose.lines import MAX_RECORD, Line, is_binary, logical_lines, without_binary_records
 from app.diagnose.root import SECONDARY, is_wrapper, root_of
+from app.diagnose.stages import READY_STAGE, SERVING, StageTracker
 
-CAPTURE_DONE = re.compile(r"graph end|^(?:Decode|Prefill) batch|max_total_num_tokens=")
-READY = "The server is fired up and ready to roll!"
-STAGES = (  # in launch order; each recognised by the first line SGLang writes in it
-    ("args parsed", re.compile(r"^server_args=")),
-    ("weights loading", re.compile(r"Load weight begin|Loading safetensors checkpoint shards")),
-    ("weights loaded", re.compile(r"Load weight end")),
-    ("kv cache allocated", re.compile(r"KV Cache is allocated|Memory pool end")),
-    (
-        "cuda graph capture",
-        re.compile(r"Capture [\w ()]*?(?:cuda|npu) graph begin|Capturing (?:batches|num tokens)", re.I),
-    ),
-    ("http server up", re.compile(r"Uvicorn running on")),
-    ("ready", re.compile(re.escape(READY))),
-    # A prefill before the ready line is the warmup's; decode batches come only from real traffic.
-    ("serving", re.compile(r"^Decode batch[.,]")),
-)
-PERCENT = re.compile(r"(\d{1,3})%")
 # A line that says the process waits for something (a lock, a peer, a server): when the log ends on
 # such lines, more than one (a wait said again, or by two loggers), before the server was ready,
 # the wait never ended. One such line at the end is a window cut during a wait, as in any startup.
 WAITING = re.compile(r"\bwaiting (?:for|on|until)\b", re.I)
-STAGE_INDEX = {name: index for index, (name, _) in enumerate(STAGES)}
-WEIGHTS_STAGE, CAPTURE_STAGE = STAGE_INDEX["weights loading"], STAGE_INDEX["cuda graph capture"]
-READY_STAGE, SERVING = STAGE_INDEX["ready"], STAGE_INDEX["serving"]
-# A progress bar with no description ("  0%|   | 0/17 [00:00<?, ?it/s]"): once the weights are in,
-# only CUDA graph capture draws one (some releases, and DP replicas, leave out its label).
-BARE_BAR = re.compile(r"^\d{1,3}%\|[^|]*\| *\d+/\d+ \[")
 # A serving log is mostly one record per line of batch statistics and request logs; once
 # serving, outside a traceback, such a line is only counted (a decode line may become a chart
 # sample) and not taken apart further. Recognised by plain substring tests: they run on every
@@ -109,9 +87,8 @@ class Analyzer:
         self._partial = False  # its first records, ended by carriage returns, were read already
         self._skipping = False  # the rest of a record longer than MAX_RECORD is being skipped
         self._number = 0
-        self._stage_index = -1
+        self._stages = StageTracker()
         self.reached: list[str] = []  # the stages the log has shown, in order
-        self._percent: int | None = None
         self._current: Traceback | None = None
         self._root: tuple[Line, Evidence] | None = None  # the first fatal exception, with what its traceback says
         self._orphan = False  # the root is an exception line seen without its traceback
@@ -122,7 +99,6 @@ class Analyzer:
         self._progress: Line | None = None  # the last line that showed the launch moving on
         self._waiting: Line | None = None  # the first of the lines the log ends on that say it waits
         self._waits = 0  # how many lines the log ends on that say it waits
-        self._capture_done = False  # a line that only comes once CUDA graph capture is over
         self._adjustments: list[Line] = []
         self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
         self._hybrid_lines: list[str] = []  # the first lines that show a hybrid (mamba) model, if any
@@ -154,7 +130,7 @@ class Analyzer:
             skim = "\r" not in line and len(line) <= MAX_RECORD
             if skim and "\ufffd" in line and is_binary(line):
                 continue  # a record of binary data, as logical_lines would find, without taking it apart
-            if skim and self._stage_index == SERVING and (self._current is None or self._current.ended):
+            if skim and self._stages.index == SERVING and (self._current is None or self._current.ended):
                 decode = line.find(SKIMMED[0])
                 if decode >= 0 and line.find("[", decode + 1) < 0 and "\x00" not in line:
                     self._figures.see_decode(line)
@@ -197,8 +173,8 @@ class Analyzer:
         self._close_traceback()
         result = self.snapshot()
         unfinished = result.stage_percent is None or result.stage_percent < 100
-        capturing = result.stage == "cuda graph capture" and unfinished and not self._capture_done
-        waited = self._waits > 1 and self._stage_index < READY_STAGE
+        capturing = result.stage == "cuda graph capture" and unfinished and not self._stages.capture_done
+        waited = self._waits > 1 and self._stages.index < READY_STAGE
         if silence_is_hang and result.root_error is None and (capturing or waited):
             return self.hung()
         return result
@@ -222,7 +198,7 @@ class Analyzer:
         whenever they may have, and is cheap enough to take after every chunk (the answer is not)."""
         current = self._current
         return (
-            self._stage_index, self._percent, self._root, self._secondary, self._fatal_line, self._precursor,
+            self._stages.index, self._stages.percent, self._root, self._secondary, self._fatal_line, self._precursor,
             current, len(current.exceptions) if current else 0, len(self._adjustments),
             self._figures.server_args is not None,
         )  # fmt: skip
@@ -257,11 +233,12 @@ class Analyzer:
 
     def _see(self, line: Line) -> None:
         text = line.text.strip()
-        self._track_stage(line, text)
+        entered, moved = self._stages.see(text)
+        self.reached += entered
+        if moved:
+            self._progress = line
         if not self._recognisable:
-            self._recognisable = line.prefixed or self._stage_index >= 0 or _recognisable(line, text)
-        if not self._capture_done and CAPTURE_DONE.search(text):
-            self._capture_done = True
+            self._recognisable = line.prefixed or self._stages.index >= 0 or _recognisable(line, text)
         if "aiting" not in text or not WAITING.search(text):
             self._waiting, self._waits = None, 0
         else:
@@ -329,32 +306,12 @@ class Analyzer:
             return
         self._root = _preferred(self._root, found)
 
-    def _track_stage(self, line: Line, text: str) -> None:
-        if text.startswith("Prefill batch") and self._stage_index == READY_STAGE:
-            text = "Decode batch."  # traffic after the ready line: serving
-        weights_in = self._stage_index > WEIGHTS_STAGE or (self._stage_index == WEIGHTS_STAGE and self._percent == 100)
-        if weights_in and self._stage_index <= CAPTURE_STAGE and not self._capture_done and BARE_BAR.match(text):
-            text = f"Capturing batches: {text}"
-        for index, (_, pattern) in enumerate(STAGES):
-            if index >= self._stage_index and pattern.search(text):
-                if index > self._stage_index:
-                    self._percent = None
-                    self.reached.append(STAGES[index][0])
-                    self._progress = line
-                elif self._percent is None:
-                    self._progress = line  # another rank entering the stage, before any bar moved
-                self._stage_index = index
-                if index in (WEIGHTS_STAGE, CAPTURE_STAGE) and (percent := PERCENT.search(text)):
-                    # A bar moving on is progress; once it has, another rank's line entering the stage is not.
-                    self._percent = int(percent.group(1))
-                    self._progress = line
-
     def _diagnosis(self, root: tuple[Line, Evidence] | None) -> Diagnosis:
         figures = replace(self._figures, memory=dict(self._figures.memory), decode=list(self._figures.decode))
         result = Diagnosis(adjustments=[line.text.strip() for line in self._adjustments], figures=figures)
-        if self._stage_index >= 0:
-            result.stage = STAGES[self._stage_index][0]
-            result.stage_percent = self._percent
+        if self._stages.name is not None:
+            result.stage = self._stages.name
+            result.stage_percent = self._stages.percent
         if root is None:
             if not self._recognisable:
                 result.failure_class, result.hint, result.recognised = "other", NOT_A_LOG_HINT, False

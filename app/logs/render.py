@@ -36,6 +36,9 @@ _WRAPPER = r"(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\) |[\w.-]+\s*\| )?"  # a Ray actor
 _PREFIX = re.compile(_WRAPPER + SGLANG_STAMP)
 _HEAD = re.compile(rf"\A{_WRAPPER}(?:{SGLANG_STAMP} *)?")
 _RANK = re.compile(r"[A-Z_]+([0-9]+)")
+# A progress bar as tqdm draws it ("desc:  40%|####  | 2/5 [...]") or SGLang's loader ("desc:  25% Completed | 1/4").
+_BAR = re.compile(r"(?P<description>[^%]*?)(?<![\d.])\d{1,3}%(?:\||\s+Completed\b)")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 def _level(*names: str) -> str:
@@ -174,10 +177,43 @@ def _colour(args: list[int]) -> str | None:
     return None
 
 
+def render_states(raw: bytes) -> list[str]:
+    """`raw` as a terminal draws it: the rows its carriage returns separate (a progress bar redrawn
+    in place), each an HTML fragment as `render_line` makes it, the last the one left on screen."""
+    if b"\r" not in raw:
+        return [render_line(raw)]
+    rows: list[list[tuple[str, str]]] = [[]]
+    for tag, chunk in _runs(raw.decode("utf-8", "surrogateescape")):
+        if chunk.startswith("\r"):
+            rows.append([])
+            chunk = chunk[1:]
+        rows[-1].append((tag, chunk))
+    return [_html(_merged(row), _escape_shown) for row in rows if row] or [""]
+
+
+def progress_key(raw: bytes) -> str | None:
+    """What tells a progress bar from another: its description before the percentage, numbers
+    left out ("Capturing batches (bs=# avail_mem=# GB)"), of the last state drawn; None for a line
+    that shows no bar there."""
+    if b"%" not in raw:
+        return None
+    text = raw.decode("utf-8", "replace")
+    text = _ESCAPES.sub("", text) if "\x1b" in text else text
+    state = next((row for row in reversed(text.split("\r")) if row.strip()), "")
+    bar = _BAR.match(_HEAD.sub("", state, count=1))
+    return None if bar is None else _NUMBER.sub("#", bar["description"].strip())
+
+
 def _render_escaped(text: str) -> str:
     """The slow path: escape sequences applied or dropped, CR as a row break, controls and bad bytes shown."""
+    return _html(_merged(_runs(text)), _escape_shown)
+
+
+def _runs(text: str) -> list[tuple[str, str]]:
+    """(opening tag, text) of each piece of `text` between escape sequences, a \r at the start of
+    a piece marking a row break (empty rows left out, as a terminal shows them)."""
     style = _Style()
-    runs: list[tuple[str, str]] = []  # (opening tag, text), "\r" in text marking a row break
+    runs: list[tuple[str, str]] = []
     row_has_text = pending_break = False
     pos = 0
     line = text + "\r"  # the sentinel flushes the last text; a final \r shows nothing anyway
@@ -190,8 +226,11 @@ def _render_escaped(text: str) -> str:
             pending_break, row_has_text = pending_break or row_has_text, False
         elif token["final"] == "m" and not token["inter"] and _SGR_PARAMS.fullmatch(token["params"]):
             style.apply(token["params"])
-    merged = [(tag, "".join(chunk for _, chunk in group)) for tag, group in groupby(runs, key=itemgetter(0))]
-    return _html(merged, _escape_shown)
+    return runs
+
+
+def _merged(runs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(tag, "".join(chunk for _, chunk in group)) for tag, group in groupby(runs, key=itemgetter(0))]
 
 
 def _html(runs: list[tuple[str, str]], escape: Callable[[str], str], marks: Sequence[tuple[int, int]] = ()) -> str:

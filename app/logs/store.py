@@ -31,6 +31,7 @@ from typing import Any
 
 from app.clock import utcnow
 from app.disk import DataDir, is_disk_full
+from app.logs.stages import StageScan
 
 INDEX_SPACING = 64 * 1024
 READ_BLOCK = 64 * 1024
@@ -106,6 +107,7 @@ class LogFile:
         self._new_checkpoints = array("Q")
         self._ends_with_newline = self.checkpoints[-1] > 0
         self.watchers: set[Watcher] = set()
+        self.stages = StageScan()  # where the launch stages start, read as far as a view asked
         self._catch_up_index()
 
     @property

@@ -10,9 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.casebook import signatures
 from app.db.models import Attempt, Workload
-from app.diagnose.analyze import STAGES
 from app.diagnose.figures import Need, small_capacity
 from app.diagnose.lexicon import HINTS
+from app.diagnose.stages import STAGES
 from app.diagnose.stored import StoredDiagnosis
 from app.perf.workloads import DEFAULT_WORKLOAD
 from app.states import AttemptStatus

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,9 @@ from starlette.types import Receive, Scope, Send
 from app.db.history import list_attempts
 from app.db.models import Attempt
 from app.errors import SearchTooSlow
-from app.logs.render import line_class, render_line
+from app.logs.render import line_class, progress_key, render_line, render_states
 from app.logs.search import TRACEBACK, Match, count_matches, grep_log
+from app.logs.stages import StageMark, took
 from app.logs.store import Line, LogFile
 from app.runtime import Runtime
 from app.web.params import INT64_MAX, Int64
@@ -30,6 +33,19 @@ SEND_TIMEOUT = 30.0  # a viewer that takes nothing for this long is dropped
 TRACEBACK_BYTES = TRACEBACK.encode()
 
 
+@dataclass(frozen=True)
+class Sections:
+    """The launch stages that head log lines: `marks`, where the log's stages start (at least up
+    to the lines' end), and with `final` the time the last one ran to, `until` (the log's last; for
+    a log still arriving the last stage's time is left for the page to fill in, see log.js). With
+    `continued`, lines that begin inside a stage are headed by it, however long before it began."""
+
+    marks: Sequence[StageMark]
+    until: float | None = None
+    final: bool = False
+    continued: bool = True
+
+
 def lines_html(
     attempt_id: Int64,
     lines: Iterable[Line],
@@ -38,17 +54,43 @@ def lines_html(
     anchors: bool = True,
     matches: Mapping[int, Sequence[tuple[int, int]]] | None = None,
     fold_tracebacks: bool = False,
+    fold_progress: bool = False,
+    sections: Sections | None = None,
 ) -> str:
     """Log lines as HTML: numbered, linked into the full log, coloured, every byte escaped; line
     `mark` is highlighted, and in each line of `matches` its byte ranges. Without `anchors` (for
     excerpts shown beside a log) lines have no id. With `fold_tracebacks` a Python traceback, from
-    its first line to the exception's (the first not indented), is one block that can be folded."""
+    its first line to the exception's (the first not indented), is one block that can be folded.
+    With `fold_progress` a progress bar shows its last state, as a terminal does, the earlier ones
+    (its lines before, and what carriage returns drew over) folded before it. With `sections` each
+    launch stage is a section that can be folded, headed by its name and how long it took."""
     href = f"/attempts/{attempt_id}/log"
     matches = matches or {}
-    parts = []
-    in_traceback = False
+    parts: list[str] = []
+    run: list[tuple[int, list[str], str]] = []  # one progress bar's lines: (number, earlier states, row)
+    key: str | None = None  # the bar's (progress_key)
+    in_traceback = in_section = False
+    starts = {stage.line: i for i, stage in enumerate(sections.marks)} if sections else {}
+
+    def end_run() -> None:
+        if run:
+            parts.append(_progress_html(run, key, mark))
+            run.clear()
+
+    lines = list(lines)
+    if sections and sections.continued and lines:
+        began = sum(stage.line < lines[0].number for stage in sections.marks)
+        if began:
+            parts.append(_section_head(sections, began - 1, continued=True))
+            in_section = True
     for line in lines:
-        number, kind = line.number, line_class(line.text)
+        number = line.number
+        if number in starts:
+            end_run()
+            parts.append("</details>" * (in_traceback + in_section))
+            parts.append(_section_head(sections, starts[number]))  # type: ignore[arg-type]
+            in_traceback, in_section = False, True
+        kind = line_class(line.text)
         anchor = f' id="L{number}"' if anchors else ""
         if number == mark:
             kind += " mark"
@@ -64,10 +106,13 @@ def lines_html(
             if starts_traceback
             else f'<a class="n" href="{href}?line={number}#L{number}">{number}</a>'
         )
-        row = (
-            f'<div class="ln {kind}"{anchor}>{number_html}'
-            f'<span class="t">{render_line(line.text, matches.get(number, ()))}{cut}</span></div>'
-        )
+        states = [render_line(line.text, matches.get(number, ()))]
+        bar = None
+        if fold_progress and not in_traceback and not starts_traceback:
+            states = render_states(line.text) if b"\r" in line.text else states
+            bar = progress_key(line.text)
+        data = f' data-bar="{escape(bar)}"' if bar is not None else ""
+        row = f'<div class="ln {kind}"{anchor}{data}>{number_html}<span class="t">{states[-1]}{cut}</span></div>'
         if in_traceback and starts_traceback:  # a chained exception's traceback follows at once
             parts.append("</details>")
             in_traceback = False
@@ -77,13 +122,63 @@ def lines_html(
                 parts.append("</details>")
                 in_traceback = False
         elif starts_traceback:
+            end_run()
             parts.append(f'<details class="traceback" open><summary>{row}</summary>')
             in_traceback = True
+        elif fold_progress:
+            if run and (bar is None or bar != key):
+                end_run()
+            run.append((number, states[:-1], row))
+            key = bar
+            if bar is None:
+                end_run()
         else:
             parts.append(row)
-    if in_traceback:
-        parts.append("</details>")
-    return "\n".join(parts)
+    end_run()
+    parts.append("</details>" * (in_traceback + in_section))
+    return "\n".join(part for part in parts if part)
+
+
+def _progress_html(run: Sequence[tuple[int, list[str], str]], bar: str | None, mark: int | None) -> str:
+    """A progress bar's lines (or one line's states): the last state, the earlier ones folded
+    before it, open when the marked line is among them."""
+    folded = [
+        *(row for _, states, last in run[:-1] for row in [*map(_state_row, states), last]),
+        *map(_state_row, run[-1][1]),
+    ]
+    if not folded:
+        return run[-1][2]
+    opened = " open" if any(number == mark for number, _, _ in run[:-1]) else ""
+    data = f' data-bar="{escape(bar)}"' if bar is not None else ""
+    count = f"{len(folded):,} earlier state{'s' if len(folded) != 1 else ''}"
+    return (
+        f'<details class="progress"{data}{opened}><summary>{count}</summary>\n'
+        + "\n".join(folded)
+        + f"\n</details>\n{run[-1][2]}"
+    )
+
+
+def _state_row(state: str) -> str:
+    """An earlier state of a line that carriage returns drew over: no number, no anchor of its own."""
+    return f'<div class="ln state"><span class="n"></span><span class="t">{state}</span></div>'
+
+
+def _section_head(sections: Sections, index: int, *, continued: bool = False) -> str:
+    """The opening of a stage's section: its name, how long it took (left empty while unknown),
+    and, for lines that begin inside it, where it began."""
+    stage = sections.marks[index]
+    following = sections.marks[index + 1] if index + 1 < len(sections.marks) else None
+    if following is not None:
+        duration = took(stage.at, following.at)
+    else:
+        duration = took(stage.at, sections.until) if sections.final else ""
+    began = f' <span class="began">· began at line {stage.line:,}</span>' if continued else ""
+    at = "" if stage.at is None else f"{stage.at:.3f}"
+    return (
+        f'<details class="stage" open data-stage="{escape(stage.name)}" data-at="{at}">'
+        f'<summary class="stage-head"><span class="stage-name">{escape(stage.name)}</span>'
+        f' <span class="took">{duration}</span>{began}</summary>'
+    )
 
 
 class _LogStream(EventSourceResponse):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.logs.render import line_class, render_line
+from app.logs.render import line_class, progress_key, render_line, render_states
 
 BAD = '<span class="bad-byte" title="invalid UTF-8 byte">\\x{}</span>'
 # Every tag render_line may emit; anything else that looks like markup is a bug.
@@ -562,3 +562,41 @@ def test_line_class_is_blind_to_colours(head: str, text: str) -> None:
     plain = (head + text).encode()
     coloured = b"\x1b[1;31m" + head.encode() + b"\x1b[0m\x1b]0;title\x07" + text.encode() + b"\x1b[K"
     assert line_class(coloured) == line_class(plain)
+
+
+# Progress bars
+
+
+def test_a_bar_redrawn_with_carriage_returns_is_its_states_the_last_on_screen() -> None:
+    raw = b"\x1b[33mLoading  0%|    | 0/4\r\x1b[2KLoading 50%|##  | 2/4\rLoading <100%>|####| 4/4\r"
+    states = render_states(raw)
+    assert [visible(state) for state in states] == ["Loading  0%|    | 0/4", "Loading 50%|##  | 2/4",
+                                                    "Loading <100%>|####| 4/4"]  # fmt: skip
+    assert states[-1] == span("ansi-fg-3", "Loading &lt;100%&gt;|####| 4/4")  # the colour carries on, escaped
+    for state in states:
+        check_markup(state)
+    glued = render_states(b"Loading 100%|##|\r[2026-01-05 10:00:01 TP0] Scheduler hit an exception: x")
+    assert glued[-1] == f"[{ts('2026-01-05 10:00:01 ')}{rank('TP0', 0)}] Scheduler hit an exception: x"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "same"),
+    [
+        (b"Loading safetensors checkpoint shards:  25% Completed | 1/4 [00:01<00:03, 1.00it/s]",
+         b"Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:04<00:00, 1.00it/s]", True),
+        (b"[2026-01-01 10:00:00 TP0] Capturing batches (bs=8 avail_mem=70.12 GB):  40%|####      | 2/5 [00:01<00:01]",
+         b"[2026-01-01 10:00:01 TP1] Capturing batches (bs=4 avail_mem=70.02 GB):  60%|######    | 3/5 [00:02<00:01]",
+         True),
+        (b"  0%|          | 0/17 [00:00<?, ?it/s]", b" 6%|6         | 1/17 [00:00<00:03]", True),
+        (b"Loading safetensors checkpoint shards:  25% Completed | 1/4",
+         b"Capturing batches (bs=8 avail_mem=70.12 GB):  40%|####      | 2/5", False),
+    ],
+)  # fmt: skip
+def test_states_of_one_bar_share_a_key_whatever_their_numbers_and_rank(first: bytes, second: bytes, same: bool) -> None:
+    assert progress_key(first) is not None and progress_key(second) is not None
+    assert (progress_key(first) == progress_key(second)) is same
+
+
+@pytest.mark.parametrize("raw", [b"token usage: 95% of the pool", b"plain line", b"50 % done", b""])
+def test_a_line_that_draws_no_bar_has_no_key(raw: bytes) -> None:
+    assert progress_key(raw) is None

@@ -58,6 +58,6 @@ async def log_in(page: Page, token: str) -> None:
 
 async def line_numbers(page: Page) -> list[int]:
     numbers: list[int] = await page.eval_on_selector_all(
-        "#live-lines .ln .n", "links => links.map(a => +a.textContent)"
+        "#live-lines .ln[id^=L] > .n", "links => links.map(a => +a.textContent)"
     )
     return numbers

@@ -76,3 +76,24 @@ line 233, in capture_one
 {OOM}
 [2026-11-20 14:03:09] Received sigquit from a child process. It usually means the child failed.
 """
+
+
+# A launch through five stages, with SGLang's weight loader and a CUDA graph capture bar redrawn
+# with carriage returns, that fails with a traceback: stages start at lines 1, 2, 7, 8 and 9.
+STAGED_LOG = (
+    b"[2026-01-01 10:00:00] server_args=ServerArgs(model_path='m', tp_size=1)\n"
+    b"[2026-01-01 10:00:02 TP0] Load weight begin. avail mem=78.00 GB\n"
+    b"Loading safetensors checkpoint shards:   0% Completed | 0/4 [00:00<?, ?it/s]\n"
+    b"Loading safetensors checkpoint shards:  25% Completed | 1/4 [00:01<00:03, 1.00it/s]\n"
+    b"Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:02<00:02, 1.00it/s]\n"
+    b"Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:04<00:00, 1.00it/s]\n"
+    b"[2026-01-01 10:00:07 TP0] Load weight end. type=LlamaForCausalLM, avail mem=62.00 GB\n"
+    b"[2026-01-01 10:00:08 TP0] KV Cache is allocated. #tokens: 100000, K size: 6 GB, V size: 6 GB\n"
+    b"[2026-01-01 10:00:09 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=50.00 GB\n"
+    b"Capturing batches (bs=8 avail_mem=50.00 GB):   0%|          | 0/3 [00:00<?, ?it/s]\r"
+    b"Capturing batches (bs=4 avail_mem=49.90 GB):  33%|###       | 1/3 [00:01<00:02]\r"
+    b"Capturing batches (bs=1 avail_mem=49.80 GB): 100%|##########| 3/3 [00:03<00:00]\n"
+    b"[2026-01-01 10:00:40 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    b'  File "/x/sglang/srt/managers/scheduler.py", line 10, in event_loop\n'
+    b"RuntimeError: CUDA error: out of memory\n"
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import shlex
@@ -28,7 +29,7 @@ from app.states import ACTIVE_STATUSES, AttemptStatus
 from app.web.deps import Caller, Launcher, LogsDep, Operator, ReadDb, RuntimeDep, Viewer, audit_actor
 from app.web.diagnosis_panel import diagnosis_context
 from app.web.errors import status_of
-from app.web.log_views import lines_html, log_context
+from app.web.log_views import Sections, lines_html, log_context
 from app.web.params import INT64_MAX, Int64, moment
 from app.web.templating import render, wants_fragment
 
@@ -281,7 +282,9 @@ async def attempt_page(
     context |= log_context(runtime, log) | {"refreshed": wants_fragment(request)}
     if not context["refreshed"]:  # the live log, which the status block's refreshes leave alone
         lines, offset = tail(log, LIVE_TAIL_LINES)
-        context |= {"tail_html": lines_html(attempt_id, lines), "live_offset": offset}
+        sections = Sections(await asyncio.to_thread(log.stages.read, log.path, offset)) if log.exists else None
+        tail_html = lines_html(attempt_id, lines, fold_progress=True, sections=sections)
+        context |= {"tail_html": tail_html, "live_offset": offset}
     return render(request, "attempt.html", context, block="attempt_status")
 
 

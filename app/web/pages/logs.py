@@ -17,12 +17,14 @@ from app.db.history import attempt_finished
 from app.errors import InvalidInput, SearchBusy, SearchTooSlow
 from app.logs.live import Batch, Ended, Lines, Restarted, Skipped
 from app.logs.search import FIRST_ERROR, LogSearch, first_line, match_ranges, search_log
+from app.logs.stages import last_stamp
 from app.logs.store import LogFile
 from app.runtime import Runtime
 from app.web.deps import AttemptDep, LogDep, RuntimeDep, Viewer, loaded_attempt, session_login
 from app.web.disconnect import unless_disconnected
 from app.web.errors import status_of
 from app.web.log_views import (
+    Sections,
     attempts_matching,
     event_stream,
     excerpts,
@@ -58,10 +60,12 @@ def marker_html(attempt_id: Int64, event: Skipped | Restarted) -> str:
     )
 
 
-def batch_event(attempt_id: Int64, batch: Batch) -> bytes:
-    """A batch of lines as an encoded `lines` event, made once and sent to every viewer."""
+def batch_event(log: LogFile, batch: Batch) -> bytes:
+    """A batch of lines as an encoded `lines` event, made once and sent to every viewer. A stage
+    that starts in it opens a section, which the lines of later batches join (log.js)."""
     if "page-event" not in batch.cache:
-        html = lines_html(attempt_id, batch.lines)
+        sections = Sections(log.stages.read(log.path, batch.end), continued=False)
+        html = lines_html(log.attempt_id, batch.lines, fold_progress=True, sections=sections)
         batch.cache["page-event"] = ServerSentEvent(data=html, event="lines", id=str(batch.end)).encode()
     encoded: bytes = batch.cache["page-event"]
     return encoded
@@ -71,6 +75,9 @@ async def live_events(runtime: Runtime, attempt_id: int, offset: int, seen: int)
     """The attempt page's stream: the log's new lines, and a `status` event whenever the page's
     status block (status, stage, diagnosis, drift) has changed, which the page then fetches. It ends
     (`end`) once the log is complete and the attempt has ended, which may come in either order."""
+    mirrored = runtime.logs.get(attempt_id)
+    if mirrored.exists:  # the stages before the stream's start, read off the event loop
+        await asyncio.to_thread(mirrored.stages.read, mirrored.path, offset)
     log = runtime.fanout.follow(attempt_id, offset)
     changes = _status_changes(runtime, attempt_id, seen)
     next_event: asyncio.Future[Any] = asyncio.ensure_future(anext(log))
@@ -88,7 +95,7 @@ async def live_events(runtime: Runtime, attempt_id: int, offset: int, seen: int)
                 if isinstance(event, Ended):
                     ended, next_event = event, asyncio.get_running_loop().create_future()  # no more lines
                 else:
-                    yield _log_event(attempt_id, event)
+                    yield _log_event(mirrored, event)
                     next_event = asyncio.ensure_future(anext(log))
             if ended is not None:
                 async with runtime.sessions.read() as db:
@@ -105,11 +112,11 @@ async def live_events(runtime: Runtime, attempt_id: int, offset: int, seen: int)
         await changes.aclose()
 
 
-def _log_event(attempt_id: int, event: Lines | Skipped | Restarted) -> bytes:
+def _log_event(log: LogFile, event: Lines | Skipped | Restarted) -> bytes:
     if isinstance(event, Lines):
-        return b"".join(batch_event(attempt_id, batch) for batch in event.batches)
+        return b"".join(batch_event(log, batch) for batch in event.batches)
     end = str(event.end) if isinstance(event, Skipped) else None
-    return ServerSentEvent(data=marker_html(attempt_id, event), event="lines", id=end).encode()
+    return ServerSentEvent(data=marker_html(log.attempt_id, event), event="lines", id=end).encode()
 
 
 def _status_event(stamp: int) -> bytes:
@@ -196,7 +203,14 @@ async def full_log(
         "attempt": attempt,
         "parts": parts,
         "page": page,
-        "lines_html": lines_html(attempt_id, page.lines, mark=line, fold_tracebacks=True),
+        "lines_html": lines_html(
+            attempt_id,
+            page.lines,
+            mark=line,
+            fold_tracebacks=True,
+            fold_progress=True,
+            sections=await asyncio.to_thread(_sections, log),
+        ),
         "target": line,
         "notice": notice,
         "previous_line": max(1, first - count) if not page.at_start else None,
@@ -204,6 +218,13 @@ async def full_log(
         "count": count,
     }
     return render(request, "log.html", context)
+
+
+def _sections(log: LogFile) -> Sections | None:
+    """The launch stages of the whole log, each running to the next, the last to the log's last time."""
+    if not log.exists:
+        return None
+    return Sections(log.stages.read(log.path, log.size), until=last_stamp(log.path, log.size), final=True)
 
 
 async def _first_error(request: Request, runtime: Runtime, log: LogFile) -> tuple[int | None, str]:
