@@ -334,7 +334,11 @@ class Analyzer:
             hint = f"SGLang accepts {conflict} at start-up but fails with it later: change one of them."
         result.evidence = "\n".join([message, evidence.text(), *self._hybrid_lines])
         if explained := explain(
-            message, result.failure_class, server_args=figures.server_args, context=result.evidence
+            message,
+            result.failure_class,
+            server_args=figures.server_args,
+            context=result.evidence,
+            memory=figures.memory,
         ):
             result.failure_class, hint = explained.failure_class, explained.hint
         else:

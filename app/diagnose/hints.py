@@ -10,11 +10,12 @@ what tells "the flag never reached SGLang" from "SGLang chose otherwise".
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.diagnose import flag_history
+from app.diagnose.capacity import largest_fraction
 from app.diagnose.drift import requested_args
 
 # The mamba strategy's flag, by release: renamed in 0.5.14, the old name an alias until 0.5.20.
@@ -74,6 +75,7 @@ class Evidence:
     server_args: dict[str, Any]  # the dump, empty when the log has none
     argv: Sequence[str] | None  # the argv the attempt ran, None when unknown (a log file alone)
     context: str  # the traceback and lines around the root error, and other log lines that matter
+    memory: Mapping[str, Any] = field(default_factory=dict)  # the log's memory figures (figures.MEMORY)
 
     def requested(self) -> dict[str, Any]:
         return requested_args(self.argv or ())
@@ -131,9 +133,10 @@ def explain(
     server_args: dict[str, Any] | None = None,
     argv: Sequence[str] | None = None,
     context: str = "",
+    memory: Mapping[str, Any] | None = None,
 ) -> Explanation | None:
     """The class and hint for a failure one of the rules knows, or None."""
-    evidence = Evidence(message, failure_class, server_args or {}, argv, context)
+    evidence = Evidence(message, failure_class, server_args or {}, argv, context, memory or {})
     return next((found for rule in RULES if (found := rule(evidence)) is not None), None)
 
 
@@ -257,13 +260,42 @@ def _pool_does_not_fit(evidence: Evidence) -> Explanation | None:
             "draft token for every running request (--max-running-requests, 48 by default there, times "
             "--speculative-num-draft-tokens), before any cache."
         )
+    others = "--max-running-requests" + (" or --speculative-num-draft-tokens" if states else "")
+    fix, change = _useful_fraction(evidence)
     return Explanation(
         "oom",
         "SGLang could not build its memory pools: the static memory (--mem-fraction-static of the GPU) leaves "
-        f"too little beside the weights.{states} Fix: raise --mem-fraction-static, as SGLang says, or lower "
-        "--max-running-requests" + (" or --speculative-num-draft-tokens" if states else "") + ", or raise --tp-size.",
-        mem_fraction_change(evidence, +1),
+        f"too little beside the weights.{states} Fix: {fix} Or lower {others}, or raise --tp-size.",
+        change,
     )
+
+
+def _useful_fraction(evidence: Evidence) -> tuple[str, SuggestedChange | None]:
+    """The fix for a static share too small, aimed at the most the server can hold: the largest
+    fraction the log's memory figures admit, not a step up that may leave room for one request."""
+    sizing = largest_fraction(evidence.memory)
+    current = evidence.mem_fraction()
+    bisect = "a bisection of --mem-fraction-static finds the largest that starts."
+    if sizing is None:
+        step = mem_fraction_change(evidence, +1)
+        guess = f" ({step} is one step up, a guess)" if step else ""
+        said = (
+            "raise --mem-fraction-static, as SGLang says; the log does not show the memory available before the "
+            f"weights and their size, so the largest fraction that fits is not known{guess}: {bisect}"
+        )
+        return said, step
+    figures = f"{sizing.available_gb:.2f} GB available before the {sizing.weights_gb:.2f} GB of weights"
+    if sizing.fraction is None or (current is not None and sizing.fraction <= current):
+        said = (
+            f"no larger --mem-fraction-static leaves {sizing.headroom_gb:.2f} GB for CUDA graphs and activations "
+            f"of the {figures}, so it cannot help; if you try, {bisect}"
+        )
+        return said, None
+    said = (
+        f"raise --mem-fraction-static to {sizing.fraction:g}, the largest that leaves {sizing.headroom_gb:.2f} GB "
+        f"for CUDA graphs and activations of the {figures}: the KV cache gets the rest. Or {bisect}"
+    )
+    return said, SuggestedChange("--mem-fraction-static", f"{sizing.fraction:g}")
 
 
 def _hybrid_out_of_memory(evidence: Evidence) -> Explanation | None:

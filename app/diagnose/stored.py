@@ -160,7 +160,12 @@ def stored(result: Diagnosis, argv: Sequence[str] | None = None) -> StoredDiagno
     if argv is not None:
         figures = result.figures
         explained = result.root_error and explain(
-            result.root_error, failure_class, server_args=figures.server_args, argv=argv, context=result.evidence
+            result.root_error,
+            failure_class,
+            server_args=figures.server_args,
+            argv=argv,
+            context=result.evidence,
+            memory=figures.memory,
         )
         if explained:
             failure_class, hint, change = explained.failure_class, explained.hint, explained.change
@@ -172,7 +177,7 @@ def stored(result: Diagnosis, argv: Sequence[str] | None = None) -> StoredDiagno
             hint = HINTS[failure_class]
         else:
             evidence = Evidence(
-                result.root_error or "", failure_class, figures.server_args or {}, argv, result.evidence
+                result.root_error or "", failure_class, figures.server_args or {}, argv, result.evidence, figures.memory
             )
             change = generic_change(failure_class, result.concept, evidence)
     decode = result.figures.decode

@@ -31,6 +31,7 @@ from app.clock import utcnow
 from app.db import Sessions
 from app.db.history import load_attempt
 from app.db.models import Attempt, Host, PresetRevision
+from app.diagnose.figures import Need
 from app.errors import HostError, InvalidInput, NotFound
 from app.launch import guards, remote, shapes, slurm_lifecycle
 from app.launch.follower import Follower, GpuReadings, NoGpuReadings
@@ -243,12 +244,14 @@ class AttemptService:
         hosts: list[str] | None = None,
         label: str | None = None,
         dist_port: int | None = None,
+        need: Need | None = None,
     ) -> Preflight:
         """The checks a launch of the preset's latest revision would run, without launching; a host
-        `permission` does not cover is refused as the launch would be."""
+        `permission` does not cover is refused as the launch would be. `need` is what the server must
+        take at once to be of use, for the predicted capacity."""
         where = shapes.Where(host=host, hosts=hosts, label=label, gpus=gpus, port=port, dist_port=dist_port)
         shape = await self._shape(preset, None, where, permission, asked="check")
-        return await shape.preflight(self.ssh, self._owners_on)
+        return await shape.preflight(self.ssh, self._owners_on, need)
 
     async def _shape(
         self,

@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from app.diagnose import flag_history
+from app.diagnose.capacity import ModelShape, predict_capacity
 from app.diagnose.drift import requested_args, stated_values
+from app.diagnose.figures import Need, small_capacity
 from app.diagnose.hints import explain
 from app.errors import CommandTimedOut, HostError
 from app.gpu.nvidia_smi import GpuMemory, read_gpu_memory
@@ -93,12 +95,14 @@ async def run_preflight(
     nnodes: int = 1,
     node_rank: int = 0,
     dist_port: int | None = None,
+    need: Need | None = None,
 ) -> Preflight:
     """`owners` tells which of the host's earlier attempts had the process groups found on its GPUs.
 
     On one node of a multi-node launch (`nnodes` > 1) the node runs `--tp-size` / `nnodes` of the
     ranks, each with its share of the weights; only node 0 serves HTTP (its `port` is checked) and
-    waits for the others on `dist_port` (checked free there)."""
+    waits for the others on `dist_port` (checked free there). `need` is what the server must take at
+    once to be of use, which the predicted capacity is held to."""
     result = Preflight()
     checks = result.checks
     if host.status.state != HostState.ONLINE:
@@ -194,6 +198,9 @@ async def run_preflight(
         # Where SGLang refused the arguments it named no fraction: the one asked for stands in.
         fraction = result.effective_args.get("mem_fraction_static") or requested_fraction(args)
         checks.append(_memory_check(found, fraction, tp, [inventory[i] for i in gpus], nnodes))
+        checks.append(
+            _capacity_check(found, result.effective_args, float(fraction), tp, [inventory[i] for i in gpus], need)
+        )
         checks.append(await _processes_check(steps, gpus, owners))
     return result
 
@@ -313,6 +320,67 @@ def _memory_check(found: dict[str, Any], fraction: float, tp: int, gpus: list[An
     if short:
         return Check("memory", False, f"{'; '.join(short)}, {basis}", detail={"gpus": rows, "weights_per_gpu": weights})
     return Check("memory", True, f"enough free memory: {basis}", detail={"gpus": rows, "weights_per_gpu": weights})
+
+
+def _capacity_check(
+    found: dict[str, Any], effective: dict[str, Any], fraction: float, tp: int, gpus: list[Any], need: Need | None
+) -> Check:
+    """The KV cache the fraction buys on the GPU with the least free memory (SGLang sizes every rank
+    alike, by the smallest), and how many requests of `need` it holds at once; what is not known to
+    predict it is named instead."""
+    unknown = []
+    if "weight_bytes" not in found:
+        unknown.append(f"the model's size ({found.get('weight_error', 'no index')})")
+    try:
+        shape = ModelShape.of(found["model_config"])
+    except (KeyError, TypeError, ValueError) as exc:
+        shape = None
+        unknown.append(f"the model's shape ({found.get('config_error') or f'config.json lacks {exc}'})")
+    if shape is None or unknown:
+        return Check("capacity", True, f"not predicted: {' and '.join(unknown)} unknown", blocking=False)
+    free = min((gpu.memory_free_mib or 0) * MiB for gpu in gpus)
+    weights = found["weight_bytes"] / max(tp, 1)
+    running = effective.get("max_running_requests")
+    speculative = bool(effective.get("speculative_algorithm"))
+    predicted = predict_capacity(
+        fraction=fraction,
+        free_bytes=free,
+        weight_bytes_per_gpu=weights,
+        bytes_per_token=shape.kv_bytes_per_token(tp, effective.get("kv_cache_dtype"), speculative),
+        max_running_requests=running if isinstance(running, int) else None,
+        hybrid=shape.hybrid,
+    )
+    weights = found["weight_bytes"] / max(tp, 1)
+    tokens = f"{'at most ' if shape.hybrid else 'about '}{predicted.tokens:,} KV tokens"
+    basis = (
+        f"{tokens} per GPU: {fraction:.3g} of {free / GiB:.1f} GiB free, less {weights / GiB:.1f} GiB of weights, "
+        f"at {predicted.bytes_per_token / 1024:.0f} KiB a token"
+    )
+    if shape.hybrid:
+        basis += "; a hybrid model's mamba states share that memory and limit the running requests, as its log will say"
+    if running is not None:
+        basis += f"; at most {running} running requests"
+    detail = {
+        "kv_tokens": predicted.tokens,
+        "max_running_requests": predicted.max_running_requests,
+        "hybrid": shape.hybrid,
+    }
+    if need is None:
+        return Check("capacity", predicted.tokens > 0, basis, blocking=False, detail=detail)
+    at_once = predicted.tokens // need.tokens_each
+    if predicted.max_running_requests is not None:
+        at_once = min(at_once, predicted.max_running_requests)
+    detail["requests_at_once"] = at_once
+    figures = {"max_total_num_tokens": predicted.tokens, "max_running_requests": at_once}
+    if small := small_capacity(figures, need):
+        held = f"{at_once:,} request{'s' if at_once != 1 else ''} of {need.tokens_each:,} tokens"
+        message = f"too small to be of use: it would hold {held} at once, where {need.by} runs {need.requests}; {basis}"
+        return Check("capacity", False, message, blocking=False, detail=detail | {"small": small})
+    bound = "at most " if shape.hybrid else ""
+    message = (
+        f"{bound}{at_once:,} requests of {need.tokens_each:,} tokens at once ({need.by} runs {need.requests}); {basis}"
+    )
+    return Check("capacity", True, message, blocking=False, detail=detail)
 
 
 async def _processes_check(steps: _Steps, gpus: list[int], owners: OwnersOf | None) -> Check:

@@ -107,8 +107,9 @@ class ProbeResult:
 
 
 # The check proper, in a Python that has the preset's environment: the model's weight size from its
-# safetensors index, the SGLang version, and SGLang's own argument handling, whose effective values
-# and warnings predict the launch. Standard library only; it works wherever sglang is installed.
+# safetensors index and its shape from its config.json, the SGLang version, and SGLang's own argument
+# handling, whose effective values and warnings predict the launch. Standard library only; it works
+# wherever sglang is installed.
 # Before 0.5.23 `prepare_server_args` returns resolved arguments; from then on it returns them as
 # parsed, and `resolve_once()` adjusts and validates them (effective values from `resolved_dict()`).
 # Newer releases log warnings as "[YYYY-MM-DD HH:MM:SS] message", some in colour: both are stripped.
@@ -134,6 +135,11 @@ try:
         result["weight_bytes"] = int(json.load(f)["metadata"]["total_size"])
 except Exception as exc:
     result["weight_error"] = f"{type(exc).__name__}: {exc}"
+try:  # the model's shape, which sizes its KV cache
+    with open(os.path.join(snapshot(model_path), "config.json")) as f:
+        result["model_config"] = json.load(f)
+except Exception as exc:
+    result["config_error"] = f"{type(exc).__name__}: {exc}"
 try:  # the installed package's own word, for when importing it fails
     from importlib.metadata import version
     result["version"] = version("sglang")

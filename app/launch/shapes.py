@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db.models import Attempt, PresetRevision
+from app.diagnose.figures import Need
 from app.errors import InvalidInput
 from app.launch import nodes, remote, slurm_lifecycle
 from app.launch.follower import GpuReadings
@@ -44,7 +45,9 @@ class Shape:
             for host in self.hosts:
                 permission.check(host, ssh.get(host).spec.labels)
 
-    async def preflight(self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf]) -> Preflight:
+    async def preflight(
+        self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf], need: Need | None = None
+    ) -> Preflight:
         revision = self.revision
         return await run_preflight(
             ssh.get(self.hosts[0]),
@@ -55,6 +58,7 @@ class Shape:
             args=list(revision.args),
             env=dict(revision.env),
             owners=owners_on(self.hosts[0]),
+            need=need,
         )
 
     async def add_rows(
@@ -71,7 +75,9 @@ class SlurmJob(Shape):
 
     cluster: SlurmSettings = field(kw_only=True)
 
-    async def preflight(self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf]) -> Preflight:
+    async def preflight(
+        self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf], need: Need | None = None
+    ) -> Preflight:
         count = slurm_lifecycle.gpus_per_node(self.cluster, self.gpus)
         gpus = f"{count} GPU{'s' if count != 1 else ''}"
         said = f"Slurm places the job: {gpus} per node on partition {self.cluster.partition or '(the default)'}"
@@ -91,7 +97,9 @@ class Nodes(Shape):
     dist_port: int = field(kw_only=True)
     node_argvs: list[list[str]] = field(kw_only=True)
 
-    async def preflight(self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf]) -> Preflight:
+    async def preflight(
+        self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf], need: Need | None = None
+    ) -> Preflight:
         """Every node's preflight at once, and all of them as one: each check's message names its node."""
         nnodes, revision = len(self.hosts), self.revision
         prefix = len(command_argv(revision)) - len(revision.args)  # the launcher, model path and port
@@ -109,6 +117,7 @@ class Nodes(Shape):
                     nnodes=nnodes,
                     node_rank=rank,
                     dist_port=self.dist_port if rank == 0 else None,
+                    need=need,
                 )
                 for rank, host in enumerate(self.hosts)
             )

@@ -4,6 +4,7 @@ same way, and the serving metrics charted."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -42,16 +43,16 @@ async def diagnosis_context(db: AsyncSession, attempt: Attempt) -> dict[str, Any
             db, attempt.signature_id, before=attempt.id, limit=SAME_SIGNATURE_SHOWN
         )
     capacity = None
+    bisect = None
+    if found.failure_class == "oom" and "--mem-fraction-static" in (found.hint or ""):
+        bisect = bisect_fraction_href(attempt)
     if attempt.status in SERVED and not found.root_error:  # up, and maybe too small to be of use
-        workload = await db.scalar(select(Workload).where(Workload.name == DEFAULT_WORKLOAD))
-        need = FALLBACK_NEED
-        if workload is not None and workload.max_concurrency:
-            each = workload.input_len + workload.output_len
-            need = Need(workload.max_concurrency, each, f"the {DEFAULT_WORKLOAD} benchmark")
-        capacity = small_capacity(found.memory or {}, need)
+        capacity = small_capacity(found.memory or {}, await workload_need(db))
+        bisect = bisect_fraction_href(attempt) if capacity else None
     return {
         "diagnosis": found,
         "capacity": capacity,
+        "bisect_href": bisect,
         "unrecognised": not found.recognised,
         "drift": signatures.drift_of(attempt),
         "same_signature": same,
@@ -60,6 +61,24 @@ async def diagnosis_context(db: AsyncSession, attempt: Attempt) -> dict[str, Any
         "stage_names": [name for name, _ in STAGES],
         "rule_classes": list(HINTS),  # the "teach launchdeck" form's choices
     }
+
+
+async def workload_need(db: AsyncSession) -> Need:
+    """What a server must take at once to be of use: what the default benchmark runs at once."""
+    workload = await db.scalar(select(Workload).where(Workload.name == DEFAULT_WORKLOAD))
+    if workload is None or not workload.max_concurrency:
+        return FALLBACK_NEED
+    each = workload.input_len + workload.output_len
+    return Need(workload.max_concurrency, each, f"the {DEFAULT_WORKLOAD} benchmark")
+
+
+def bisect_fraction_href(attempt: Attempt) -> str:
+    """The sweep form opened on a bisection of --mem-fraction-static for the attempt's preset, host
+    and GPUs: where the largest fraction that starts is found by launches."""
+    query = {"preset": attempt.revision.preset.name, "mode": "bisect", "host": attempt.host.name}
+    if attempt.gpus:
+        query["gpus"] = ",".join(map(str, attempt.gpus))
+    return "/sweeps/new?" + urlencode(query)
 
 
 def charts(samples: list[dict[str, float]]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@ launched on the same host, GPUs and port, from the API and the pages."""
 
 from __future__ import annotations
 
+import html
 import re
 
 from fastapi import FastAPI
@@ -188,16 +189,31 @@ async def test_relaunch_confirms_once_and_the_launch_form_remembers_the_last_cho
     assert re.search(r'value="1" checked>', chosen)
 
 
-async def test_memory_pools_that_do_not_fit_suggest_a_larger_static_fraction(api: AsyncClient) -> None:
+async def test_memory_pools_that_do_not_fit_suggest_the_largest_fraction_and_the_server_is_of_use(
+    api: AsyncClient,
+) -> None:
+    """The story's OOM: the fix aims at what the server can hold, not one step up. 0.86 starts but runs
+    one request at a time in 17,961 KV tokens; 0.95, the largest that leaves 5% of the 94.54 GB for CUDA
+    graphs and activations, serves 8 at once in 87,263 tokens, and no warning says it is too small."""
     oom_id = await launch(api, "qwen36-27b-mtp-oom", "rtxpro-01", [0])
     oom = await wait_for(api, oom_id, FINAL)
     found = oom["diagnosis"]
     assert found["class"] == "oom" and round(found["server_args"]["mem_fraction_static"], 3) == 0.759
-    assert oom["diagnosis"]["change"] == {"flag": "--mem-fraction-static", "value": "0.86", "remove": False}
+    assert found["change"] == {"flag": "--mem-fraction-static", "value": "0.95", "remove": False}
     relaunched = await api.post(f"/api/attempts/{oom_id}/relaunch", json={"apply_suggested": True})
     again = await wait_for(api, relaunched.json()["id"], FINAL)
-    assert again["argv"][-2:] == ["--mem-fraction-static", "0.86"]
-    assert again["status"] == "ready", again["error"]  # the draft tokens' mamba states fit at 0.86
+    assert again["argv"][-2:] == ["--mem-fraction-static", "0.95"]
+    assert again["status"] == "ready", again["error"]
+    memory = again["diagnosis"]["memory"]
+    assert (memory["max_running_requests"], memory["max_total_num_tokens"]) == (8, 87263)
+
+    api.headers.pop("Authorization")
+    await log_in(api)
+    failed = html.unescape((await api.get(f"/attempts/{oom_id}")).text)
+    assert "Fix: raise --mem-fraction-static to 0.95, the largest that leaves 4.73 GB for CUDA graphs" in failed
+    assert '<a href="/sweeps/new?preset=qwen36-27b-mtp-oom&mode=bisect&host=rtxpro-01&gpus=0">Bisect' in failed
+    served = (await api.get(f"/attempts/{again['id']}")).text
+    assert "no error in the log" in served and 'id="capacity"' not in served
 
 
 async def test_relaunching_a_failed_configuration_is_confirmed_by_its_page_and_asked_for_by_the_api(

@@ -284,10 +284,45 @@ async def test_a_server_up_but_too_small_to_be_of_use_says_so_with_its_figures(
     warning = warning[: warning.index("</p>")]
     assert "serves at most 1 request at a time, where the chat-short benchmark runs 8 at once" in warning
     assert "the KV cache holds 2,900 tokens, fewer than the 3,072 those requests need" in warning
-    assert 'href="/sweeps/new?preset=lark-27b&mode=bisect"' in warning
+    assert 'href="/sweeps/new?preset=lark-27b&mode=bisect&host=rtxpro-01"' in warning
     assert 'id="capacity"' not in (await app_client.get(f"/attempts/{useful.id}")).text
     bisect = html.unescape((await app_client.get("/sweeps/new", params={"preset": "lark-27b", "mode": "bisect"})).text)
     assert re.search(r'<input type="radio" name="mode" value="bisect" checked>', bisect)
+    on_host = (await app_client.get("/sweeps/new", params={"mode": "bisect", "host": "rtxpro-01", "gpus": "2"})).text
+    assert "<option selected>rtxpro-01</option>" in on_host and 'name="gpus" value="2"' in on_host
+
+
+async def test_preflight_predicts_the_kv_cache_and_warns_when_it_is_too_small_to_be_of_use(
+    app_client: AsyncClient,
+) -> None:
+    """The capacity row: KV tokens from the GPU's free memory, the weights, the model's shape and the
+    fraction, and how many requests of the default benchmark fit at once; a fraction that leaves a
+    quarter GiB beside Llama 3.1 8B's 15 GiB of weights holds fewer than the benchmark's 8."""
+    csrf = await log_in(app_client)
+    for name, fraction in (("llama", ""), ("llama-tiny", "0.16")):
+        preset = {"csrf_token": csrf, "name": name, "model_path": LLAMA, "mem_fraction_static": fraction}
+        assert (await app_client.post("/presets", data=preset)).status_code == 303
+    rows = {}
+    for name in ("llama", "llama-tiny"):
+        choice = {"csrf_token": csrf, "preset": name, "host": "rtxpro-01", "gpus": ["2"], "port": str(free_port())}
+        checked = await app_client.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})
+        found = re.search(
+            r'<tr class="check (\w+)" data-check="capacity">\s*<td>capacity</td><td>(.*?)</td>', checked.text
+        )
+        assert found, checked.text
+        rows[name] = (found[1], html.unescape(found[2]))
+    look, said = rows["llama"]
+    assert look == "ok" and re.fullmatch(
+        r"✓ [\d,]+ requests of 384 tokens at once \(the chat-short benchmark runs 8\); about [\d,]+ KV tokens per "
+        r"GPU: 0\.858 of [\d.]+ GiB free, less 15\.0 GiB of weights, at 128 KiB a token",
+        said,
+    ), said
+    look, said = rows["llama-tiny"]
+    assert look == "warn" and re.match(
+        r"! too small to be of use: it would hold [0-7] requests? of 384 tokens at once, where the chat-short "
+        r"benchmark runs 8; about [\d,]+ KV tokens per GPU: 0\.16 of",
+        said,
+    ), said
 
 
 ARGPARSE_LOG = "\n".join(

@@ -27,7 +27,7 @@ from app.presets import revisions
 from app.runtime import Runtime
 from app.states import ACTIVE_STATUSES, AttemptStatus
 from app.web.deps import Caller, Launcher, LogsDep, Operator, ReadDb, RuntimeDep, Viewer, audit_actor
-from app.web.diagnosis_panel import diagnosis_context
+from app.web.diagnosis_panel import diagnosis_context, workload_need
 from app.web.errors import status_of
 from app.web.log_views import Sections, lines_html, log_context
 from app.web.params import INT64_MAX, Int64, moment
@@ -157,8 +157,10 @@ async def launch_preflight(request: Request, runtime: RuntimeDep, user: Operator
     context = await launch_context(runtime, user, choice)
     status = 200
     try:
+        async with runtime.sessions.read() as db:
+            need = await workload_need(db)
         context["preflight"] = await runtime.attempts.preflight(
-            preset=choice.get("preset", ""), permission=may, **where_to(choice)
+            preset=choice.get("preset", ""), permission=may, need=need, **where_to(choice)
         )
     except (InvalidInput, AccessRefused, HostError) as exc:
         context["error"], status = str(exc), 403 if isinstance(exc, AccessRefused) else 422

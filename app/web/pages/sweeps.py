@@ -66,12 +66,21 @@ async def sweeps_page(request: Request, runtime: RuntimeDep, db: ReadDb, user: V
 
 @router.get("/sweeps/new", response_class=HTMLResponse)
 async def new_sweep(
-    request: Request, runtime: RuntimeDep, db: ReadDb, user: Operator, preset: str = "", mode: str = ""
+    request: Request,
+    runtime: RuntimeDep,
+    db: ReadDb,
+    user: Operator,
+    preset: str = "",
+    mode: str = "",
+    host: str = "",
+    gpus: str = "",
 ) -> Response:
-    """The form, for a preset; `mode=bisect` (the link from a server too small to be of use) opens
-    it on a bisection of --mem-fraction-static."""
+    """The form, for a preset (and a host and GPUs); `mode=bisect` (the link from an attempt whose
+    static memory was too small, or a server too small to be of use) opens it on a bisection of
+    --mem-fraction-static."""
     chosen = SweepMode.BISECT if mode == SweepMode.BISECT else SweepMode.GRID
-    return render(request, "sweeps.html", await form_context(runtime, db, user, {"preset": preset, "mode": chosen}))
+    form = {"preset": preset, "mode": chosen, "host": host, "gpus": gpus}
+    return render(request, "sweeps.html", await form_context(runtime, db, user, form))
 
 
 @router.post("/sweeps", response_class=HTMLResponse)
