@@ -143,6 +143,17 @@
     if (count && number) count.textContent = (+number[1]).toLocaleString("en-US");
   }
 
+  // A status refresh brings the log's state (template[data-log-state]): it replaces the header's
+  // when that header is of the same attempt and still on screen. (An out-of-band swap would log an
+  // error for a refresh that lands after the person moved on.)
+  document.addEventListener("htmx:load", function (evt) {
+    var elt = evt.detail.elt;
+    var fresh = elt.querySelector && elt.querySelector("template[data-log-state]");
+    var state = fresh && fresh.content.querySelector("#log-state");
+    var shown = state && document.querySelector("#log-state[data-log-of='" + state.dataset.logOf + "']");
+    if (shown) shown.replaceWith(state);
+  });
+
   // A live log swapped in, by a page load or a boosted navigation: starts at its end.
   document.addEventListener("htmx:load", function (evt) {
     var elt = evt.detail.elt;

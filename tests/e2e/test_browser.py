@@ -38,7 +38,8 @@ from playwright.async_api import (
 )
 
 from app.demo.hostlib import simgpu
-from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, Tab, line_numbers, log_in, open_tab
+from app.demo.presets import DEMO_PRESETS
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, FORM_SETTLED, Tab, line_numbers, log_in, open_tab
 from tests.support.hosts import processes_under
 from tests.support.paths import NODE_MODULES, PACKAGE_JSON
 from tests.support.servers import free_port
@@ -206,6 +207,22 @@ async def used_mib(page: Page, host: str, index: int) -> int:
     return int(await row.get_by_role("meter").get_attribute("aria-valuenow") or "-1")
 
 
+async def walk_in(page: Page) -> None:
+    """Where a person's walk begins: the home page, which sends a stranger to log in and back."""
+    await page.goto("/")
+    await log_in(page, TOKEN)
+
+
+async def open_attempt(page: Page, attempt_id: int, preset: str) -> None:
+    """An attempt as a person finds it: the menu's Attempts, the list narrowed to its preset, its number."""
+    await page.get_by_role("link", name="Attempts", exact=True).click()
+    await page.locator("form.filters select[name=preset]").select_option(preset)
+    await page.get_by_role("button", name="Filter").click()
+    await expect(page).to_have_url(re.compile(r"/attempts\?.*preset="))
+    await page.locator(f"tr[data-attempt='{attempt_id}']").get_by_role("link", name=str(attempt_id), exact=True).click()
+    await expect(page).to_have_url(re.compile(rf"/attempts/{attempt_id}$"))
+
+
 async def test_hosts_page_requires_login_and_shows_every_gpu_after_it(tab: Tab, demo: Demo) -> None:
     page = tab.page
     response = await page.goto("/hosts")
@@ -265,7 +282,6 @@ async def test_hosts_page_requires_login_and_shows_every_gpu_after_it(tab: Tab, 
     await page.screenshot(path=str(screenshot), full_page=True)
     assert screenshot.stat().st_size > 10_000
     print(f"screenshot of the hosts page: {screenshot}")
-    await shoot(page, "hosts.png")
 
 
 async def test_session_cookie_is_httponly_secure_and_strict(tab: Tab, demo: Demo) -> None:
@@ -434,6 +450,27 @@ async def test_a_person_clicks_from_the_home_page_to_a_live_log_that_follows_cou
     await page.keyboard.press("?")
     await expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
     await page.get_by_role("button", name="Close").click()
+    # The launch's stages are sections headed by how long each took, as they arrived; a progress bar
+    # shows its last state, the earlier ones folded.
+    stages = page.locator("#live-lines details.stage")
+    names = ["args parsed", "weights loading", "weights loaded", "kv cache allocated", "cuda graph capture"]
+    for name in names:
+        heading = stages.and_(page.locator(f"[data-stage='{name}']")).locator("> summary")
+        await expect(heading.locator(".took")).to_have_text(re.compile(r"^\d+ s$"))  # the next stage began
+    bars = page.locator("#live-lines details.progress")
+    await expect(bars.first).not_to_have_attribute("open", "")
+    await expect(bars.first.locator("summary")).to_have_text(re.compile(r"^\d+ earlier states?$"))
+    weights = page.locator("#live-lines details.stage[data-stage='weights loading']")
+    inside = weights.locator(".ln[id^=L]").first
+    await expect(inside).to_be_visible()
+    await weights.locator("> summary").click()  # folded: its lines hidden, the log still followed
+    await expect(inside).to_be_hidden()
+    await page.keyboard.press("g")
+    await page.wait_for_function("() => document.getElementById('live-log').scrollTop === 0")
+    await page.keyboard.press("G")  # back to following the end, past the folded section
+    await page.wait_for_function(f"() => ({following})(document.getElementById('live-log'))")
+    await weights.locator("> summary").click()
+    await expect(inside).to_be_visible()
 
     page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
     await page.get_by_role("button", name="Stop").click()
@@ -448,6 +485,9 @@ async def test_a_person_clicks_from_the_home_page_to_a_live_log_that_follows_cou
     await expect(last).to_be_in_viewport()
     await page.keyboard.press("g")
     await expect(page.locator("#log .ln").first).to_have_class(re.compile(r"\bmark\b"))
+    took = page.locator("#log details.stage > summary .took")  # the full log's sections, timed alike
+    await expect(took.first).to_have_text(re.compile(r"^\d+ s$"))
+    await expect(took).to_have_count(await page.locator("#log details.stage").count())
     assert tab.console_errors == [], tab.console_errors
 
 
@@ -648,8 +688,8 @@ async def test_live_log_resumes_exactly_after_drops_and_keeps_markup_inert(tab: 
     attempt = await launch_ready(demo, 1)
     streams: list[str] = []
     page.on("request", lambda r: streams.append(r.url) if "/log/stream" in r.url else None)
-    await log_in(page, TOKEN)
-    await page.goto(f"/attempts/{attempt['id']}")
+    await walk_in(page)
+    await open_attempt(page, attempt["id"], "llama31-8b")
     await expect(page.locator("#live-lines .ln").last).to_be_visible()
     hostile = [
         b"[2026-01-05 10:00:01 TP0] <script>window.__pwned = 1</script>",
@@ -663,8 +703,6 @@ async def test_live_log_resumes_exactly_after_drops_and_keeps_markup_inert(tab: 
     assert await page.locator("#live-lines img, #live-lines script, #live-lines a[href^=javascript]").count() == 0
     assert await page.locator("#live-lines .ansi-fg-1").first.text_content() == "ERROR"
     assert await page.evaluate("window.__pwned") is None
-    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-        await page.locator("#live-log").screenshot(path=f"{shots}/live-log.png")
 
     for drop in range(5):  # each time the browser gives up on the stream and htmx opens a fresh one
         append_to_host_log(demo, attempt, [b"before drop %d line %d" % (drop, n) for n in range(300)])
@@ -704,7 +742,7 @@ async def test_watched_attempts_show_their_status_in_the_tab_and_notify_when_rea
     page = tab.page
     await tab.context.grant_permissions(["notifications"], origin=demo.base_url)
     await tab.context.add_init_script(RECORD_NOTIFICATIONS)
-    await log_in(page, TOKEN)
+    await walk_in(page)
     held: dict[str, tuple[int, int]] = {}  # outcome: (attempt id, process group)
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         launched = {}
@@ -725,7 +763,9 @@ async def test_watched_attempts_show_their_status_in_the_tab_and_notify_when_rea
             pages = {"failed": page, "ready": await tab.context.new_page()}
             for outcome, (attempt_id, _) in held.items():
                 watching = pages[outcome]
-                await watching.goto(f"/attempts/{attempt_id}")
+                if watching is not page:  # a second tab opens at the home page
+                    await watching.goto("/")
+                await open_attempt(watching, attempt_id, "llama31-8b")
                 await expect(watching).to_have_title(f"… loading · #{attempt_id} llama31-8b — launchdeck")
                 await expect(watching.locator("link[rel=icon]")).to_have_attribute("data-status", "loading")
                 if outcome == "failed":  # asked once: the other page finds it on
@@ -767,16 +807,14 @@ async def test_grep_with_zero_hits_pivots_to_the_full_log(tab: Tab, demo: Demo) 
             return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "failed")
 
         await wait_until(failed, 30, f"attempt {attempt_id} to fail", demo)
-    await log_in(page, TOKEN)
-    await page.goto(f"/attempts/{attempt_id}")
+    await walk_in(page)
+    await open_attempt(page, attempt_id, "qwen36-27b-mtp-strategy-unset")
     await page.get_by_label("pattern").fill("mamba_scheduler")
     await page.get_by_label("- and _ alike").uncheck()  # the plain grep of the story
     await page.get_by_role("button", name="Grep").click()
     zero = page.locator(".zero-hits")
     await expect(zero).to_contain_text("No line matches mamba_scheduler: searched")
     await expect(zero.locator(".tail .ln").first).to_be_visible()
-    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-        await page.locator("#grep-results").screenshot(path=f"{shots}/zero-hits.png")
     await zero.get_by_role("link", name=re.compile("First traceback")).click()
     await expect(page).to_have_url(re.compile(r"/log\?line=\d+#L\d+$"))
     target = page.locator(".ln:target")
@@ -822,8 +860,8 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             await wait_until(ended, 60, f"attempt {attempt_id} ({preset}) to be {wanted}", demo)
         oom, override, fixed = launched.values()
         try:
-            await log_in(page, TOKEN)
-            await page.goto(f"/attempts/{override}")
+            await walk_in(page)
+            await open_attempt(page, override, "qwen36-27b-mtp-strategy-unset")
             # SGLang 0.5.10 refused a strategy nobody asked for: auto became no_buffer.
             await expect(page.locator("#failure-class")).to_have_text("arg-conflict")
             await expect(page.locator("#hint")).to_contain_text("the strategy was never requested")
@@ -833,39 +871,43 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             # The zero-hits test's attempt of this preset failed the same way before, when it ran first.
             same = re.compile(r"same signature: \d+ earlier attempts?:|first attempt to fail this way")
             await expect(page.locator("#same-signature")).to_have_text(same)
-            await shoot(page, "diagnosis-override.png", page.locator("#diagnosis"))  # (a live block is never still)
             await page.locator("#root-error-link").click()
             await expect(page).to_have_url(re.compile(r"/log\?line=\d+#L\d+$"))
             target = page.locator(".ln:target")
             await expect(target).to_contain_text("ValueError: Speculative decoding for")
             await expect(target).to_be_in_viewport()
+            await page.go_back()  # the browser's own Back brings the attempt page, working
+            await expect(page.locator("#failure-class")).to_have_text("arg-conflict")
 
-            await page.goto(f"/attempts/{oom}")
+            await open_attempt(page, oom, "qwen36-27b-mtp-oom")
             await expect(page.locator("#failure-class")).to_have_text("oom")
             await expect(page.locator("#stage-progress .step.current.failed")).to_contain_text("✗ weights loaded")
             leftovers = page.locator("#stop-leftovers")  # offered only while its processes are seen
             if await leftovers.count():
                 await expect(leftovers).to_contain_text("still on GPU 0, holding")  # what its Stop would end
-            await page.goto("/errors")
+            await page.get_by_role("link", name="Errors", exact=True).click()
             await expect(page.locator("#error-groups tbody tr")).to_have_count(2)
             await expect(page.locator("#error-groups")).to_contain_text("qwen36-27b-mtp-strategy-unset")
 
-            await page.goto(f"/compare?a={oom}&b={fixed}")
-            # One column grid for every table: each side's values stand in one column down the page.
+            # Two picked on the attempts list: one column grid for every table, each side's values in
+            # one column down the page.
+            await page.get_by_role("link", name="Attempts", exact=True).click()
+            for attempt_id in (oom, fixed):
+                await page.locator(f"#pick-{attempt_id}").check()
+            await page.get_by_role("button", name="Compare selected").click()
+            await expect(page).to_have_url(f"{demo.base_url}/compare?ids={fixed}&ids={oom}")
             edges = [
                 await page.locator(f"#{table} thead th").nth(2).bounding_box() for table in ("argv-diff", "outcome")
             ]
             assert edges[0] and edges[1] and abs(edges[0]["x"] - edges[1]["x"]) <= 1, edges
             fraction = page.locator("#argv-diff tr[data-row='--mem-fraction-static']")
             await expect(fraction).to_have_class(re.compile(r"\bdiffers\b"))
-            await expect(fraction).to_contain_text("0.95")
-            await expect(page.locator("#outcome .failure-class.healthy")).to_have_text("healthy")
+            await expect(fraction.locator("td")).to_have_text(["--mem-fraction-static", "0.95", "—"])
+            await expect(page.locator("#outcome .failure-class")).to_have_text(["healthy", "oom"])
             await expect(page.locator("#root-logs .ln.mark")).to_contain_text("Not enough memory")
-            if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-                await page.screenshot(path=f"{shots}/compare-oom-fixed.png", full_page=True)
 
-            # All three, picked on the attempts list: one column each, the changed argument first.
-            await page.goto("/attempts")
+            # All three: one column each, the changed argument first.
+            await page.get_by_role("link", name="Attempts", exact=True).click()
             for attempt_id in (oom, override, fixed):
                 await page.locator(f"#pick-{attempt_id}").check()
             await page.get_by_role("button", name="Compare selected").click()
@@ -874,62 +916,115 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             await expect(fraction.locator("td")).to_have_text(["--mem-fraction-static", "0.95", "0.95", "—"])
             await expect(page.locator("#outcome .failure-class")).to_have_text(["healthy", "arg-conflict", "oom"])
             await expect(page.locator("#stages table")).to_have_count(3)
-            await shoot(page, "compare-three.png")
-            if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-                await page.goto(f"/compare?a={override}&b={fixed}")
-                await page.screenshot(path=f"{shots}/compare-override-fixed.png", full_page=True)
-                await page.goto("/errors")
-                await page.screenshot(path=f"{shots}/errors.png", full_page=True)
             assert tab.console_errors == []
         finally:
             await api.post(f"/api/attempts/{fixed}/stop")
 
 
-async def test_fix_and_relaunch_takes_a_failed_attempt_to_a_ready_one_in_three_clicks(tab: Tab, demo: Demo) -> None:
+async def copy_of_unset(api: httpx.AsyncClient, name: str) -> str:
+    """A preset of its own like the demo's strategy-unset one, served under its own name: a configuration
+    no other test launched, and a walk that fixes it changes no other test's preset."""
+    unset = next(p for p in DEMO_PRESETS if p.name == "qwen36-27b-mtp-strategy-unset")
+    args = [*unset.args, "--served-model-name", name]
+    body = {"name": name, "model_path": unset.model_path, "args": args, "python": unset.python}
+    assert (await api.post("/api/presets", json=body)).status_code == 201
+    return name
+
+
+async def choose_and_launch(page: Page, preset: str, gpu: int, port: int) -> None:
+    """From any page: Presets, the preset, Launch, rtxpro-01 with one GPU and a port, Launch."""
+    await page.get_by_role("link", name="Presets", exact=True).click()
+    await page.get_by_role("link", name=preset, exact=True).click()
+    await page.locator("section").get_by_role("link", name="Launch").click()
+    await page.wait_for_function(FORM_SETTLED)
+    await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
+    await page.wait_for_function(FORM_SETTLED)
+    await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
+    for box in await page.locator("input[name=gpus]").all():
+        await box.uncheck()
+    await page.locator(f"input[name=gpus][value='{gpu}']").check()
+    await page.get_by_label("Port", exact=True).fill(str(port))
+    await page.get_by_role("button", name="Launch", exact=True).click()
+
+
+class Steps:
+    """What a person does from one point of a walk on: clicks, and keys pressed (typing counts each key)."""
+
+    def __init__(self) -> None:
+        self.clicks = self.keys = 0
+
+    async def click(self, target: Locator) -> None:
+        self.clicks += 1
+        await target.click()
+
+
+async def test_the_seed_story_goes_from_refused_or_failed_to_serving_by_clicks(tab: Tab, demo: Demo) -> None:
+    """The 27B MTP preset whose mamba strategy SGLang 0.5.10 turns into no_buffer, walked from the home
+    page twice. Refused: preflight quotes SGLang's refusal and its fix, one click applies it and
+    launches. Failed (launched over the refusal): the root-error card's Edit and relaunch, Save,
+    Confirm. Both end serving; the closing note quotes the steps counted here."""
     page = tab.page
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        refused, failed = [await copy_of_unset(api, f"qwen36-27b-walk-{way}") for way in ("refused", "failed")]
         hosts = {host["name"]: host for host in (await api.get("/api/hosts")).json()}
-        # A GPU no other test's attempt holds.
         gpu = next(g["index"] for g in hosts["rtxpro-01"]["gpus"] if not g["memory_used_mib"])
-        body = {"preset": "qwen36-27b-mtp-strategy-unset", "host": "rtxpro-01", "gpus": [gpu], "port": free_port()}
-        failed = (await api.post("/api/attempts", json={**body, **SEE_IT_FAIL})).json()["id"]
-
-        async def has_failed() -> bool:
-            return bool((await api.get(f"/api/attempts/{failed}")).json()["status"] == "failed")
-
-        await wait_until(has_failed, 60, f"attempt {failed} to fail", demo)
-        clicks = 0
-
-        async def click(target: Locator) -> None:
-            nonlocal clicks
-            clicks += 1
-            await target.click()
-
         try:
-            await log_in(page, TOKEN)
-            await page.goto(f"/attempts/{failed}")
+            await walk_in(page)
+            # Refused: nothing is launched until the fix is applied.
+            await choose_and_launch(page, refused, gpu, port := free_port())
+            await expect(page.locator("tr[data-check='arguments']")).to_contain_text("✗")
+            offer = page.get_by_role("button", name="Apply --mamba-scheduler-strategy extra_buffer and launch")
+            await expect(offer).to_be_visible()
+            from_refusal = Steps()
+            await from_refusal.click(offer)
+            await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
+            await expect(page.locator("h1")).to_contain_text(f"{refused} r2 on rtxpro-01")
+            await expect(page.locator("#status")).to_have_text("ready", timeout=60_000)
+            command = page.locator("#command-heading + pre")
+            await expect(command).to_contain_text("--mamba-scheduler-strategy extra_buffer")
+            assert (from_refusal.clicks, from_refusal.keys) == (1, 0)
+            page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+            await page.get_by_role("button", name="Stop").click()
+            await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)
+
+            # Failed: launched over the refusal with a reason, watched as it fails, then fixed.
+            await choose_and_launch(page, failed, gpu, port := free_port())
+            await expect(page.locator("tr[data-check='arguments']")).to_contain_text("✗")
+            await page.get_by_label("Launch even if a blocking preflight check fails").check()
+            reason = "see SGLang refuse it"
+            await page.get_by_label("override reason").fill(reason)
+            await page.get_by_role("button", name="Launch", exact=True).click()
+            await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
+            first = int(page.url.rsplit("/", 1)[1])
+            await expect(page.locator("#status")).to_have_text("failed", timeout=60_000)
+            await expect(page.locator("main")).to_contain_text(f"preflight overridden: “{reason}”")
             card = page.locator("#root-error")
             await expect(card).to_contain_text("with --mamba-scheduler-strategy extra_buffer, on rtxpro-01")
-            await click(card.get_by_role("link", name="Edit and relaunch"))
+            from_failure = Steps()
+            await from_failure.click(card.get_by_role("link", name="Edit and relaunch"))
             # The editor: the attempt's revision with the suggestion applied, what changed, where it launches.
             strategy = page.locator("#relaunch-changes tr[data-change='--mamba-scheduler-strategy']")
             await expect(strategy.locator(".before")).to_have_text("(unset)")
             await expect(strategy.locator(".after")).to_have_text("extra_buffer")
             await expect(page.locator("select[name='mamba_scheduler_strategy']")).to_have_value("extra_buffer")
-            target = f"on rtxpro-01, GPUs {gpu}, port {body['port']}"
-            await expect(page.locator("#launch-target")).to_contain_text(target)
-            await click(page.get_by_role("button", name="Save and relaunch"))
-            await click(page.get_by_role("button", name="Confirm: save and launch"))
-            await page.wait_for_url(re.compile(rf"/attempts/(?!{failed}$)\d+$"))
-            await expect(page.locator("h1")).to_contain_text("qwen36-27b-mtp-strategy-unset r2 on rtxpro-01")
+            await expect(page.locator("#launch-target")).to_contain_text(f"on rtxpro-01, GPUs {gpu}, port {port}")
+            await from_failure.click(page.get_by_role("button", name="Save and relaunch"))
+            await from_failure.click(page.get_by_role("button", name="Confirm: save and launch"))
+            await page.wait_for_url(re.compile(rf"/attempts/(?!{first}$)\d+$"))
+            await expect(page.locator("h1")).to_contain_text(f"{failed} r2 on rtxpro-01")
             await expect(page.locator("#status")).to_have_text("ready", timeout=60_000)
-            await expect(page.locator(".summary")).to_contain_text(f"GPUs {gpu} · port {body['port']}")
-            assert clicks == 3
-            assert tab.console_errors == []
+            await expect(page.locator(".summary")).to_contain_text(f"GPUs {gpu} · port {port}")
+            assert (from_failure.clicks, from_failure.keys) == (3, 0)
+            # The one refusal provoked: the first launch, before its fix.
+            assert (
+                tab.console_errors
+                == ["Failed to load resource: the server responded with a status of 422 (Unprocessable Entity)"] * 2
+            )
         finally:
-            for attempt in (await api.get("/api/attempts", params={"preset": body["preset"], "limit": 5})).json():
-                if attempt["status"] in ("ready", "loading", "starting", "uploading", "pending"):
-                    await api.post(f"/api/attempts/{attempt['id']}/stop")
+            for preset in (refused, failed):
+                for attempt in (await api.get("/api/attempts", params={"preset": preset, "limit": 5})).json():
+                    if attempt["status"] in ("ready", "loading", "starting", "uploading", "pending"):
+                        await api.post(f"/api/attempts/{attempt['id']}/stop")
 
 
 # Notes (in ms of the page's clock) when the root-error card and the failing line first appear.
@@ -983,11 +1078,11 @@ async def test_status_and_root_error_are_pushed_to_the_attempt_page_as_they_happ
     without a reload."""
     page = tab.page
     await page.add_init_script(LIVE_OBSERVER)
-    await log_in(page, TOKEN)
+    await walk_in(page)
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         ready = await launch_frozen(api, demo, 4)
         try:
-            await page.goto(f"/attempts/{ready['id']}")
+            await open_attempt(page, ready["id"], "llama31-8b")
             await expect(page.locator("#status")).to_have_text("loading")
             await page.evaluate("window.__marker = 1")
             os.killpg(ready["pgid"], signal.SIGCONT)
@@ -1000,7 +1095,7 @@ async def test_status_and_root_error_are_pushed_to_the_attempt_page_as_they_happ
 
         failing = await launch_frozen(api, demo, 5)
         try:
-            await page.goto(f"/attempts/{failing['id']}")
+            await open_attempt(page, failing["id"], "llama31-8b")
             await expect(page.locator("#status")).to_have_text("loading")
             await page.evaluate("window.__marker = 1")
             append_to_host_log(demo, failing, FAILURE)
@@ -1031,15 +1126,6 @@ RULE_HINT = "Run `modelsync pull` on the host, then launch again; how the mirror
 RULE_LINK = "https://wiki.example/modelsync"
 
 
-async def shoot(page: Page, name: str, top: Locator | None = None) -> None:
-    """The window as the user sees it (1280x800, scrolled to put `top` first) for the docs, when
-    LAUNCHDECK_SCREENSHOTS names a folder."""
-    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-        if top is not None:
-            await top.evaluate("element => element.scrollIntoView({block: 'start'})")
-        await page.screenshot(path=f"{shots}/{name}")
-
-
 async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_a_later_attempt_take_it(
     tab: Tab, demo: Demo
 ) -> None:
@@ -1055,8 +1141,8 @@ async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_
 
         await wait_until(failed, 30, f"attempt {past} to fail", demo)
 
-    await log_in(page, TOKEN)
-    await page.goto(f"/attempts/{past}")
+    await walk_in(page)
+    await open_attempt(page, past, STALE_COPY["name"])
     card = page.locator("#root-error")
     await expect(page.locator("#failure-class")).to_have_text("other")
     await expect(card.locator("#unrecognised")).to_have_text("unrecognised failure")
@@ -1072,7 +1158,6 @@ async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_
     match = form.get_by_label(re.compile(r"^Match"))
     await expect(match).to_have_value(re.compile(r"^RuntimeError: modelsync: the copy of "))  # the root error
     await match.fill("modelsync: the copy of")  # what every copy of this error says, whatever the model
-    await shoot(page, "kb-teach-form.png", card)
     await form.get_by_role("button", name="Save as a team rule").click()
     await expect(page).to_have_url(f"{demo.base_url}/attempts/{past}")
 
@@ -1084,11 +1169,15 @@ async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_
     hint = page.locator("#hint")
     await expect(hint).to_have_text(RULE_HINT)
     await expect(hint.get_by_role("link", name=RULE_LINK)).to_have_attribute("href", RULE_LINK)
-    await shoot(page, "kb-past-attempt.png")
 
     # A later launch of the same preset, from the browser: the rule decides it as it fails.
-    await page.goto(f"/launch?preset={STALE_COPY['name']}&host=b200-01")
-    await page.wait_for_function("() => document.querySelector('select[name=host]')['htmx-internal-data']")
+    await page.get_by_role("link", name="Launch", exact=True).click()
+    await page.wait_for_function(FORM_SETTLED)
+    await page.get_by_label("Preset").select_option(STALE_COPY["name"])
+    await page.wait_for_function(FORM_SETTLED)  # each choice redraws the form, as a person would wait for
+    await page.get_by_label(re.compile(r"^Host\b")).select_option("b200-01")
+    await page.wait_for_function(FORM_SETTLED)
+    await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on b200-01 (online)")
     await page.locator("input[name=gpus][value='0']").uncheck()
     await page.locator("input[name=gpus][value='7']").check()
     await page.get_by_label("Port").fill(str(free_port()))
@@ -1109,21 +1198,18 @@ async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_
     await expect(page.locator("#team-rule")).to_contain_text(f"team rule by admin: {RULE_TITLE}")
     await expect(page.locator("#hint")).to_have_text(RULE_HINT)
     await expect(page.locator("#same-signature")).to_contain_text(f"#{past}")
-    await shoot(page, "kb-later-attempt.png")
 
-    await page.goto("/errors")
+    await page.get_by_role("link", name="Errors", exact=True).click()
     group = page.locator(f"#error-groups tr[data-fingerprint='{fingerprint}']")
     await expect(group.locator(".failure-class")).to_have_text("model-load")
     await expect(group.locator(".unrecognised")).to_have_count(0)
     await expect(group.locator("td.num")).to_have_text("2")
     await expect(group).to_contain_text(STALE_COPY["name"])
-    await shoot(page, "kb-error-groups.png")
     await group.get_by_role("link").first.click()
     await expect(page).to_have_url(f"{demo.base_url}/errors/{fingerprint}")
     await expect(page.locator("h1 .failure-class")).to_have_text("model-load")
     await expect(page.locator("#team-rule")).to_contain_text(f"team rule by admin: {RULE_TITLE}")
     await expect(page.locator("#group-attempts tbody tr")).to_have_count(2)
-    await shoot(page, "kb-error-group.png")
     # The one refusal provoked: the launch before its confirmation.
     assert tab.console_errors == ["Failed to load resource: the server responded with a status of 409 (Conflict)"]
 
@@ -1226,7 +1312,6 @@ async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light
     await page.locator("summary", has_text="Menu").click()
     await expect(menu.get_by_role("link", name="Audit")).to_be_in_viewport()
     await expect(menu.get_by_role("button", name="Log out")).to_be_in_viewport()
-    await shoot(page, "phone-menu.png")
     await page.locator("summary", has_text="Menu").click()
     await expect(page.get_by_role("link", name="Audit")).to_be_hidden()
 
@@ -1296,7 +1381,6 @@ async def test_compact_hosts_view_fits_64_hosts_of_8_gpus_on_one_screen_and_the_
         "[document.scrollingElement.scrollHeight, innerHeight, document.scrollingElement.scrollWidth, innerWidth]"
     )
     assert sizes[0] <= sizes[1] and sizes[2] <= sizes[3], f"64 hosts overflow 1280x800: {sizes}"
-    await shoot(page, "hosts-compact.png")
 
 
 async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys(tab: Tab, demo: Demo) -> None:
@@ -1345,8 +1429,6 @@ async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys
     traceback = page.locator("#log details.traceback[open]")
     await expect(traceback.locator(".ln")).to_have_count(4)
     await expect(await expect_target("Traceback (most recent call last):")).to_be_visible()
-    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-        await page.screenshot(path=f"{shots}/log-viewer-first-error.png")
     await page.keyboard.press("e")  # the next error line: the exception's own
     await expect(page.locator("#log .ln.mark")).to_contain_text("ValueError: tensor shapes disagree")
     await page.keyboard.press("E")
@@ -1394,8 +1476,6 @@ async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys
     await expect(marks).to_have_count(200)
     await expect(marks.first).to_have_text("probe <b>")
     assert await page.locator("#grep-results .t b").count() == 0
-    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-        await page.screenshot(path=f"{shots}/log-viewer-grep.png")
     await page.keyboard.press("Escape")  # leaves the pattern field for the keys
     await page.keyboard.press("n")
     current = page.locator("#grep-results .ln.current")
@@ -1431,8 +1511,6 @@ async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys
     await page.wait_for_function(
         f"() => /(\\d+) new lines/.exec(document.body.innerText)?.[1] >= {before + 5}", timeout=10_000
     )
-    if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-        await box.screenshot(path=f"{shots}/live-log-paused.png")
     await jump.click()
     await expect(box.locator(".ln").last).to_be_in_viewport()
     await expect(jump).to_be_hidden()
@@ -1487,8 +1565,6 @@ async def test_every_page_passes_an_automated_accessibility_check(browser: Brows
         for path in A11Y_PAGES:
             await page.goto(demo.base_url + path.format(attempt=attempt))
             found[path] = await serious_violations(page, checker)
-            if path == "/attempts/{attempt}/log":
-                await shoot(page, f"log-viewer-{scheme}.png")
         assert not {path: issues for path, issues in found.items() if issues}, found
     finally:
         await context.close()
@@ -1525,7 +1601,8 @@ async def test_a_person_makes_a_token_copies_it_once_and_revokes_it(tab: Tab, de
     await page.get_by_label("Password").fill((demo.data_dir / "demo-password").read_text().strip())
     await page.get_by_role("button", name="Log in").click()
     await expect(page.locator("#host-list")).to_be_visible()
-    await page.goto("/account/tokens")
+    await page.get_by_role("link", name="Account", exact=True).click()
+    await page.get_by_role("link", name=re.compile("API tokens")).click()
     form = page.locator("#new-token-form")
     await form.get_by_label("Name").fill("from the browser")
     await form.get_by_label("Role").select_option("viewer")
@@ -1537,12 +1614,10 @@ async def test_a_person_makes_a_token_copies_it_once_and_revokes_it(tab: Tab, de
     assert await page.evaluate("navigator.clipboard.readText()") == secret
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {secret}"}) as api:
         assert (await api.get("/api/hosts")).status_code == 200
-        await page.goto("/account/tokens")
+        await page.reload()  # what the list says now
         row = page.locator("tr", has_text="from the browser")
         await expect(row).to_contain_text("active")
         assert secret not in await page.content()
-        if shots := os.environ.get("LAUNCHDECK_SCREENSHOTS"):
-            await page.screenshot(path=f"{shots}/tokens.png", full_page=True)
         await row.get_by_role("button", name="Revoke").click()
         await expect(page.locator("tr", has_text="from the browser")).to_contain_text("revoked")
         assert (await api.get("/api/hosts")).status_code == 401
@@ -1590,11 +1665,12 @@ async def test_a_viewer_sees_hosts_and_attempts_without_controls_the_api_refuses
             for hidden in ("Launch", "Users"):
                 await expect(menu.get_by_role("link", name=hidden)).to_have_count(0)
 
-            await page.goto("/presets/llama31-8b")
+            await page.get_by_role("link", name="Presets", exact=True).click()
+            await page.get_by_role("link", name="llama31-8b", exact=True).click()
             await expect(page.locator("#command")).to_contain_text("--model-path")
             await expect(page.get_by_role("link", name="Launch", exact=True)).to_have_count(0)
             await expect(page.get_by_role("button", name="Save as a new revision")).to_have_count(0)
-            await page.goto(f"/attempts/{attempt_id}")
+            await open_attempt(page, attempt_id, "llama31-8b")
             await expect(page.locator("#status")).to_have_text("ready")
             await expect(page.locator("form.stop")).to_have_count(0)
             await expect(page.locator("#relaunch-link")).to_have_count(0)
@@ -1636,7 +1712,6 @@ async def test_an_admin_adds_a_user_who_then_changes_their_password(tab: Tab, de
     await expect(row).to_contain_text("active")
     await expect(row.get_by_label("Role of dana")).to_have_value("operator")
     await expect(row).to_contain_text("never")
-    await shoot(page, "users.png")
     await page.get_by_role("button", name="Log out").click()
     await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
 
@@ -1650,7 +1725,6 @@ async def test_an_admin_adds_a_user_who_then_changes_their_password(tab: Tab, de
     await page.get_by_role("button", name="Change password").click()
     await expect(page.locator("#account-notice")).to_contain_text("Your other logins have ended; this one goes on.")
     await expect(page.locator("#logins tbody tr")).to_contain_text("this one")
-    await shoot(page, "account.png")
     await page.get_by_role("button", name="Log out").click()
     await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
     await log_in_as(page, "dana", "initial password 1")
@@ -1676,18 +1750,17 @@ async def test_a_preset_on_two_nodes_launches_from_the_form_shows_each_node_and_
         assert (await api.post("/api/presets", json=TWO_NODES)).status_code == 201
         for host in ("rtxpro-01", "rtxpro-02"):  # every GPU of both hosts: other tests' servers stop first
             await stop_every_attempt_on(api, host, demo)
-    await log_in(page, TOKEN)
-    await page.goto(f"/launch?preset={TWO_NODES['name']}")
-    form_live = """() => { const form = document.querySelector('#launch-form');
-        return form && !form.matches('.htmx-settling, .htmx-swapping, .htmx-request')
-            && [...form.querySelectorAll('select[name=hosts]')].every(s => s['htmx-internal-data']); }"""
+    await walk_in(page)
+    await page.get_by_role("link", name="Presets", exact=True).click()
+    await page.get_by_role("link", name=TWO_NODES["name"], exact=True).click()
+    await page.locator("section").get_by_role("link", name="Launch").click()
     # Offered as it should run: two hosts of one kind, and the 4 GPUs each node needs for --tp-size 8.
-    await page.wait_for_function(form_live)
+    await page.wait_for_function(FORM_SETTLED)
     await expect(page.get_by_label("Node 0 host")).to_have_value("rtxpro-01")
     await expect(page.get_by_label("Node 1 host")).to_have_value("rtxpro-02")
     await expect(page.locator("input[name=gpus]:checked")).to_have_count(4)
     for rank, host in enumerate(("rtxpro-01", "rtxpro-02")):
-        await page.wait_for_function(form_live)  # a new choice redraws the form, as a person would wait for
+        await page.wait_for_function(FORM_SETTLED)  # a new choice redraws the form, as a person would wait for
         select = page.get_by_label(f"Node {rank} host")
         if await select.input_value() != host:
             async with page.expect_response(lambda response: urlsplit(response.url).path == "/launch"):
@@ -1752,8 +1825,8 @@ async def test_a_sweep_fills_its_table_and_chart_live_and_its_best_point_becomes
         started = await api.post("/api/sweeps", json=body)
         assert started.status_code == 202, started.text
         sweep_id = started.json()["id"]
-    await log_in(page, TOKEN)
-    await page.goto("/sweeps")
+    await walk_in(page)
+    await page.get_by_role("link", name="Sweeps", exact=True).click()
     await page.get_by_role("link", name="draft shape").click()
     await expect(page).to_have_url(re.compile(rf"/sweeps/{sweep_id}$"))
     # The page follows the sweep by itself, point after point, until it is done.
@@ -1772,7 +1845,6 @@ async def test_a_sweep_fills_its_table_and_chart_live_and_its_best_point_becomes
     heights = await page.locator("#sweep-points thead th").evaluate_all("cells => cells.map(c => c.clientHeight)")
     assert max(heights) < 2 * min(heights), heights
     await page.set_viewport_size({"width": 1280, "height": 900})
-    await shoot(page, "sweep.png")
 
     best = page.locator("#sweep-points tr.best")
     draft_tokens = (await best.locator("td").nth(3).text_content() or "").strip()

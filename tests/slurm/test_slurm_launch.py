@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
+from playwright.async_api import async_playwright, expect
 
 from app.config import Settings
 from app.demo.presets import seed_demo_presets
@@ -22,9 +24,13 @@ from app.launch.record import Pace
 from app.ssh import HostConnection, render_hosts
 from app.ssh.hosts import SlurmSettings
 from app.web.app import create_app
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, FORM_SETTLED, open_tab
+from tests.support.browser import log_in as log_in_with_token
 from tests.support.dashboard import AUTH, TOKEN
+from tests.support.served import served
 from tests.support.servers import free_port
 from tests.support.slurm import sbatch
+from tests.support.strict import require
 from tests.support.waiting import until
 from tests.support.web import log_in
 
@@ -52,6 +58,19 @@ def hosts_file(site: SlurmSite, path: Path, **settings: Any) -> Path:
 async def dashboard(site: SlurmSite, root: Path, **settings: Any) -> AsyncIterator[tuple[AsyncClient, AsyncClient]]:
     """The dashboard on `root` (its data dir survives a restart): an API client with the token, and
     a browser logged in."""
+    async with started_app(site, root, **settings) as app:
+        transport = ASGITransport(app=app)
+        async with (
+            AsyncClient(transport=transport, base_url="http://testserver", headers=AUTH) as api,
+            AsyncClient(transport=transport, base_url="http://testserver") as browser,
+        ):
+            await log_in(browser)
+            yield api, browser
+
+
+@asynccontextmanager
+async def started_app(site: SlurmSite, root: Path, **settings: Any) -> AsyncIterator[FastAPI]:
+    """The dashboard's app on `root`, started, its hosts online, launching at a test's pace."""
     app = create_app(
         Settings(
             data_dir=root / "data",
@@ -70,13 +89,7 @@ async def dashboard(site: SlurmSite, root: Path, **settings: Any) -> AsyncIterat
         runtime.attempts.stop_grace = 5.0
         async with runtime.sessions.write() as session:
             await seed_demo_presets(session)
-        transport = ASGITransport(app=app)
-        async with (
-            AsyncClient(transport=transport, base_url="http://testserver", headers=AUTH) as api,
-            AsyncClient(transport=transport, base_url="http://testserver") as browser,
-        ):
-            await log_in(browser)
-            yield api, browser
+        yield app
 
 
 async def launch(api: AsyncClient, preset: str = "llama31-8b", host: str = "slurm") -> int:
@@ -365,3 +378,48 @@ async def test_the_launch_form_on_a_cluster_shows_its_partitions_and_preflight_s
         checked = await browser.post("/launch/preflight", data=choice, headers={"HX-Request": "true"})
         assert 'data-check="slurm"' in checked.text
         assert "Slurm places the job: 1 GPU per node on partition rtxpro" in html.unescape(checked.text)
+
+
+@pytest.mark.browser
+async def test_a_person_launches_on_the_cluster_from_the_home_page_and_stops_it(
+    slurm_site: SlurmSite, login: HostConnection, tmp_path: Path
+) -> None:
+    """The Slurm walk, in chromium from the home page by clicks: the form shows the partition's free
+    GPUs, preflight says what Slurm decides, the attempt follows its job to ready on a compute node
+    and says to ask that node for health, and Stop ends the job."""
+    require(CHROMIUM.exists(), f"{CHROMIUM} is missing (apt-get install chromium)")
+    async with (
+        started_app(slurm_site, tmp_path) as app,
+        served(app) as url,
+        async_playwright() as playwright,
+    ):
+        chromium = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            async with open_tab(chromium, url) as tab:
+                page = tab.page
+                await page.goto("/")
+                await log_in_with_token(page, TOKEN)
+                await page.get_by_role("link", name="Launch", exact=True).click()
+                await page.wait_for_function(FORM_SETTLED)
+                await page.get_by_label("Preset").select_option("llama31-8b")
+                await page.wait_for_function(FORM_SETTLED)
+                await page.get_by_label(re.compile(r"^Host\b")).select_option("slurm-rtx")
+                await page.wait_for_function(FORM_SETTLED)
+                await expect(page.locator("#slurm-gpus")).to_contain_text(re.compile(r"Partition rtxpro: \d+ of 8"))
+                await expect(page.locator("input[name=gpus]:checked")).to_have_count(1)  # tensor parallel 1
+                await page.get_by_label("Port", exact=True).fill(str(free_port()))
+                await page.get_by_role("button", name="Run preflight").click()
+                await expect(page.locator("tr[data-check='slurm']")).to_contain_text(
+                    "Slurm places the job: 1 GPU per node on partition rtxpro"
+                )
+                await page.get_by_role("button", name="Launch", exact=True).click()
+                await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
+                await expect(page.locator("#status")).to_have_text("ready", timeout=60_000)
+                endpoint = page.locator("#endpoint")
+                await expect(endpoint).to_contain_text(re.compile(r"run this on rtx-0\d\)"))  # the node, not the login
+                page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+                await page.get_by_role("button", name="Stop").click()
+                await expect(page.locator("#status")).to_have_text("stopped", timeout=60_000)
+                assert tab.console_errors == [], tab.console_errors
+        finally:
+            await chromium.close()

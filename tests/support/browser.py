@@ -23,6 +23,11 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
+# The launch form is wired and no redraw of it is under way: a choice made before would be lost.
+FORM_SETTLED = """() => { const form = document.querySelector('#launch-form');
+    return form && !form.matches('.htmx-settling, .htmx-swapping') && !form.querySelector('.htmx-request')
+        && [...form.querySelectorAll('select[name=host], select[name=hosts]')].every(s => s['htmx-internal-data']); }"""
+
 
 @dataclass
 class Tab:
