@@ -31,6 +31,11 @@ class Row:
     def differs(self) -> bool:
         return any(value != self.values[0] for value in self.values[1:])
 
+    @property
+    def differs_where_given(self) -> bool:
+        """Whether the sides that have a value disagree (a side without one, say not benchmarked, does not)."""
+        return len({value for value in self.values if value is not None}) > 1
+
     def change_pct(self) -> list[float | None]:
         """Each value as a change from the first side's, in percent (None where either is not a
         number, or the first is 0)."""

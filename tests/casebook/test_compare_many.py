@@ -7,6 +7,7 @@ import re
 
 from httpx import AsyncClient
 
+from app.casebook.compare import Row
 from tests.support.launching import FINAL, REPLAY, launch, wait_for
 from tests.support.web import log_in
 
@@ -94,3 +95,10 @@ async def test_too_many_unknown_or_malformed_attempts_are_refused_with_a_sentenc
         assert sentence in answer.text and 'class="topbar"' in answer.text, params  # in the normal page
     answer = await api.get("/api/compare", params={"ids": "1,2,3,4,5"})
     assert answer.status_code == 422 and answer.json()["detail"] == "compare takes 2 to 4 attempts, not 5"
+
+
+def test_a_side_without_a_benchmark_is_not_a_different_workload() -> None:
+    """Compare said "benchmarked with different workloads" when one side had no benchmark at all."""
+    assert not Row("workload", ("tiny", None)).differs_where_given
+    assert not Row("workload", ("tiny", "tiny", None)).differs_where_given
+    assert Row("workload", ("tiny", "chat-short", None)).differs_where_given

@@ -259,6 +259,13 @@ async def test_hosts_page_requires_login_and_shows_every_gpu_after_it(tab: Tab, 
 
     rows = page.locator("#host-list tr.gpu")
     await expect(rows).to_have_count(16)
+    # Every cell inside its card: the sparklines ran past the card's edge, loads were cut short.
+    overflow = await page.locator("#host-list article.host").first.evaluate(
+        "card => { const edge = card.getBoundingClientRect().right;"
+        " return [...card.querySelectorAll('.spark, td')].filter(e => e.getBoundingClientRect().right > edge"
+        " || e.scrollWidth > e.clientWidth + 1).map(e => e.className + ':' + e.textContent.trim()); }"
+    )
+    assert overflow == [], overflow
     expected = [("b200-01", i, B200) for i in range(8)]
     expected += [(name, i, RTX_PRO) for name in ("rtxpro-01", "rtxpro-02") for i in range(4)]
     for host_name, index, gpu_name in expected:
@@ -1841,6 +1848,8 @@ async def test_a_sweep_fills_its_table_and_chart_live_and_its_best_point_becomes
     await expect(page.locator("#sweep-chart figcaption.legend span")).to_have_count(2)  # topk 1 and 4
     dot = await page.locator("#sweep-chart figcaption.legend svg").first.bounding_box()
     assert dot is not None and dot["height"] <= 12, dot  # a dot beside its name, not the chart's width
+    widths = await page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]")
+    assert widths[0] <= widths[1], f"the sweep page scrolls sideways at 1280 px: {widths}"
     await page.set_viewport_size({"width": 390, "height": 844})  # on a phone the headings stay one line
     heights = await page.locator("#sweep-points thead th").evaluate_all("cells => cells.map(c => c.clientHeight)")
     assert max(heights) < 2 * min(heights), heights
