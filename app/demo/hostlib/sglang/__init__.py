@@ -4,6 +4,9 @@ It exists only on the simulated hosts' PYTHONPATH. Standard library only. It pla
 real releases in `sglang.version.RELEASES`, chosen per process by the environment.
 """
 
+from sglang import _installed
 from sglang.version import release
+
+_installed.install()
 
 __version__ = f"{release()}+launchdeck.sim"
