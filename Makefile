@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench lint install system-packages clean
+.PHONY: demo test bench lint screenshots install system-packages clean
 
 demo: install
 	$(BIN)/launchdeck demo
@@ -20,9 +20,13 @@ bench: install
 	$(BIN)/python -m bench
 
 lint: install
-	$(BIN)/ruff check app tests bench migrations
-	$(BIN)/ruff format --check app tests bench migrations
+	$(BIN)/ruff check app tests bench migrations docs
+	$(BIN)/ruff format --check app tests bench migrations docs
 	$(BIN)/mypy app
+
+# The README's pictures, retaken from a demo it builds (about three minutes; needs chromium).
+screenshots: install
+	$(BIN)/python docs/screenshots.py
 
 install: $(VENV)/.installed static/vendor/.installed
 
