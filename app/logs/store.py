@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +35,7 @@ from app.disk import DataDir, is_disk_full
 from app.logs.stages import StageScan
 
 INDEX_SPACING = 64 * 1024
+STAGE_SCANS_KEPT = 1024  # logs whose stage starts are kept in memory, the latest viewed
 READ_BLOCK = 64 * 1024
 # The bytes before the mirrored offset that the host reader checks, so a file replaced while
 # nobody watched is noticed even when it has grown past the old size.
@@ -354,12 +356,23 @@ class LogStore:
         self.directory = directory
         self.data_dir = data_dir or DataDir(directory)
         self._open: dict[int, LogFile] = {}
+        # Where each log's stages start outlives the LogFile, which a complete log drops after
+        # every view (`forget`): read once per log, not once per page.
+        self._stage_scans: OrderedDict[int, StageScan] = OrderedDict()
 
     def get(self, attempt_id: int) -> LogFile:
         log = self._open.get(attempt_id)
         if log is None:
             log = self._open[attempt_id] = LogFile(self.directory, attempt_id, self.data_dir)
+            log.stages = self._stage_scan(attempt_id)
         return log
+
+    def _stage_scan(self, attempt_id: int) -> StageScan:
+        scan = self._stage_scans.pop(attempt_id, None) or StageScan()
+        self._stage_scans[attempt_id] = scan  # the newest last
+        if len(self._stage_scans) > STAGE_SCANS_KEPT:
+            self._stage_scans.popitem(last=False)
+        return scan
 
     def is_complete(self, attempt_id: int) -> bool:
         """Whether a log was mirrored to its end, from its small metadata file alone."""

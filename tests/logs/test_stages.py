@@ -6,7 +6,7 @@ import itertools
 from pathlib import Path
 
 from app.logs.stages import last_stamp, took
-from app.logs.store import LogFile
+from app.logs.store import LogFile, LogStore
 from tests.support.sglang_logs import STAGED_LOG
 
 
@@ -52,3 +52,17 @@ def test_a_log_without_times_says_dash_for_how_long_a_stage_took() -> None:
     assert took(None, 5.0) == "—" and took(5.0, None) == "—"
     assert took(0, 59.4) == "59 s" and took(0, 61) == "1 min 01 s"
     assert took(86399, 1) == "2 s"  # times of day, across midnight
+
+
+def test_a_complete_log_is_scanned_for_its_stages_once_however_often_it_is_reopened(tmp_path: Path) -> None:
+    """A complete log nobody watches is dropped after each view and opened again for the next: its
+    stage scan stays, so a page of a huge failed log does not read its first 64 MiB every time."""
+    store = LogStore(tmp_path)
+    log = store.get(1)
+    log.append(STAGED_LOG)
+    log.finish(host_size=log.size, host_sha256=None, mirror_sha256=None)
+    first = log.stages.read(log.path, log.size)
+    store.forget(1)
+    reopened = store.get(1)
+    assert reopened is not log and reopened.stages is log.stages
+    assert reopened.stages.offset == log.size and reopened.stages.read(log.path, log.size) == first
