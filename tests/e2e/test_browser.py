@@ -397,8 +397,9 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     await page.locator("section").get_by_role("link", name="Launch").click()
 
     await expect(page.get_by_role("heading", name="Launch")).to_be_visible()
-    await page.wait_for_function("() => document.querySelector('select[name=host]')['htmx-internal-data']")
+    await page.wait_for_function(FORM_SETTLED)
     await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
+    await page.wait_for_function(FORM_SETTLED)
     await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
     await page.locator("input[name=gpus][value='0']").uncheck()
     await page.locator("input[name=gpus][value='2']").check()
@@ -434,8 +435,9 @@ async def test_a_person_clicks_from_the_home_page_to_a_live_log_that_follows_cou
     await page.get_by_role("link", name="Presets").click()
     await page.get_by_role("link", name="llama31-8b").click()
     await page.locator("section").get_by_role("link", name="Launch").click()
-    await page.wait_for_function("() => document.querySelector('select[name=host]')?.['htmx-internal-data']")
+    await page.wait_for_function(FORM_SETTLED)
     await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
+    await page.wait_for_function(FORM_SETTLED)
     await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
     for gpu in await page.locator("input[name=gpus]").all():
         await gpu.uncheck()
@@ -531,9 +533,11 @@ async def test_the_launch_form_keeps_what_is_on_screen_and_stopping_a_server_ask
             assert await status() == "ready"
 
             await page.get_by_role("link", name="Launch", exact=True).click()
+            await page.wait_for_function(FORM_SETTLED)
             await page.get_by_label("Preset").select_option("llama31-8b")
-            await page.wait_for_function("() => document.querySelector('select[name=host]')?.['htmx-internal-data']")
+            await page.wait_for_function(FORM_SETTLED)
             await page.get_by_label(re.compile(r"^Host\b")).select_option("rtxpro-01")
+            await page.wait_for_function(FORM_SETTLED)
             await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on rtxpro-01 (online)")
             await expect(page.locator("input[name=gpus][value='3']")).not_to_be_checked()  # it is full
             for gpu in await page.locator("input[name=gpus]").all():
@@ -606,8 +610,9 @@ async def test_a_new_preset_made_in_the_form_launches_after_preflight_holds_its_
     await page.locator("section").get_by_role("link", name="Launch").click()
 
     await expect(page.get_by_role("heading", name="Launch")).to_be_visible()
-    await page.wait_for_function("() => document.querySelector('select[name=host]')['htmx-internal-data']")
+    await page.wait_for_function(FORM_SETTLED)
     await page.get_by_label(re.compile(r"^Host\b")).select_option("b200-01")
+    await page.wait_for_function(FORM_SETTLED)
     await expect(page.locator("fieldset.gpu-picker")).to_contain_text("GPUs on b200-01 (online)")
     for checked in await page.locator("input[name=gpus]:checked").all():
         await checked.uncheck()
@@ -1251,8 +1256,8 @@ async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         assert (await api.post("/api/presets", json=FEEDBACK_PRESET)).status_code == 201
         first = await launch_feedback_preset(api, demo, 0)
-        await log_in(page, TOKEN)
-        await page.goto(f"/attempts/{first}")
+        await walk_in(page)
+        await open_attempt(page, first, FEEDBACK_PRESET["name"])
         await expect(page.locator(".wide-menu nav a[aria-current=page]")).to_have_text("Attempts")
         # Nothing to compare with yet: no links that would answer 404.
         await expect(page.locator(".compare-links a")).to_have_count(0)
@@ -1261,7 +1266,7 @@ async def test_every_action_answers_at_once_and_every_page_fits_a_phone_in_light
         await expect(page.locator("#curl-example")).to_contain_text(f"curl http://127.0.0.1:{port}/v1/chat/completions")
 
         second = await launch_feedback_preset(api, demo, 1)
-    await page.goto(f"/attempts/{second}")
+    await open_attempt(page, second, FEEDBACK_PRESET["name"])
     for link in ("#compare-previous", "#compare-success"):  # the first became ready: both compare with it
         await expect(page.locator(link)).to_have_attribute("href", f"/compare?a={first}&b={second}")
 
@@ -1354,8 +1359,8 @@ async def test_compact_hosts_view_fits_64_hosts_of_8_gpus_on_one_screen_and_the_
 ) -> None:
     page = tab.page
     await page.set_viewport_size({"width": 1280, "height": 800})
-    await log_in(page, TOKEN)
-    await page.goto("/hosts?view=compact")
+    await walk_in(page)
+    await page.get_by_role("link", name="Compact").click()
     rows = page.locator("#compact-hosts li.chost")
     await expect(rows).to_have_count(3)
     await expect(rows.first.get_by_role("meter").first).to_have_attribute("aria-label", re.compile(r"^GPU 0: .* free"))
@@ -1502,7 +1507,7 @@ async def test_full_log_goes_to_its_target_pages_every_grep_hit_and_answers_keys
     await page.keyboard.press("Escape")
     await expect(page.get_by_role("dialog")).to_be_hidden()
 
-    await page.goto(f"/attempts/{attempt_id}")
+    await open_attempt(page, attempt_id, "llama31-8b")
     box = page.locator("#live-log")
     # (the server's health checks add access lines of their own at any time: counts are at least ours)
     await expect(box.locator(".ln", has_text="decode step 2999")).to_have_count(1)
