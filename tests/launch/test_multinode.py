@@ -337,11 +337,20 @@ async def test_a_restart_mid_launch_follows_every_part_and_repeats_no_line(
                 attempt = await wait_for(api, attempt_id, FINAL, timeout=90)
                 assert attempt["status"] == "ready", attempt
                 assert [p["status"] for p in attempt["parts"]] == ["ready", "ready"]
-                lines = await merged_log(api, attempt_id)
-                for part in attempt["parts"]:
-                    own = (await api.get(f"/api/attempts/{part['id']}/log")).content.decode().split("\n")[:-1]
-                    tag = f"[node{part['node_rank']} {part['host']}] "
-                    assert [line.removeprefix(tag) for line in lines if line.startswith(tag)] == own
+
+                async def own_log(part: dict[str, Any]) -> list[str]:
+                    return (await api.get(f"/api/attempts/{part['id']}/log")).content.decode().split("\n")[:-1]
+
+                async def merged_is_each_part_exactly() -> bool:
+                    """The serving parts keep logging (health checks): compare when no line came between."""
+                    before = [await own_log(part) for part in attempt["parts"]]
+                    lines = await merged_log(api, attempt_id)
+                    after = [await own_log(part) for part in attempt["parts"]]
+                    tags = [f"[node{part['node_rank']} {part['host']}] " for part in attempt["parts"]]
+                    merged = [[line.removeprefix(tag) for line in lines if line.startswith(tag)] for tag in tags]
+                    return before == after == merged
+
+                await until(merged_is_each_part_exactly, "the merged log to hold each part's log exactly", 20)
                 assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
                 assert (await wait_for(api, attempt_id, {"stopped", "failed", "lost"}))["status"] == "stopped"
             finally:
