@@ -159,10 +159,11 @@ class Analyzer:
             self._read(self._pending[:MAX_RECORD], self._number)
             self._pending, self._skipping = "", True
 
-    def finish(self, *, silence_is_hang: bool = True) -> Diagnosis:
-        """The answer for the whole log. With `silence_is_hang`, a log that stops during CUDA graph
-        capture with no error (its bar short of 100%, or no bar at all after the ranks began) is a
-        hang: how capture hangs look in a log nobody is still watching."""
+    def finish(self, *, file_alone: bool = True) -> Diagnosis:
+        """The answer for the whole log. A log with no error that ends before the server was ready is
+        no failure: it says where it ends. From a file alone (`file_alone`) nothing else says whether
+        the process hung or the window was cut, except the log's own words: one that ends on a wait
+        said more than once is a hang. In the dashboard the live process and its silence decide."""
         self.feed(self._decoder.decode(b"", final=True))
         if self._pending or self._partial:
             self._number += 0 if self._partial else 1
@@ -172,11 +173,11 @@ class Analyzer:
             self._cut = self._current  # the log ends inside this traceback
         self._close_traceback()
         result = self.snapshot()
-        unfinished = result.stage_percent is None or result.stage_percent < 100
-        capturing = result.stage == "cuda graph capture" and unfinished and not self._stages.capture_done
-        waited = self._waits > 1 and self._stages.index < READY_STAGE
-        if silence_is_hang and result.root_error is None and (capturing or waited):
+        before_ready = self._stages.index < READY_STAGE
+        if file_alone and result.root_error is None and self._waits > 1 and before_ready:
             return self.hung()
+        if result.failure_class == "healthy" and result.recognised and before_ready and self._stages.index >= 0:
+            result.hint = ends_during(result.stage, result.stage_percent, file_alone=file_alone)
         return result
 
     def snapshot(self) -> Diagnosis:
@@ -370,6 +371,19 @@ def _recognisable(line: Line, text: str) -> bool:
     """A line that shows the input is a server's log (see RECOGNISABLE), or an exception's. (A
     fatal line need not be looked for: it becomes the root error, which no log of nothing has.)"""
     return bool(RECOGNISABLE.search(text) or EXCEPTION.match(text) or FRAME.match(line.text))
+
+
+def ends_during(stage: str, percent: int | None, *, file_alone: bool) -> str:
+    """What a log with no error that ends mid-start-up says: where it ends, and, read from a file,
+    that nothing there tells a hang from a window cut short."""
+    at = f" ({percent}%)" if percent is not None else ""
+    said = f"No error seen; the log ends during {stage}{at}."
+    if file_alone:
+        said += (
+            " A log alone does not say whether the server hung there or the window was cut: in the "
+            "dashboard the process's state and its silence decide."
+        )
+    return said
 
 
 def diagnose(text: str) -> Diagnosis:

@@ -126,7 +126,7 @@ class LogWatch:
         if not found and size == self.recorded_size and not self.live.changed and hung == self.hung and not final:
             return
         if final:
-            self.live.analyzer.finish(silence_is_hang=False)  # the last line, and any open traceback
+            self.live.analyzer.finish(file_alone=False)  # the last line, and any open traceback
         result = self.live.analyzer.hung() if hung else self.live.analyzer.snapshot()
         self.live.changed = False
         hang_changed = hung != self.hung

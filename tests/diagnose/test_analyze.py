@@ -391,22 +391,35 @@ def test_a_log_that_ends_inside_a_traceback_is_a_failure_named_by_its_last_frame
     analyzer = Analyzer()
     analyzer.feed(log)
     assert analyzer.snapshot().root_error is None  # a live log: the exception may still come
-    final = analyzer.finish(silence_is_hang=False)
+    final = analyzer.finish(file_alone=False)
     assert final.root_line == 2 and final.failure_class == "other"
     assert "(cut off in sglang" in final.error_message and final.error_message.endswith(":load_model)")
     assert analyzer.snapshot() == final  # the answer stays once the log is over, as attempts read it
 
 
-def test_a_log_that_stops_during_capture_is_a_hang_rooted_in_its_last_progress_line() -> None:
+def test_a_log_that_ends_during_capture_with_no_error_is_no_failure_and_says_where_it_ends() -> None:
+    """From a file nothing tells a capture that hung from a healthy start-up whose window was cut:
+    the answer says where the log ends, no failure. The dashboard decides a hang from the live
+    process (`hung()`), rooted in the last progress line."""
     result = diagnose(STUCK_CAPTURE)
-    assert (result.failure_class, result.stage, result.stage_percent) == ("timeout", "cuda graph capture", 0)
-    assert result.root_error == "Capturing batches (bs=512 avail_mem=3.10 GB):   0%|          | 0/52 [00:04<?, ?it/s]"
-    other = diagnose(STUCK_CAPTURE.replace("0/52", "0/36").replace("3.10", "7.00"))
-    assert other.fingerprint == result.fingerprint
+    assert (result.failure_class, result.stage, result.stage_percent) == ("healthy", "cuda graph capture", 0)
+    assert result.root_error is None and result.fingerprint is None
+    assert result.hint.startswith("No error seen; the log ends during cuda graph capture (0%). A log alone does not")
     analyzer = Analyzer()
     analyzer.feed(STUCK_CAPTURE)
-    assert analyzer.finish(silence_is_hang=False).failure_class == "healthy"  # a launch stopped on purpose
-    assert diagnose(HEALTHY_LOG.split("[2026-04-01 09:00:16]")[0]).failure_class == "healthy"  # capture at 100%
+    hung = analyzer.hung()
+    assert hung.failure_class == "timeout"
+    assert hung.root_error == "Capturing batches (bs=512 avail_mem=3.10 GB):   0%|          | 0/52 [00:04<?, ?it/s]"
+    other = Analyzer()
+    other.feed(STUCK_CAPTURE.replace("0/52", "0/36").replace("3.10", "7.00"))
+    assert other.hung().fingerprint == hung.fingerprint
+    stopped = analyzer.finish(file_alone=False)  # a launch stopped on purpose, in the dashboard
+    assert (
+        stopped.failure_class == "healthy"
+        and stopped.hint == "No error seen; the log ends during cuda graph capture (0%)."
+    )
+    served = diagnose(HEALTHY_LOG)
+    assert served.failure_class == "healthy" and served.hint == ""  # ready: nothing to say
 
 
 def test_the_warmup_prefill_comes_before_ready_and_is_not_serving() -> None:
@@ -517,13 +530,13 @@ def test_a_line_that_never_ends_is_read_for_its_first_record_and_the_rest_skippe
 
 def test_a_progress_bar_redrawn_without_end_is_read_record_by_record() -> None:
     """A capture bar redrawn with carriage returns far past one record's length, the log ending there:
-    each redraw is read, so the launch hangs at the bar's last figure."""
+    each redraw is read, so the log ends at the bar's last figure."""
     bar = "".join(
         f"\rCapturing batches (bs=8 avail_mem=3.10 GB):  {i % 100:2d}%|#   | {i % 52}/52 [00:04<?]" for i in range(3000)
     )
     log = STUCK_CAPTURE + bar
     result = diagnose(log)
-    assert (result.failure_class, result.stage, result.stage_percent) == ("timeout", "cuda graph capture", 99)
+    assert (result.failure_class, result.stage, result.stage_percent) == ("healthy", "cuda graph capture", 99)
     data = log.encode()
     assert fed_in_pieces(data, list(range(0, len(data), 4096))) == result
 
@@ -670,3 +683,12 @@ def test_records_with_control_characters_no_text_has_are_binary_and_colours_are_
     assert fed_in_pieces(log, [7, 300, 1001, len(log) - 20]) == whole
     assert whole.failure_class == "oom" and whole.root_error == "RuntimeError: CUDA error: out of memory"
     assert fed_in_pieces(noise, []).recognised is False  # nothing but binary records: not a log
+
+
+def test_diagnose_says_where_a_log_with_no_error_ends_and_exits_0(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(STUCK_CAPTURE)
+    result = run_cli("diagnose", str(log), "--json", check=False, text=False)
+    answer = json.loads(result.stdout)
+    assert result.returncode == 0 and (answer["class"], answer["stage"]) == ("healthy", "cuda graph capture")
+    assert answer["root_error"] is None and answer["hint"].startswith("No error seen; the log ends during cuda graph")
