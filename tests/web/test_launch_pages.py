@@ -323,6 +323,11 @@ async def test_preflight_predicts_the_kv_cache_and_warns_when_it_is_too_small_to
         r"benchmark runs 8; about [\d,]+ KV tokens per GPU: 0\.16 of",
         said,
     ), said
+    # The API's preflight weighs the same need.
+    body = {"preset": "llama-tiny", "host": "rtxpro-01", "gpus": [2], "port": free_port()}
+    checks = (await app_client.post("/api/preflight", json=body, headers={"X-CSRF-Token": csrf})).json()["checks"]
+    capacity = next(check for check in checks if check["name"] == "capacity")
+    assert not capacity["ok"] and capacity["message"].startswith("too small to be of use"), capacity
 
 
 ARGPARSE_LOG = "\n".join(

@@ -21,6 +21,7 @@ from app.errors import InvalidInput
 from app.launch.relaunch import changed_input, relaunch, suggested_change
 from app.states import AttemptStatus
 from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, AttemptDep, ReadDb, RuntimeDep, audit_actor
+from app.web.diagnosis_panel import workload_need
 from app.web.paging import link_next
 from app.web.params import Int64, moment
 
@@ -266,7 +267,9 @@ class AuditPublic(BaseModel):
 @router.post("/preflight")
 async def preflight(body: PreflightIn, runtime: RuntimeDep, _user: ApiOperator, may: ApiLauncher) -> dict[str, Any]:
     """The checks a launch would run, without launching."""
-    result = await runtime.attempts.preflight(preset=body.preset, permission=may, **body.nodes())
+    async with runtime.sessions.read() as db:  # closed before the checks talk to the hosts
+        need = await workload_need(db)
+    result = await runtime.attempts.preflight(preset=body.preset, permission=may, need=need, **body.nodes())
     return result.as_dict()
 
 
