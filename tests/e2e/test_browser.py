@@ -959,15 +959,26 @@ async def choose_and_launch(page: Page, preset: str, gpu: int, port: int) -> Non
     await page.get_by_role("button", name="Launch", exact=True).click()
 
 
-class Steps:
-    """What a person does from one point of a walk on: clicks, and keys pressed (typing counts each key)."""
+# What a person does in the tab, as the page sees it (trusted events only), kept across page loads:
+# clicks, and keys (each key pressed, each character typed).
+COUNT_STEPS = """(() => {
+  const add = (name, n) => sessionStorage.setItem(name, String(+(sessionStorage.getItem(name) || 0) + n));
+  document.addEventListener("click", e => { if (e.isTrusted) add("walk.clicks", 1); }, true);
+  document.addEventListener("keydown", e => { if (e.isTrusted) add("walk.keys", 1); }, true);
+  document.addEventListener("input", e => { if (e.isTrusted && e.data) add("walk.keys", e.data.length); }, true);
+})()"""
 
-    def __init__(self) -> None:
-        self.clicks = self.keys = 0
 
-    async def click(self, target: Locator) -> None:
-        self.clicks += 1
-        await target.click()
+async def steps_taken(page: Page, *, reset: bool = False) -> tuple[int, int]:
+    """The clicks and keys counted since the last reset."""
+    counted = await page.evaluate(
+        """reset => { const names = ["walk.clicks", "walk.keys"];
+                      const got = names.map(name => +(sessionStorage.getItem(name) || 0));
+                      if (reset) names.forEach(name => sessionStorage.removeItem(name));
+                      return got; }""",
+        reset,
+    )
+    return counted[0], counted[1]
 
 
 async def test_the_seed_story_goes_from_refused_or_failed_to_serving_by_clicks(tab: Tab, demo: Demo) -> None:
@@ -976,6 +987,7 @@ async def test_the_seed_story_goes_from_refused_or_failed_to_serving_by_clicks(t
     launches. Failed (launched over the refusal): the root-error card's Edit and relaunch, Save,
     Confirm. Both end serving; the closing note quotes the steps counted here."""
     page = tab.page
+    await page.add_init_script(COUNT_STEPS)
     async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         refused, failed = [await copy_of_unset(api, f"qwen36-27b-walk-{way}") for way in ("refused", "failed")]
         hosts = {host["name"]: host for host in (await api.get("/api/hosts")).json()}
@@ -987,14 +999,15 @@ async def test_the_seed_story_goes_from_refused_or_failed_to_serving_by_clicks(t
             await expect(page.locator("tr[data-check='arguments']")).to_contain_text("✗")
             offer = page.get_by_role("button", name="Apply --mamba-scheduler-strategy extra_buffer and launch")
             await expect(offer).to_be_visible()
-            from_refusal = Steps()
-            await from_refusal.click(offer)
+            clicks, keys = await steps_taken(page, reset=True)  # counted from the refusal on screen
+            assert clicks > 5 and keys >= len(str(port)), (clicks, keys)  # the way there: the port was typed
+            await offer.click()
             await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
             await expect(page.locator("h1")).to_contain_text(f"{refused} r2 on rtxpro-01")
             await expect(page.locator("#status")).to_have_text("ready", timeout=60_000)
             command = page.locator("#command-heading + pre")
             await expect(command).to_contain_text("--mamba-scheduler-strategy extra_buffer")
-            assert (from_refusal.clicks, from_refusal.keys) == (1, 0)
+            assert await steps_taken(page) == (1, 0)  # clicks, keys
             page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
             await page.get_by_role("button", name="Stop").click()
             await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)
@@ -1012,21 +1025,21 @@ async def test_the_seed_story_goes_from_refused_or_failed_to_serving_by_clicks(t
             await expect(page.locator("main")).to_contain_text(f"preflight overridden: “{reason}”")
             card = page.locator("#root-error")
             await expect(card).to_contain_text("with --mamba-scheduler-strategy extra_buffer, on rtxpro-01")
-            from_failure = Steps()
-            await from_failure.click(card.get_by_role("link", name="Edit and relaunch"))
+            await steps_taken(page, reset=True)  # from the failure on screen
+            await card.get_by_role("link", name="Edit and relaunch").click()
             # The editor: the attempt's revision with the suggestion applied, what changed, where it launches.
             strategy = page.locator("#relaunch-changes tr[data-change='--mamba-scheduler-strategy']")
             await expect(strategy.locator(".before")).to_have_text("(unset)")
             await expect(strategy.locator(".after")).to_have_text("extra_buffer")
             await expect(page.locator("select[name='mamba_scheduler_strategy']")).to_have_value("extra_buffer")
             await expect(page.locator("#launch-target")).to_contain_text(f"on rtxpro-01, GPUs {gpu}, port {port}")
-            await from_failure.click(page.get_by_role("button", name="Save and relaunch"))
-            await from_failure.click(page.get_by_role("button", name="Confirm: save and launch"))
+            await page.get_by_role("button", name="Save and relaunch").click()
+            await page.get_by_role("button", name="Confirm: save and launch").click()
             await page.wait_for_url(re.compile(rf"/attempts/(?!{first}$)\d+$"))
             await expect(page.locator("h1")).to_contain_text(f"{failed} r2 on rtxpro-01")
             await expect(page.locator("#status")).to_have_text("ready", timeout=60_000)
             await expect(page.locator(".summary")).to_contain_text(f"GPUs {gpu} · port {port}")
-            assert (from_failure.clicks, from_failure.keys) == (3, 0)
+            assert await steps_taken(page) == (3, 0)
             # The one refusal provoked: the first launch, before its fix.
             assert (
                 tab.console_errors
