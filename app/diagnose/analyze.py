@@ -222,13 +222,13 @@ class Analyzer:
 
     def _cut_off(self, tb: Traceback) -> Diagnosis:
         """A log that ends inside a traceback, before its exception (a window cut short, a process
-        killed while printing): the traceback's first line stands for the error, known by the
-        frame where it was cut off. Its fingerprint is the whole traceback it shows, not that frame:
-        unrelated failures cut off in one frame must not share one."""
+        killed while printing): the most specific line it shows stands for the error, the last
+        frame's (where it was cut off), never the traceback's header. Its fingerprint is the whole
+        traceback it shows, not that frame: unrelated failures cut off in one frame must not share one."""
         evidence = traceback_context(tb, None)
-        header = tb.lines[0]
+        last = next((line for line in reversed(tb.lines) if FRAME.match(line.text)), tb.lines[0])
         cut_in = evidence.frames[-1] if evidence.frames else "no frame"
-        result = self._diagnosis((replace(header, text=f"{header.text.strip()} (cut off in {cut_in})"), evidence))
+        result = self._diagnosis((replace(last, text=f"{last.text.strip()} (cut off in {cut_in})"), evidence))
         result.fingerprint = fingerprint(result.failure_class, f"cut off in:\n{evidence.where}")
         return result
 

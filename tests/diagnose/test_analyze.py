@@ -382,7 +382,7 @@ Capturing batches (bs=512 avail_mem=3.10 GB):   0%|          | 0/52 [00:04<?, ?i
 """
 
 
-def test_a_log_that_ends_inside_a_traceback_is_a_failure_named_by_its_last_frame() -> None:
+def test_a_log_that_ends_inside_a_traceback_is_a_failure_rooted_in_its_last_frame() -> None:
     log = """[2026-02-11 06:10:31 TP0] Load weight begin. avail mem=78.10 GB
 [2026-02-11 06:10:40 TP0] Scheduler hit an exception: Traceback (most recent call last):
   File "/x/sglang/srt/managers/scheduler.py", line 2946, in run_scheduler_process
@@ -392,7 +392,8 @@ def test_a_log_that_ends_inside_a_traceback_is_a_failure_named_by_its_last_frame
     analyzer.feed(log)
     assert analyzer.snapshot().root_error is None  # a live log: the exception may still come
     final = analyzer.finish(file_alone=False)
-    assert final.root_line == 2 and final.failure_class == "other"
+    assert final.root_line == 4 and final.failure_class == "other"  # the last frame, never the header
+    assert final.root_error == 'File "/x/sglang/srt/model_loader/loader.py", line 362, in load_model'
     assert "(cut off in sglang" in final.error_message and final.error_message.endswith(":load_model)")
     assert analyzer.snapshot() == final  # the answer stays once the log is over, as attempts read it
 

@@ -350,6 +350,29 @@ async def test_a_launch_that_failed_parsing_its_arguments_marks_that_first_step(
     assert re.search(r'<span class="step current failed">\s*✗ args parsed', bar[: bar.index("</div>")]), bar[:600]
 
 
+CUT_TRACEBACK_LOG = "\n".join(
+    [
+        "[2026-03-02 08:14:05 TP0] Load weight begin. avail mem=78.10 GB",
+        "[2026-03-02 08:14:12 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/opt/sglang/srt/managers/scheduler.py", line 2946, in run_scheduler_process',
+        '  File "/opt/sglang/srt/model_loader/loader.py", line 362, in load_model',
+        "",
+    ]
+)
+
+
+async def test_a_log_cut_inside_a_traceback_roots_at_its_last_frame_and_the_card_says_it_is_cut(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    """Never the traceback's header: the last frame is where it was, and the card says why no exception shows."""
+    [attempt] = await attempts_from_logs(running_app, "lark-cut", (CUT_TRACEBACK_LOG, "failed"))
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    root = re.search(r'<pre class="root-line">(.*?)</pre>', page)
+    assert root and root[1] == 'File "/opt/sglang/srt/model_loader/loader.py", line 362, in load_model', page
+    assert 'id="traceback-cut">The traceback is cut off at this frame: the log ends before its exception.' in page
+
+
 async def attempts_from_logs(app: FastAPI, preset: str, *runs: tuple[str, str]) -> list[Attempt]:
     """Attempts on rtxpro-01 of a new preset, each with the status and the diagnosis of its log
     (log, status), as a finished launch leaves them."""
