@@ -79,6 +79,9 @@ class Diagnosis:
     # False when no rule placed the failure (class `other`) or the input is no SGLang log at all
     # (no root error): the answer then says it does not know, rather than a class or "healthy".
     recognised: bool = True
+    # Live: a traceback is being written and its exception has not come yet; where it has got to
+    # (its last frame), so a page says so rather than show the traceback's header as the error.
+    traceback_arriving: str = ""
 
 
 class Analyzer:
@@ -192,7 +195,11 @@ class Analyzer:
             root = (self._precursor, Evidence())
         if root is None and self._cut is not None:
             return self._cut_off(self._cut)
-        return self._diagnosis(root or self._secondary)
+        result = self._diagnosis(root or self._secondary)
+        if result.root_error is None and current is not None and not current.ended and not current.exceptions:
+            frames = traceback_context(current, None).frames
+            result.traceback_arriving = frames[-1] if frames else "its first lines"
+        return result
 
     def landmarks(self) -> tuple[object, ...]:
         """What the answer's stage, progress, root error and adjustments rest on: it changes

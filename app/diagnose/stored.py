@@ -98,6 +98,7 @@ class StoredDiagnosis:
     server_info: dict[str, Any] | None = None  # what the live server's /get_server_info reported
     built_in: BuiltIn | None = None  # set where a team rule changed the answer
     rule: AppliedRule | None = None
+    traceback_arriving: str = ""  # live: the frame a traceback being written has reached
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any] | None) -> StoredDiagnosis:
@@ -201,6 +202,7 @@ def stored(result: Diagnosis, argv: Sequence[str] | None = None) -> StoredDiagno
         memory=_jsonable(result.figures.memory),
         decode=_jsonable(decode[::step]),
         server_args=_jsonable(result.figures.server_args),
+        traceback_arriving=result.traceback_arriving,
     )
 
 

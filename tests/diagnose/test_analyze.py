@@ -382,6 +382,21 @@ Capturing batches (bs=512 avail_mem=3.10 GB):   0%|          | 0/52 [00:04<?, ?i
 """
 
 
+def test_a_traceback_still_being_written_is_said_to_arrive_never_rooted_in_its_header() -> None:
+    analyzer = Analyzer()
+    analyzer.feed(
+        "[2026-02-11 06:10:31 TP0] Load weight begin. avail mem=78.10 GB\n"
+        "[2026-02-11 06:10:40 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    )
+    assert (analyzer.snapshot().root_error, analyzer.snapshot().traceback_arriving) == (None, "its first lines")
+    analyzer.feed('  File "/x/sglang/srt/model_loader/loader.py", line 362, in load_model\n')
+    arriving = analyzer.snapshot()
+    assert arriving.root_error is None and arriving.traceback_arriving.endswith(":load_model")
+    analyzer.feed("    self.load()\nRuntimeError: shard 3 of 4 is truncated\n")
+    done = analyzer.snapshot()
+    assert done.root_error == "RuntimeError: shard 3 of 4 is truncated" and done.traceback_arriving == ""
+
+
 def test_a_log_that_ends_inside_a_traceback_is_a_failure_rooted_in_its_last_frame() -> None:
     log = """[2026-02-11 06:10:31 TP0] Load weight begin. avail mem=78.10 GB
 [2026-02-11 06:10:40 TP0] Scheduler hit an exception: Traceback (most recent call last):

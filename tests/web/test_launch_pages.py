@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from app.casebook.signatures import assign_signature
 from app.db.models import Attempt, Host, Preset, PresetRevision
-from app.diagnose.analyze import diagnose
+from app.diagnose.analyze import Analyzer, diagnose
 from app.diagnose.stored import stored
 from app.launch.record import Pace
 from tests.support.servers import free_port
@@ -371,6 +371,24 @@ async def test_a_log_cut_inside_a_traceback_roots_at_its_last_frame_and_the_card
     root = re.search(r'<pre class="root-line">(.*?)</pre>', page)
     assert root and root[1] == 'File "/opt/sglang/srt/model_loader/loader.py", line 362, in load_model', page
     assert 'id="traceback-cut">The traceback is cut off at this frame: the log ends before its exception.' in page
+
+
+async def test_a_traceback_still_arriving_is_said_on_the_card_without_its_header_as_the_error(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    analyzer = Analyzer()
+    analyzer.feed(CUT_TRACEBACK_LOG)  # read live: the exception may still come
+    [attempt] = await attempts_from_logs(running_app, "lark-live", (CUT_TRACEBACK_LOG, "loading"))
+    async with running_app.state.runtime.sessions.write() as session:
+        live = await session.get(Attempt, attempt.id)
+        assert live is not None
+        live.diagnosis = stored(analyzer.snapshot(), []).to_json()
+        await session.commit()
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    assert 'id="root-error"' not in page and "Traceback (most recent call last)" not in page.split('id="diagnosis"')[1]
+    said = re.search(r'id="traceback-arriving">A traceback is being written, now in <code>(.*?)</code>', page)
+    assert said and said[1].endswith(":load_model"), page
 
 
 async def attempts_from_logs(app: FastAPI, preset: str, *runs: tuple[str, str]) -> list[Attempt]:
