@@ -351,6 +351,8 @@ class Analyzer:
             result.failure_class, hint = explained.failure_class, explained.hint
         else:
             hint = in_release_spelling(hint, figures.server_args)
+        if hint == HINTS["other"]:
+            hint = unplaced_hint(result.stage, frames)
         result.root_error = line.raw.strip()
         result.frames = list(frames)
         result.root_line = line.number
@@ -378,6 +380,14 @@ def _recognisable(line: Line, text: str) -> bool:
     """A line that shows the input is a server's log (see RECOGNISABLE), or an exception's. (A
     fatal line need not be looked for: it becomes the root error, which no log of nothing has.)"""
     return bool(RECOGNISABLE.search(text) or EXCEPTION.match(text) or FRAME.match(line.text))
+
+
+def unplaced_hint(stage: str, frames: list[str]) -> str:
+    """The hint for a failure no rule places: it still says where the launch died, from the stage
+    and the innermost frame, so a person knows where to look."""
+    places = ([f"during {stage}"] if stage != Diagnosis.stage else []) + ([f"in {frames[-1]}"] if frames else [])
+    first, rest = HINTS["other"].split(". ", 1)
+    return f"{first}. It was raised {', '.join(places)}. {rest}" if places else HINTS["other"]
 
 
 def ends_during(stage: str, percent: int | None, *, file_alone: bool) -> str:

@@ -708,3 +708,23 @@ def test_diagnose_says_where_a_log_with_no_error_ends_and_exits_0(tmp_path: Path
     answer = json.loads(result.stdout)
     assert result.returncode == 0 and (answer["class"], answer["stage"]) == ("healthy", "cuda graph capture")
     assert answer["root_error"] is None and answer["hint"].startswith("No error seen; the log ends during cuda graph")
+
+
+def test_an_unplaced_failure_still_says_where_it_was_raised() -> None:
+    """Unknown stays an answer, with the evidence: the stage and the innermost frame of the failure."""
+    log = """[2026-02-11 06:10:31 TP0] Load weight begin. avail mem=78.10 GB
+[2026-02-11 06:10:40 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/x/sglang/srt/model_loader/loader.py", line 362, in load_model
+    self.load()
+  File "/x/sglang/srt/model_loader/weight_utils.py", line 12, in load
+    raise QuillError("the quill is dry")
+QuillError: the quill is dry
+"""
+    result = diagnose(log)
+    assert (result.failure_class, result.recognised) == ("other", False)
+    assert result.hint.startswith(
+        "Unrecognised failure: launchdeck has no rule for this error yet. It was raised during weights loading, "
+        "in sglang/srt/model_loader/weight_utils.py:load. The root error is shown as the log wrote it;"
+    )
+    bare = diagnose("QuillError: the quill is dry\n")  # no stage, no frame: nothing more to say
+    assert bare.hint.startswith("Unrecognised failure: launchdeck has no rule for this error yet. The root error")

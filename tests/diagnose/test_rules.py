@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.diagnose.analyze import Diagnosis, diagnose
-from app.diagnose.lexicon import HINTS
 from app.diagnose.rules import MAX_LINE, Rule, RuleDecision, RuleScanner, parse_rules
 from app.errors import InvalidInput
 from tests.support.cli import run_cli
@@ -96,7 +95,7 @@ def test_a_bad_rules_file_is_refused_with_a_sentence_naming_the_rule_and_field(r
 def test_an_empty_rules_file_leaves_the_built_in_diagnosis() -> None:
     log = hybrid_log()
     assert parse_rules("") == ()
-    assert decided("", log) == ("other", HINTS["other"], diagnose(log).fingerprint, None)
+    assert decided("", log) == ("other", diagnose(log).hint, diagnose(log).fingerprint, None)
 
 
 def test_a_matching_rule_decides_class_and_hint_and_keeps_the_built_in_answer() -> None:
