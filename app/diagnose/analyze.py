@@ -35,7 +35,7 @@ from app.diagnose.events import (
 from app.diagnose.figures import Figures
 from app.diagnose.fingerprint import fingerprint, phase_of, signature_parts
 from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
-from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, hint_for, place
+from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, TEACH_IT, UNPLACED, hint_for, place
 from app.diagnose.lines import MAX_RECORD, Line, is_binary, logical_lines, without_binary_records
 from app.diagnose.root import SECONDARY, is_wrapper, root_of
 from app.diagnose.stages import READY_STAGE, SERVING, StageTracker
@@ -386,8 +386,7 @@ def unplaced_hint(stage: str, frames: list[str]) -> str:
     """The hint for a failure no rule places: it still says where the launch died, from the stage
     and the innermost frame, so a person knows where to look."""
     places = ([f"during {stage}"] if stage != Diagnosis.stage else []) + ([f"in {frames[-1]}"] if frames else [])
-    first, rest = HINTS["other"].split(". ", 1)
-    return f"{first}. It was raised {', '.join(places)}. {rest}" if places else HINTS["other"]
+    return f"{UNPLACED} It was raised {', '.join(places)}. {TEACH_IT}" if places else HINTS["other"]
 
 
 def ends_during(stage: str, percent: int | None, *, file_alone: bool) -> str:

@@ -358,6 +358,12 @@ CANNOT_RUN_CONCEPT = Concept(
 ASSERT_SOURCE = re.compile(r"\bassert \S[^\n]*")
 PARALLEL_SIZE = re.compile(r"\b(?:\w+_)?(?:tp|dp|ep|pp|cp)_size\b")
 
+# The hint for a failure no rule places, in two parts: where it was raised goes between them.
+UNPLACED = "Unrecognised failure: launchdeck has no rule for this error yet."
+TEACH_IT = (
+    "The root error is shown as the log wrote it; once you know the cause, teach launchdeck (a team rule) so the "
+    "next log like it is placed."
+)
 HINTS: dict[str, str] = {
     FailureClass.OOM: (
         "GPU memory ran out. Lower --mem-fraction-static (leaves more for activations and CUDA graphs), lower "
@@ -388,10 +394,7 @@ HINTS: dict[str, str] = {
         "The GPU, driver or CUDA build does not support what runs: check the compute capability and versions."
     ),
     FailureClass.TIMEOUT: "Nothing progressed for too long: look at the last stage and the ranks that stopped logging.",
-    FailureClass.OTHER: (
-        "Unrecognised failure: launchdeck has no rule for this error yet. The root error is shown as the log "
-        "wrote it; once you know the cause, teach launchdeck (a team rule) so the next log like it is placed."
-    ),
+    FailureClass.OTHER: f"{UNPLACED} {TEACH_IT}",
     FailureClass.HEALTHY: "",
 }
 # The answer for input in which no line reads like a server's log: no class fits it, and no
