@@ -28,6 +28,8 @@ CLI_KEYS = (
     "hint",
     "adjustments",
     "recognised",
+    "cut_off",
+    "observations",
 )
 
 
@@ -128,6 +130,11 @@ def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) ->
     print(f"{'adjustments:':13} {len(found.adjustments) or '-'}")
     for line in found.adjustments:
         print(f"  {line}")
+    if found.root_error is not None:
+        print(f"{'evidence:':13} {len(found.observations) or '-'}")
+        for seen in found.observations:
+            weighed = f"[{seen.points_to} +{seen.weight}] " if seen.points_to else ""
+            print(f"  {weighed}{seen.says}")
     return 0
 
 

@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 from app.diagnose.arguments import ADJUSTMENT, ENVIRONMENT, KNOWN_CONFLICTS, argument_names
 from app.diagnose.events import (
     ARGPARSE_ERROR,
+    BESIDE,
+    BESIDE_WORDS,
     EXCEPTION,
     FATAL_LINES,
     FRAME,
     HARMLESS,
     MAX_TRACEBACK_LINES,
     PRECURSOR,
+    RETRYING,
     Evidence,
     Traceback,
     exception_message,
@@ -35,15 +39,19 @@ from app.diagnose.events import (
 from app.diagnose.figures import Figures
 from app.diagnose.fingerprint import fingerprint, phase_of, signature_parts
 from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
-from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, TEACH_IT, UNPLACED, hint_for, place
+from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, TEACH_IT, UNPLACED, hint_for, placed_at, said
 from app.diagnose.lines import MAX_RECORD, Line, is_binary, logical_lines, without_binary_records
 from app.diagnose.root import SECONDARY, is_wrapper, root_of
 from app.diagnose.stages import READY_STAGE, SERVING, StageTracker
+from app.diagnose.weighing import EXIT, Observation, decide, gather
 
 # A line that says the process waits for something (a lock, a peer, a server): when the log ends on
 # such lines, more than one (a wait said again, or by two loggers), before the server was ready,
 # the wait never ended. One such line at the end is a window cut during a wait, as in any startup.
 WAITING = re.compile(r"\bwaiting (?:for|on|until)\b", re.I)
+# How far before a traceback the log ends in a line beside it may stand, to be read as its cause.
+NEARBY = 50
+EXIT_WORDS = ("xit", "Killed", "SIG", "ignal", "eturn")  # before weighing.EXIT runs
 # A serving log is mostly one record per line of batch statistics and request logs; once
 # serving, outside a traceback, such a line is only counted (a decode line may become a chart
 # sample) and not taken apart further. Recognised by plain substring tests: they run on every
@@ -82,6 +90,10 @@ class Diagnosis:
     # Live: a traceback is being written and its exception has not come yet; where it has got to
     # (its last frame), so a page says so rather than show the traceback's header as the error.
     traceback_arriving: str = ""
+    # The frame a traceback the log ends in was cut off at, before its exception; "" otherwise.
+    cut_off: str = ""
+    # What the class was decided from, each piece weighed (weighing.py), for a person to check.
+    observations: list[Observation] = field(default_factory=list)
 
 
 class Analyzer:
@@ -103,6 +115,8 @@ class Analyzer:
         self._waiting: Line | None = None  # the first of the lines the log ends on that say it waits
         self._waits = 0  # how many lines the log ends on that say it waits
         self._adjustments: list[Line] = []
+        self._beside: deque[Line] = deque(maxlen=8)  # the last lines beside the failure, before its root
+        self._ended: Line | None = None  # the last line that says how a process ended
         self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
         self._hybrid_lines: list[str] = []  # the first lines that show a hybrid (mamba) model, if any
         self._figures = Figures()
@@ -233,10 +247,18 @@ class Analyzer:
         frame's (where it was cut off), never the traceback's header. Its fingerprint is the whole
         traceback it shows, not that frame: unrelated failures cut off in one frame must not share one."""
         evidence = traceback_context(tb, None)
-        last = next((line for line in reversed(tb.lines) if FRAME.match(line.text)), tb.lines[0])
         cut_in = evidence.frames[-1] if evidence.frames else "no frame"
-        result = self._diagnosis((replace(last, text=f"{last.text.strip()} (cut off in {cut_in})"), evidence))
-        result.fingerprint = fingerprint(result.failure_class, f"cut off in:\n{evidence.where}")
+        nearby = [seen for seen in self._beside if seen.number >= tb.lines[0].number - NEARBY]
+        specific = [*nearby, *(seen for seen in tb.lines if _beside(seen.text.strip()))]
+        named = next((seen for seen in reversed(specific) if said(seen.text.strip())), None)
+        if named is not None:  # what the lines printed with it say is more than where it stopped
+            result = self._diagnosis((named, evidence), cut_in=cut_in)
+        else:
+            last = next((line for line in reversed(tb.lines) if FRAME.match(line.text)), tb.lines[0])
+            result = self._diagnosis(
+                (replace(last, text=f"{last.text.strip()} (cut off in {cut_in})"), evidence), cut_in=cut_in
+            )
+            result.fingerprint = fingerprint(result.failure_class, f"cut off in:\n{evidence.where}")
         return result
 
     def _see(self, line: Line) -> None:
@@ -252,6 +274,8 @@ class Analyzer:
         else:
             self._waiting, self._waits = self._waiting or line, self._waits + 1
         self._figures.see(text)
+        if any(word in text for word in EXIT_WORDS) and EXIT.search(text):
+            self._ended = line
         # The substring tests spare the regular expression on the many lines that cannot match.
         hybrid_sign = "Mamba Cache" in text or "type=" in text
         if hybrid_sign and len(self._hybrid_lines) < 2 and HYBRID_SIGN.search(text):
@@ -294,6 +318,8 @@ class Analyzer:
             else:
                 self._current = Traceback([line], [line])
             return
+        if _beside(text) and self._root is None and self._fatal_line is None:
+            self._beside.append(line)
         if self._fatal_line is None and not HARMLESS.search(text):
             if ARGPARSE_ERROR.match(text) or any(pattern.search(text) for pattern in FATAL_LINES):
                 self._fatal_line = line
@@ -314,7 +340,7 @@ class Analyzer:
             return
         self._root = _preferred(self._root, found)
 
-    def _diagnosis(self, root: tuple[Line, Evidence] | None) -> Diagnosis:
+    def _diagnosis(self, root: tuple[Line, Evidence] | None, *, cut_in: str = "") -> Diagnosis:
         figures = replace(self._figures, memory=dict(self._figures.memory), decode=list(self._figures.decode))
         result = Diagnosis(adjustments=[line.text.strip() for line in self._adjustments], figures=figures)
         if self._stages.name is not None:
@@ -327,8 +353,24 @@ class Analyzer:
         line, evidence = root
         frames = sglang_frames(list(evidence.frames))
         message = signed = line.text.strip()
-        concept = place(message, evidence)
-        result.failure_class = concept.failure_class if concept else "other"
+        words = said(message, evidence)
+        placed = placed_at(message, evidence)
+        result.observations = gather(
+            stage=result.stage,
+            message=message,
+            evidence=evidence,
+            words=words,
+            place=placed,
+            beside=[seen for seen in self._beside if seen.number < line.number][-3:],
+            ended=self._ended,
+            root_at=line.number,
+            cut_in=cut_in,
+        )
+        result.cut_off = cut_in
+        result.failure_class = decide(result.observations) or "other"
+        concept = words or placed
+        if concept is not None and concept.failure_class != result.failure_class:
+            concept = None
         result.concept = concept.name if concept else ""
         hint = hint_for(concept, result.failure_class)
         if result.failure_class in ("arg-conflict", "other") and (override := self._override_behind(message)):
@@ -374,6 +416,16 @@ class Analyzer:
     def _override_behind(self, message: str) -> Line | None:
         named = argument_names(message)
         return next((line for line in self._adjustments if argument_names(line.text) & named), None)
+
+
+def _beside(text: str) -> bool:
+    """A line that says something of a failure's cause (events.BESIDE), not a retry or a warning."""
+    return (
+        any(word in text for word in BESIDE_WORDS)
+        and BESIDE.search(text) is not None
+        and not RETRYING.search(text)
+        and not HARMLESS.search(text)
+    )
 
 
 def _recognisable(line: Line, text: str) -> bool:

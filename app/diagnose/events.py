@@ -55,6 +55,20 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
 # Lines that say themselves they are no failure (a warning, a note that an error can be ignored),
 # wherever they are printed: never a fatal line, nor part of an exception's message.
 HARMLESS = re.compile(r"Warning: |can be ignored|may not be an issue|Performance might be sub-optimal|^Skipping ", re.I)
+# A line printed beside a failure that says something of its cause without being one: a
+# collective library's or torch's c10d line about a peer or a store, a CUDA or ROCm runtime's
+# error, a compiler's error. Weighed with the root error (weighing.py); a root only where a
+# traceback is cut before its exception. Lines that only report a retry are no evidence: a healthy
+# start-up prints them while its peers come up.
+BESIDE = re.compile(
+    r"\[c10d\]|\bTCPStore\b|\bProcessGroup\w*|\bNCCL WARN\b|\b[nr]ccl\w*Error\b|\bgloo\b|\bnvshmem|\bibv_\w+|"
+    r"\bDeepEP\b|\bCUDA error\b|\bcudaError|CUDA_ERROR_|HSA_STATUS_ERROR|\bHIP error\b|"
+    r"\b(?:ptxas|nvcc|collect2|ld)\b[^\n]{0,40}\b(?:fatal|error)\b|"
+    r"\.(?:cuh?|cpp|cc|h|hpp):\d+(?::\d+)?: (?:fatal )?error\b",
+    re.I,
+)
+BESIDE_WORDS = ("rror", "RROR", "ail", "AIL", "atal", "imed out", "eset by", "losed by", "bort")  # before BESIDE runs
+RETRYING = re.compile(r"failed to connect|\bretry|\bretrying|will retry|No device found", re.I)
 # A fatal line that announces the error after it: the root only when no exception follows.
 PRECURSOR = re.compile(r"is larger than the profiled value -\d+")  # the weights left no room for the KV cache
 MAX_TRACEBACK_LINES = 400

@@ -35,12 +35,18 @@ class Concept:
     # What tells one cause of this kind from another, for its fingerprint (fingerprint.py):
     # "message", its words once what varies between runs is erased; "phase", only where in the
     # launch it struck (memory runs out differently loading weights and capturing graphs, and
-    # whatever the allocator's wording); "concept", nothing more (one cause in any wording).
-    signed_by: Literal["message", "phase", "concept"] = "message"
+    # whatever the allocator's wording); "kind", which of its `words` it shows (one kind of fault
+    # each, in any runtime's wording) and where it struck; "concept", nothing more (one cause in
+    # any wording).
+    signed_by: Literal["message", "phase", "kind", "concept"] = "message"
     pattern: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pattern", re.compile("|".join(self.words), re.I))
+
+    def kind_in(self, text: str) -> int:
+        """Which of its words `text` shows, by their place in `words`; -1 for none."""
+        return next((at for at, words in enumerate(self.words) if re.search(words, text, re.I)), -1)
 
     def found_in(self, text: str, exception_types: set[str]) -> bool:
         return not exception_types.isdisjoint(self.types) or (
@@ -267,18 +273,18 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
     Concept(
         "GPU kernel fault",
         "other",
-        (
-            r"illegal memory access|ILLEGAL_ADDRESS|IllegalAddress",
-            r"illegal instruction",
+        (  # one kind of fault a line, in CUDA's, ROCm's and Ascend's wordings
+            r"illegal memory access|ILLEGAL_ADDRESS|IllegalAddress|Memory access fault by GPU|"
+            r"HSA_STATUS_ERROR_(?:MEMORY_APERTURE_VIOLATION|MEMORY_FAULT)",
+            r"illegal instruction|HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION",
             r"misaligned address",
-            r"unspecified launch failure|too many resources requested for launch",
+            r"unspecified launch failure|too many resources requested for launch|HSA_STATUS_ERROR_EXCEPTION",
             r"CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|INVALID_VALUE|MAPPING_ERROR)",
             r"CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR)",
-            r"HSA_STATUS_ERROR_(?:MEMORY_APERTURE_VIOLATION|MEMORY_FAULT|ILLEGAL_INSTRUCTION|EXCEPTION)",  # ROCm's
             r"device-side assert",
-            r"Memory access fault by GPU",
             r"Kernel task happen error",  # Ascend's
         ),
+        signed_by="kind",
         hint="A GPU kernel faulted (an illegal access or a device-side assert): a kernel bug or a kernel that does "
         "not fit these shapes. Rerun with CUDA_LAUNCH_BLOCKING=1 to find it, and try another attention backend, "
         "--disable-cuda-graph, or without speculative decoding to narrow it down.",
@@ -333,16 +339,28 @@ def _place(name: str, pattern: str, *, innermost: bool = False) -> Place:
 
 
 PLACES = (
+    # a kernel being built just in time: Triton's compiler, torch's extension builder, a JIT kernel
+    _place(
+        "kernel build failed",
+        r"triton/compiler/compiler\.py:(?:compile|make_\w+)|triton/backends/\w+/compiler\.py|cpp_extension\.py:_?"
+        r"(?:run_ninja_build|jit_compile|write_ninja)|/jit(?:_kernel)?/\w+\.py:\w*(?:build|compile)",
+    ),
     _place("graph capture", r"graph_runner\.py:capture|sglang/[\w/]+\.py:\w*capture"),
     _place("arguments refused", r"server_args\.py:(?!<module>)\S+$", innermost=True),  # SGLang's argument checks
     _place("model does not fit", r":load_weights\b|:weight_loader\b|params_dict\["),
+    # ranks meeting to set up their collectives: a store, a rendezvous, a process group
+    _place(
+        "collective communication",
+        r":init_torch_distributed\b|:init_distributed_environment\b|:initialize_model_parallel\b|"
+        r"torch/distributed/(?:rendezvous|distributed_c10d)\.py",
+    ),
 )
 # Which places can tell an error of each type. A slip in the code (a name or attribute that does
 # not exist) is a bug wherever it happens: only the capture it broke is worth telling. A checkpoint
 # that does not fit its model shows as a lookup or a value that is not there, not as a tensor
 # operation or an assertion failing. Types not listed can be told by every place.
 CODE_SLIP = ("graph capture",)
-GENERIC = ("graph capture", "arguments refused")
+GENERIC = ("kernel build failed", "graph capture", "arguments refused", "collective communication")
 PLACES_BY_TYPE: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("NameError", "AttributeError", "UnboundLocalError", "SyntaxError"), CODE_SLIP),
     **dict.fromkeys(("RuntimeError", "AssertionError", "TypeError", "IndexError"), GENERIC),
@@ -412,21 +430,27 @@ def hint_for(concept: Concept | None, failure_class: str) -> str:
 
 def place(message: str, evidence: Evidence | None = None) -> Concept | None:
     """The concept a root error is, or None when nothing in the lexicon knows it."""
+    return said(message, evidence) or placed_at(message, evidence or Evidence())
+
+
+def said(message: str, evidence: Evidence | None = None) -> Concept | None:
+    """The concept a failure's own words name: the root error's and its chain's."""
     if ARGPARSE_ERROR.match(message):
         return ARGPARSE_REFUSAL
     if CANNOT_RUN.match(message):
         return CANNOT_RUN_CONCEPT
     evidence = evidence or Evidence()
-    kind = typed.group(1) if (typed := EXCEPTION.match(message)) else ""
     bare_assertion = message.rstrip(": ").endswith("AssertionError")
     if bare_assertion and (source := ASSERT_SOURCE.search(evidence.where)) and PARALLEL_SIZE.search(source[0]):
         return ARGPARSE_REFUSAL  # a bare assertion that the model's shape divides by a parallel size
     said = "\n".join(text[:MESSAGE_HEAD] for text in [message, *evidence.chain])
-    chain_types = {kind, *evidence.chain_types}
-    found = next((concept for concept in CONCEPTS if concept.found_in(said, chain_types)), None)
-    if found is not None:
-        return found
-    told = PLACES_BY_TYPE.get(kind)
+    chain_types = {_type_of(message), *evidence.chain_types}
+    return next((concept for concept in CONCEPTS if concept.found_in(said, chain_types)), None)
+
+
+def placed_at(message: str, evidence: Evidence) -> Concept | None:
+    """The concept where an error was raised stands for, for the types whose place tells."""
+    told = PLACES_BY_TYPE.get(_type_of(message))
     for where in PLACES:
         if told is not None and where.concept.name not in told:
             continue
@@ -434,3 +458,7 @@ def place(message: str, evidence: Evidence | None = None) -> Concept | None:
         if where.pattern.search(text):
             return where.concept
     return None
+
+
+def _type_of(message: str) -> str:
+    return typed.group(1) if (typed := EXCEPTION.match(message)) else ""

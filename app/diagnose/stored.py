@@ -25,6 +25,7 @@ from app.diagnose.hints import Evidence, SuggestedChange, explain, generic_chang
 from app.diagnose.lexicon import HINTS
 from app.diagnose.lines import logical_lines
 from app.diagnose.rules import RuleDecision, RuleScanner
+from app.diagnose.weighing import Observation
 
 CHART_POINTS = 480  # decode samples kept for the attempt's chart
 JSON_KEYS = {"failure_class": "class"}  # the one field whose JSON key is not its name
@@ -99,6 +100,8 @@ class StoredDiagnosis:
     built_in: BuiltIn | None = None  # set where a team rule changed the answer
     rule: AppliedRule | None = None
     traceback_arriving: str = ""  # live: the frame a traceback being written has reached
+    cut_off: str = ""  # the frame a traceback the log ends in was cut off at, before its exception
+    observations: list[Observation] = field(default_factory=list)  # what the class was decided from
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any] | None) -> StoredDiagnosis:
@@ -108,6 +111,7 @@ class StoredDiagnosis:
             values["built_in"] = BuiltIn.from_json(values["built_in"])
         if "rule" in values:
             values["rule"] = AppliedRule.from_json(values["rule"])
+        values["observations"] = [Observation.from_json(seen) for seen in values.get("observations", [])]
         return cls(**_with_change(values))
 
     def to_json(self) -> dict[str, Any]:
@@ -203,6 +207,8 @@ def stored(result: Diagnosis, argv: Sequence[str] | None = None) -> StoredDiagno
         decode=_jsonable(decode[::step]),
         server_args=_jsonable(result.figures.server_args),
         traceback_arriving=result.traceback_arriving,
+        cut_off=result.cut_off,
+        observations=list(result.observations),
     )
 
 

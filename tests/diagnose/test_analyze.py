@@ -502,7 +502,8 @@ def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     contracted = {
-        "stage", "stage_percent", "class", "concept", "root_error", "fingerprint", "hint", "adjustments", "recognised"
+        "stage", "stage_percent", "class", "concept", "root_error", "fingerprint", "hint", "adjustments", "recognised",
+        "cut_off", "observations",
     }  # fmt: skip
     assert set(answer) == contracted
     assert answer["class"] == "oom" and answer["root_error"] == OOM.format(size="2.00", gpu=1)
@@ -528,7 +529,10 @@ def test_random_bytes_say_nothing_and_hide_no_error_written_after_them(tmp_path:
     log.write_bytes(garbage + b"\n" + kv_oom_log().encode())
     answer = json.loads(run_cli("diagnose", str(log), "--json", check=True, text=False).stdout)
     clean = stored(diagnose(kv_oom_log())).to_json()
+    evidence, clean_evidence = answer.pop("observations"), clean.pop("observations")
     assert answer == {key: clean[key] for key in answer} and answer["class"] == "oom"
+    # the same evidence, its lines numbered after the garbage's
+    assert [seen["says"] for seen in evidence] == [seen["says"] for seen in clean_evidence]
 
 
 def test_a_line_that_never_ends_is_read_for_its_first_record_and_the_rest_skipped(tmp_path: Path) -> None:

@@ -370,7 +370,39 @@ async def test_a_log_cut_inside_a_traceback_roots_at_its_last_frame_and_the_card
     page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
     root = re.search(r'<pre class="root-line">(.*?)</pre>', page)
     assert root and root[1] == 'File "/opt/sglang/srt/model_loader/loader.py", line 362, in load_model', page
-    assert 'id="traceback-cut">The traceback is cut off at this frame: the log ends before its exception.' in page
+    cut = "The traceback is cut off in <code>sglang/srt/model_loader/loader.py:load_model</code>: the log ends"
+    assert f'id="traceback-cut">{cut} before its exception.' in page
+    assert re.search(r'id="evidence"><summary>Why other: no rule placed it</summary>', page), page
+
+
+async def test_the_card_lists_the_evidence_its_class_was_weighed_from(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    """A traceback cut in distributed set-up, beside a c10d line: that line is the root, and the card
+    says why the class is nccl, each piece with its weight and the line it was read from."""
+    store = (
+        "[W302 08:14:11.551 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=31): Connection reset by peer"
+    )
+    log = "\n".join(
+        [
+            "[2026-03-02 08:14:05 TP0] Init torch distributed begin.",
+            store,
+            "[2026-03-02 08:14:12 TP2] Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "/opt/sglang/srt/model_executor/model_runner.py", line 512, in init_torch_distributed',
+            "",
+        ]
+    )
+    [attempt] = await attempts_from_logs(running_app, "lark-store", (log, "failed"))
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    assert re.search(r'<pre class="root-line">(.*?)</pre>', page)[1] == store  # type: ignore[index]
+    summary = re.search(r'id="evidence"><summary>(.*?)</summary>', page)
+    assert summary and summary[1] == (
+        "Why nccl: the error says: distributed store; "
+        "raised in sglang/srt/model_executor/model_runner.py:init_torch_distributed: collective communication"
+    )
+    assert f'<b>nccl +12</b> <a href="/attempts/{attempt.id}/log?line=2#L2" hx-boost="false">line 2</a>' not in page
+    assert "<b>nccl +12</b> the error says: distributed store" in page
 
 
 async def test_a_traceback_still_arriving_is_said_on_the_card_without_its_header_as_the_error(
