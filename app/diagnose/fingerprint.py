@@ -31,6 +31,7 @@ PHASES = (
     ("resuming released memory", re.compile(r"resume_memory_occupation|memory_saver|func=resume")),  # RL wake-up
     ("loading weights", re.compile(r"load_model|load_weights|weight_loader|model_loader/")),
     ("allocating the KV cache", re.compile(r"init_memory_pool|memory_pool\.py|_create_buffers|profile_max_num_token")),
+    ("speculative decoding", re.compile(r"sglang/srt/speculative/|draft_worker|eagle_worker")),
     ("capturing graphs", re.compile(r"capture", re.I)),
     ("serving", re.compile(r"event_loop|run_batch|forward_thread_func|process_batch_result|sampler\.py")),
 )
@@ -48,8 +49,15 @@ SAME_TYPES = {"AcceleratorError": "RuntimeError"}  # torch 2.8 renamed the CUDA 
 # The name of a symbol a library lacks: it differs between builds of the same mismatch.
 MISSING_SYMBOL = re.compile(r"(?<=undefined symbol: )\S+")
 
+# A model's class name ("Qwen3NextForCausalLM"): one refusal of a kind of model, whichever it names.
+MODEL_CLASS = re.compile(r"\b[A-Z]\w*For(?:CausalLM|ConditionalGeneration)\b")
+# A message that begins with the type of the exception it wraps ("InternalTorchDynamoError:
+# RuntimeError: ..."): the wrapped one is the error.
+WRAPPED_TYPE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception): ")
+
 NORMALISE: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     (MISSING_SYMBOL, "<symbol>"),
+    (MODEL_CLASS, "<model class>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
     (re.compile(r"\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\b|\b[0-9a-f]{16,}\b"), "<id>"),
     # a path, two parts or more from a slash (a hub id's one, "org/Model-8B", leaves the name whole)
@@ -59,11 +67,21 @@ NORMALISE: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
     (re.compile(r"'[^'\n]*'|\"[^\"\n]*\""), _quoted),
     (re.compile(r"dict_keys\(\[.*\]\)"), "<list>"),
 )
-# One cause that SGLang words differently across versions or stages: signed by its name, so its
-# attempts group under one fingerprint whichever wording a log shows.
+# One cause that SGLang and the libraries under it word differently across versions, stages and
+# tools: signed by its name (with what tells its instances apart, as `\1`), so its attempts group
+# under one fingerprint whichever wording a log shows.
 CAUSES = (
     # The weights left no room for the KV cache: a negative profiled budget, then the refusal.
     ("no memory for the KV cache", re.compile(r"profiled value -\d|Not enought? memory\. Please try to increase")),
+    # A package that is not there, by its import name or its distribution's ("flashinfer_python").
+    (
+        "package \\1 is not installed",
+        re.compile(r"No module named '([A-Za-z0-9]+)|metadata was found for ([A-Za-z0-9]+)"),
+    ),
+    # A kernel the toolchain could not build, by the tool that refused (a command line or its own error).
+    ("\\1 could not build a kernel", re.compile(r"\b(ptxas|nvcc|cicc|hipcc)\b", re.I)),
+    # A peer of a collective went away: gloo and the c10d store say it as the socket saw it.
+    ("a peer's connection dropped", re.compile(r"Connection (?:reset|closed) by peer")),
 )
 
 
@@ -71,6 +89,7 @@ def normalise(message: str) -> str:
     message = message[:MESSAGE_HEAD]
     for pattern, replacement in NORMALISE:
         message = pattern.sub(replacement, message)
+    message = re.sub(r"(?<=[a-z_][.;])(?=[A-Z])", " ", message)  # "no_buffer.To use": a release's missing space
     return re.sub(r"\s+", " ", message).strip()[:500]
 
 
@@ -96,6 +115,8 @@ def signature_parts(message: str) -> tuple[str, str]:
     kind = match.group(1) if match else ""
     kind = SAME_TYPES.get(kind, kind)
     detail = match.group(2) or "" if match else message
+    while wrapped := WRAPPED_TYPE.match(detail):
+        kind, detail = SAME_TYPES.get(name := wrapped[0][:-2].rpartition(".")[2], name), detail[wrapped.end() :]
     # After "out of memory" comes the allocator's accounting, worded differently by each torch version.
     return kind, normalise(OOM_ACCOUNTING.sub("", detail))
 
@@ -109,16 +130,23 @@ def phase_of(frames: Sequence[str], stage: str, message: str = "") -> str:
     return STAGE_PHASES.get(stage, "")
 
 
+def _named(name: str, found: re.Match[str]) -> str:
+    told = next((group for group in found.groups() if group), "")
+    return name.replace("\\1", told.lower())
+
+
 def fingerprint(failure_class: str, message: str, concept: Concept | None = None, phase: str = "") -> str:
     """What one cause is known by: a cause SGLang words in several ways by its name, a concept by
     what its `signed_by` says tells its causes apart, anything else by its type and message."""
-    cause = next((name for name, pattern in CAUSES if pattern.search(message)), None)
+    cause = next((_named(name, found) for name, pattern in CAUSES if (found := pattern.search(message))), None)
     if cause:
         kind, detail = "", cause
     elif concept is not None and concept.signed_by == "concept":
         kind, detail = "", concept.name
     elif concept is not None and concept.signed_by == "phase":
         kind, detail = "", f"{concept.name} while {phase or 'starting'}"
+    elif concept is not None and concept.signed_by == "kind":
+        kind, detail = "", f"{concept.name} {concept.kind_in(message)} while {phase or 'starting'}"
     else:
         kind, detail = signature_parts(message)
     return hashlib.sha256(f"{failure_class}|{kind}|{detail}".encode()).hexdigest()[:16]
