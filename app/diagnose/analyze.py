@@ -49,6 +49,11 @@ from app.diagnose.weighing import EXIT, Observation, decide, gather
 # such lines, more than one (a wait said again, or by two loggers), before the server was ready,
 # the wait never ended. One such line at the end is a window cut during a wait, as in any startup.
 WAITING = re.compile(r"\bwaiting (?:for|on|until)\b", re.I)
+# A wrapper that names SGLang: a logger's name ("WARNING:sglang.srt.server_args:"), a Ray actor's.
+SGLANG_WRAPPER = re.compile(r"^\s*(?:[A-Z]+:sglang\.|\(SGLang\w* pid=)")
+# A frame's source line as Python prints it, indented under the frame (not a wrapped line's rest).
+SOURCE_LINE = re.compile(r"^\s{2,}\S")
+NOT_A_CALL = re.compile(r'File "|[~^]+$')  # a frame cut mid-line, Python 3.11's markers under a call
 # How far before a traceback the log ends in a line beside it may stand, to be read as its cause.
 NEARBY = 50
 EXIT_WORDS = ("xit", "Killed", "SIG", "ignal", "eturn")  # before weighing.EXIT runs
@@ -254,7 +259,7 @@ class Analyzer:
         if named is not None:  # what the lines printed with it say is more than where it stopped
             result = self._diagnosis((named, evidence), cut_in=cut_in)
         else:
-            last = next((line for line in reversed(tb.lines) if FRAME.match(line.text)), tb.lines[0])
+            last = _last_call(tb)
             result = self._diagnosis(
                 (replace(last, text=f"{last.text.strip()} (cut off in {cut_in})"), evidence), cut_in=cut_in
             )
@@ -418,20 +423,30 @@ class Analyzer:
         return next((line for line in self._adjustments if argument_names(line.text) & named), None)
 
 
+def _last_call(tb: Traceback) -> Line:
+    """Where a traceback cut before its exception stopped: the last call it shows (a frame's source
+    line, printed indented under it), else its last frame, else its first line."""
+    frames = [line for line in tb.lines if FRAME.match(line.text)]
+    calls = [line for line in tb.lines if SOURCE_LINE.match(line.text) and not NOT_A_CALL.match(line.text.strip())]
+    if calls and frames and calls[-1].number >= frames[-1].number - 1:
+        return calls[-1]
+    return frames[-1] if frames else tb.lines[0]
+
+
 def _beside(text: str) -> bool:
-    """A line that says something of a failure's cause (events.BESIDE), not a retry or a warning."""
-    return (
-        any(word in text for word in BESIDE_WORDS)
-        and BESIDE.search(text) is not None
-        and not RETRYING.search(text)
-        and not HARMLESS.search(text)
-    )
+    """A line that says something of a failure's cause, not a retry or a warning: one of the kinds
+    events.BESIDE knows, or an error line whose words the lexicon names."""
+    if not any(word in text for word in BESIDE_WORDS) or RETRYING.search(text) or HARMLESS.search(text):
+        return False
+    return BESIDE.search(text) is not None or (("rror" in text or "RROR" in text) and said(text) is not None)
 
 
 def _recognisable(line: Line, text: str) -> bool:
     """A line that shows the input is a server's log (see RECOGNISABLE), or an exception's. (A
     fatal line need not be looked for: it becomes the root error, which no log of nothing has.)"""
-    return bool(RECOGNISABLE.search(text) or EXCEPTION.match(text) or FRAME.match(line.text))
+    return bool(
+        RECOGNISABLE.search(text) or EXCEPTION.match(text) or FRAME.match(line.text) or SGLANG_WRAPPER.search(line.raw)
+    )
 
 
 def unplaced_hint(stage: str, frames: list[str]) -> str:

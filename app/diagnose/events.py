@@ -35,9 +35,9 @@ CANNOT_RUN = re.compile(
 FATAL_LINES = (  # fatal messages that are not Python exceptions
     CANNOT_RUN,
     re.compile(r"CUDA error \(.*\): .+|^CUDA Error: .+"),
-    re.compile(r"\[torch_memory_saver\.cpp\] cudaError error: .+"),
+    re.compile(r"\[torch_memory_saver\.cpp\] (?:cudaError|CUresult) error\b.+"),
     re.compile(r"ERROR: +\[Errno \d+\] error while attempting to bind on address .+"),
-    re.compile(r"Watchdog caught collective operation timeout: .+"),
+    re.compile(r"Watchdog caught collective operation timeout: .+|watchdog thread terminated with exception: .+"),
     re.compile(r"\bwatchdog timeout \(.+\)", re.I),
     # logged, not raised
     re.compile(r"\b(?:CUDA|HIP|NPU|XPU) out of memory\. Tried to allocate"),
@@ -49,6 +49,9 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"^Memory access fault by GPU|^Failed: Cuda error \S"),  # the ROCm runtime's, a CUDA check's
     re.compile(r"aborting with error : HSA_STATUS_ERROR_\w+"),  # the ROCm runtime's queue, before it aborts
     re.compile(r"^LLVM ERROR: \S"),  # Triton's compiler, aborting the process
+    re.compile(r"\.(?:cuh?|cpp|cc|c|h|hpp):\d+: .*Assertion `.*[`'] failed"),  # a C++ or CUDA assert, aborting
+    re.compile(r"^E[A-Z]\d{4}: \S"),  # Ascend's error codes ("EE1001: ..."), before the exception that reports them
+    re.compile(r"^Pyspy dump for PID \d+"),  # SGLang's watchdog: a scheduler stopped making progress
     # a library that does not load, in a wrapper's one-line error
     re.compile(r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"),
 )

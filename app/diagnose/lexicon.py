@@ -182,6 +182,8 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"DistBackendError",
             r"\bgloo\b",
             r"Watchdog caught collective|Heartbeat monitor timed out",  # torch's ProcessGroupNCCL
+            # GPUs reaching each other's memory (peer access, IPC handles), what the custom all-reduce needs
+            r"peer access|\bcudaIpc\w+|\bhipIpc\w+",
         ),
     ),
     Concept(
@@ -204,6 +206,9 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"got an unexpected keyword argument|missing \d+ required (?:positional|keyword-only) argument",
             r"takes (?:from )?\d+ (?:to \d+ )?positional arguments? but \d+ (?:were|was) given",
             r"\bmodule '[\w.]+' has no attribute",
+            # one package that needs another's version: "needs to work with X 2.6.*, but 2.7.0 is found"
+            r"\b(?:needs|requires) (?:to work with )?[\w.*+ -]{1,40}\d[\w.*]*,? "
+            r"but [\w.+ -]{1,40} (?:is|was) (?:found|installed)",
         ),
     ),
     Concept(
@@ -281,7 +286,7 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"unspecified launch failure|too many resources requested for launch|HSA_STATUS_ERROR_EXCEPTION",
             r"CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|INVALID_VALUE|MAPPING_ERROR)",
             r"CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR)",
-            r"device-side assert",
+            r"device-side assert|\.cuh?:\d+: .*Assertion `",  # (a kernel's assert, as CUDA prints it)
             r"Kernel task happen error",  # Ascend's
         ),
         signed_by="kind",
@@ -301,7 +306,14 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
     Concept(
         "timed out",
         "timeout",
-        (r"watchdog timeout", r"timed out", r"timeout", r"deadline exceeded"),
+        (
+            r"watchdog timeout",
+            r"timed out",
+            r"timeout",
+            r"deadline exceeded",
+            r"did not become ready|not ready (?:after|within)",  # a wrapper that waited for the server
+            r"^Pyspy dump for PID",  # SGLang's watchdog dumping a scheduler that stopped making progress
+        ),
         types=("TimeoutError",),
     ),
     Concept(
@@ -347,11 +359,19 @@ PLACES = (
     ),
     _place("graph capture", r"graph_runner\.py:capture|sglang/[\w/]+\.py:\w*capture"),
     _place("arguments refused", r"server_args\.py:(?!<module>)\S+$", innermost=True),  # SGLang's argument checks
-    _place("model does not fit", r":load_weights\b|:weight_loader\b|params_dict\["),
+    _place(
+        "model does not fit",
+        r":load_weights\b|:weight_loader\b|params_dict\[|sglang/srt/model_loader/|[:.]load_model\b|\bget_model\(",
+    ),
+    # a package being imported: the import machinery's own frames
+    _place(
+        "packages disagree",
+        r"(?m)<frozen importlib\._bootstrap>|importlib/__init__\.py:import_module|^(?:from [\w.]+ )?import [\w.]+",
+    ),
     # ranks meeting to set up their collectives: a store, a rendezvous, a process group
     _place(
         "collective communication",
-        r":init_torch_distributed\b|:init_distributed_environment\b|:initialize_model_parallel\b|"
+        r":init_torch_distributed\b|:init_distributed_environment\b|:initialize_model_parallel\b|sglang/srt/distributed/|"
         r"torch/distributed/(?:rendezvous|distributed_c10d)\.py",
     ),
 )

@@ -11,7 +11,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 WRAPPERS = (
     # a multi-node log's node tag: "[node1 rtxpro-02] " (launchdeck's merged log), "[node-1] "
     re.compile(r"^\[node[-_]?\d+(?:[ :][\w.-]+)?\] "),
-    re.compile(r"^\(\w+ pid=\d+(?:, ip=[\d.]+)?\) "),  # Ray: "(WorkerDict pid=616, ip=10.0.0.1) "
+    re.compile(r"^ ?\(\w+ pid=\d+(?:, ip=[\d.]+)?\) "),  # Ray: "(WorkerDict pid=616, ip=10.0.0.1) "
     re.compile(r"^[\w.-]+\s*\| "),  # docker compose: "<service><pad> | "
     re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - \S+ - [A-Z]+ - "),  # a Python logger
     re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| \S+ \| "),  # "time | LEVEL | name | " (FastChat)
@@ -20,9 +20,13 @@ WRAPPERS = (
     # a container runtime's log file (CRI, what kubelet keeps): "<RFC 3339 time> stdout F "
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) std(?:out|err) [FP] "),
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) "),  # docker logs -t, kubectl --timestamps
-    re.compile(r"^`+|^\*\*(?=\S)"),  # Markdown residue: a code fence, bold
+    re.compile(r"^[A-Z]+ \d{4}-\d\d-\d\dT[\d:.]+Z \[severity: [A-Z]+\] "),  # a cloud logging export
+    re.compile(r"^`+|^\*\*(?=\S)|^\* (?=\S)"),  # Markdown residue: a code fence, bold, a list's bullet
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),  # Python's default logging format
     re.compile(r"^\[rank\d+\]: ?"),  # torchrun's per-rank output
+    # torch's C++ log location (glog's): "[E1209 02:28:15.281862353 ProcessGroupNCCL.cpp:2057] "; it
+    # names the file that logged, not the error
+    re.compile(r"^\[[EWIF]\d{4} [\d:.]+ (?:\d+ )?[\w.]+:\d+\] "),
     re.compile(r"^\d{1,4}: "),  # srun --label: the task number
     # OpenMPI's --tag-output (and --timestamp-output): "Thu Jan 23 11:55:50 2025[1,1]<stderr>:"
     re.compile(r"^(?:\w{3} \w{3} +\d+ [\d:]{8} \d{4})?\[\d+,\d+\]<std(?:out|err)>:"),

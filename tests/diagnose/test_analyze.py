@@ -407,7 +407,8 @@ def test_a_log_that_ends_inside_a_traceback_is_a_failure_rooted_in_its_last_fram
     analyzer.feed(log)
     assert analyzer.snapshot().root_error is None  # a live log: the exception may still come
     final = analyzer.finish(file_alone=False)
-    assert final.root_line == 4 and final.failure_class == "other"  # the last frame, never the header
+    # the last frame (its call is not shown), never the header; raised in the model loader
+    assert final.root_line == 4 and final.failure_class == "model-load"
     assert final.root_error == 'File "/x/sglang/srt/model_loader/loader.py", line 362, in load_model'
     assert "(cut off in sglang" in final.error_message and final.error_message.endswith(":load_model)")
     assert analyzer.snapshot() == final  # the answer stays once the log is over, as attempts read it
@@ -718,9 +719,9 @@ def test_an_unplaced_failure_still_says_where_it_was_raised() -> None:
     """Unknown stays an answer, with the evidence: the stage and the innermost frame of the failure."""
     log = """[2026-02-11 06:10:31 TP0] Load weight begin. avail mem=78.10 GB
 [2026-02-11 06:10:40 TP0] Scheduler hit an exception: Traceback (most recent call last):
-  File "/x/sglang/srt/model_loader/loader.py", line 362, in load_model
+  File "/x/sglang/srt/managers/tp_worker.py", line 362, in __init__
     self.load()
-  File "/x/sglang/srt/model_loader/weight_utils.py", line 12, in load
+  File "/x/sglang/srt/layers/quill.py", line 12, in load
     raise QuillError("the quill is dry")
 QuillError: the quill is dry
 """
@@ -728,7 +729,7 @@ QuillError: the quill is dry
     assert (result.failure_class, result.recognised) == ("other", False)
     assert result.hint.startswith(
         "Unrecognised failure: launchdeck has no rule for this error yet. It was raised during weights loading, "
-        "in sglang/srt/model_loader/weight_utils.py:load. The root error is shown as the log wrote it;"
+        "in sglang/srt/layers/quill.py:load. The root error is shown as the log wrote it;"
     )
     bare = diagnose("QuillError: the quill is dry\n")  # no stage, no frame: nothing more to say
     assert bare.hint.startswith("Unrecognised failure: launchdeck has no rule for this error yet. The root error")

@@ -37,7 +37,7 @@ def test_a_traceback_cut_in_distributed_init_is_rooted_in_the_store_line_beside_
 def test_without_a_line_beside_it_the_frame_where_it_died_decides() -> None:
     result = diagnose(START + CUT_IN_DIST_INIT)
     assert result.failure_class == "nccl" and result.recognised
-    assert result.root_error and result.root_error.startswith('File "/x/sglang/srt/model_executor/model_runner.py"')
+    assert (result.root_error, result.root_line) == ("init_distributed_environment(", 7)  # the last call shown
     assert "raised in sglang/srt/model_executor/model_runner.py:init_torch_distributed: collective communication" in (
         says(result)
     )
@@ -99,3 +99,83 @@ def test_the_words_outweigh_everything_else_together_and_ties_go_to_the_stronger
     repeated = [Observation("beside", "NCCL WARN a", "nccl"), Observation("beside", "NCCL WARN b", "nccl")]
     assert decide([Observation("place", "raised in y", "model-load"), *repeated]) == "model-load"  # a kind counts once
     assert decide([Observation("stage", "reached serving")]) is None
+
+
+def test_a_cut_traceback_is_rooted_in_the_last_call_it_shows_never_markers_or_a_frame_cut_mid_line() -> None:
+    log = (
+        START
+        + """[2026-04-01 09:10:03 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/x/sglang/srt/managers/scheduler.py", line 2700, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)
+                ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/x/sglang/srt/model_exec"""
+    )
+    result = diagnose(log)
+    assert (result.root_error, result.root_line) == (
+        "scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)",
+        5,
+    )
+    assert result.cut_off == "sglang/srt/managers/scheduler.py:run_scheduler_process"
+
+
+def test_where_a_cut_traceback_was_going_places_it_the_loader_or_an_import() -> None:
+    loader = (
+        START
+        + """Traceback (most recent call last):
+  File "/x/sglang/srt/model_executor/model_runner.py", line 387, in initialize
+    self.load_model()
+"""
+    )
+    assert diagnose(loader).failure_class == "model-load"
+    importing = (
+        START
+        + """Traceback (most recent call last):
+  File "/x/sglang/srt/entrypoints/engine.py", line 40, in <module>
+    import outlines.generate
+"""
+    )
+    assert diagnose(importing).failure_class == "import-error"
+
+
+def test_lines_that_end_a_process_below_python_are_roots_before_the_traceback_that_reports_them() -> None:
+    kernel_assert = (
+        "/src/aten/native/cuda/IndexKernel.cu:92: operator(): block: [0,0,0], thread: [4,0,0] Assertion "
+        '`-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.'
+    )
+    log = START + kernel_assert + "\nRuntimeError: CUDA error: device-side assert triggered\n"
+    assert (diagnose(log).root_error, diagnose(log).failure_class) == (kernel_assert, "other")
+    saver = "[torch_memory_saver.cpp] CUresult error: 2 (out of memory)  file=csrc/utils.h func=create line=88"
+    assert (diagnose(START + saver + "\n").root_error, diagnose(START + saver + "\n").failure_class) == (saver, "oom")
+    stuck = "Pyspy dump for PID 3096:"
+    assert diagnose(START + stuck + "\nThread 3096 (idle): MainThread\n").failure_class == "timeout"
+
+
+def test_torchs_cpp_log_location_is_a_wrapper_so_a_watchdog_is_classed_by_what_it_caught() -> None:
+    watchdog = (
+        "[rank1]:[E1209 02:28:15.281862353 ProcessGroupNCCL.cpp:2057] [PG ID 2 PG GUID 3 Rank 1] Process group "
+        "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered"
+    )
+    result = diagnose(START + watchdog + "\n")
+    assert (result.root_error, result.failure_class) == (watchdog, "other")
+
+
+def test_families_no_phrase_table_held_peer_access_readiness_and_versions() -> None:
+    peer = "Failed: Cuda error /src/csrc/custom_all_reduce.cuh:307 'peer access is not supported between these devices'"
+    assert diagnose(START + peer + "\n").failure_class == "nccl"
+    waited = "Exception: the sglang server did not become ready after 600 seconds."
+    assert diagnose(START + waited + "\n").failure_class == "timeout"
+    versions = "ImportError: kernel pack needs to work with torch 2.8.*, but torch 2.9.1 is found."
+    assert diagnose(START + versions + "\n").failure_class == "import-error"
+
+
+def test_wrappers_of_loggers_and_pastes_are_read_through() -> None:
+    python_logging = "WARNING:sglang.srt.server_args:Attention backend not explicitly specified.\n"
+    assert diagnose(python_logging).recognised  # a logger named after SGLang: its log, not "no log"
+    ray = (
+        ' (SGLangEngine pid=12589) [2026-03-25 16:16:10] INFO:     10.0.0.2:38372 - "POST /generate HTTP/1.1" 200 OK\n'
+    )
+    assert diagnose(ray).recognised
+    cloud = "ERROR 2026-02-18T14:43:05.821Z [severity: ERROR] RuntimeError: CUDA error: an illegal memory access\n"
+    assert diagnose(cloud).error_message == "CUDA error: an illegal memory access"
+    bullet = "> * ImportError: libnvrtc.so.12: cannot open shared object file: No such file or directory\n"
+    assert diagnose(bullet).failure_class == "import-error"
