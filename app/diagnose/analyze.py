@@ -67,7 +67,8 @@ SKIMMED = ("] Decode batch", "] Prefill batch", 'HTTP/1.1" ')
 # apart): the argument dump, Python's tracebacks and warnings, uvicorn's levels, SGLang by name.
 RECOGNISABLE = re.compile(
     r"^server_args=|Traceback \(most recent call last\)|^\s*File \"|\b[A-Z]\w*Warning: |"
-    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): +\S|\b(?:sglang|sgl_kernel)[./]|\bSGLang\b"
+    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL): +\S|\b(?:sglang|sgl_kernel)[./]|\bSGLang\b|"
+    r"\bsglang_\w+::"  # the router's Rust modules
 )
 
 

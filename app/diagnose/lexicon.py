@@ -256,7 +256,7 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
         "model-load",
         (
             r"not a valid model identifier|Repo id must|HFValidationError",
-            r"huggingface\.co|RepositoryNotFound|Repository Not Found|GatedRepo|gated repo|EntryNotFound",
+            r"huggingface\.co(?!/docs)|RepositoryNotFound|Repository Not Found|GatedRepo|gated repo|EntryNotFound",
             # huggingface_hub/errors.py; Transformers' and SGLang's tokenizer loaders
             r"RevisionNotFound|HfHubHTTPError|OfflineModeIsEnabled|\b40[13] Client Error|Incorrect path_or_model_id",
             r"Can't load (?:the )?(?:tokenizer|config)|Failed to load the tokenizer",

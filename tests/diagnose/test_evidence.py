@@ -179,3 +179,13 @@ def test_wrappers_of_loggers_and_pastes_are_read_through() -> None:
     assert diagnose(cloud).error_message == "CUDA error: an illegal memory access"
     bullet = "> * ImportError: libnvrtc.so.12: cannot open shared object file: No such file or directory\n"
     assert diagnose(bullet).failure_class == "import-error"
+
+
+def test_the_routers_rust_log_is_an_sglang_log_and_a_docs_link_is_no_hub_failure() -> None:
+    router = "2026-01-04 10:05:37  INFO sglang_router_rs::server: src/server.rs:830: Starting router on 0.0.0.0:8000\n"
+    assert (diagnose(router).failure_class, diagnose(router).recognised) == ("healthy", True)
+    template = (
+        "ValueError: Cannot use chat template functions because tokenizer.chat_template is not set. For "
+        "information about writing templates, see https://huggingface.co/docs/transformers/main/en/chat_templating\n"
+    )
+    assert diagnose(START + template).failure_class == "other"
