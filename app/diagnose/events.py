@@ -52,6 +52,11 @@ FATAL_LINES = (  # fatal messages that are not Python exceptions
     re.compile(r"\.(?:cuh?|cpp|cc|c|h|hpp):\d+: .*Assertion `.*[`'] failed"),  # a C++ or CUDA assert, aborting
     re.compile(r"^E[A-Z]\d{4}: \S"),  # Ascend's error codes ("EE1001: ..."), before the exception that reports them
     re.compile(r"^Pyspy dump for PID \d+"),  # SGLang's watchdog: a scheduler stopped making progress
+    # NCCL's transport losing a peer (a socket refused or reset, an IB completion with an error);
+    # not its other warnings, which healthy starts print (no IB device, no libibverbs)
+    re.compile(
+        r"NCCL WARN .*(?:Connection (?:refused|reset|closed)|error retry count|Got completion from peer .*status=[1-9])"
+    ),
     # a library that does not load, in a wrapper's one-line error
     re.compile(r"\b[Ee]rror\b.*\.so(?:\.[\d.]+)?: undefined symbol: \S"),
 )

@@ -366,7 +366,7 @@ PLACES = (
     # a package being imported: the import machinery's own frames
     _place(
         "packages disagree",
-        r"(?m)<frozen importlib\._bootstrap>|importlib/__init__\.py:import_module|^(?:from [\w.]+ )?import [\w.]+",
+        r"(?m)<frozen importlib\._bootstrap>|importlib/__init__\.py:import_module|^(?:from [\w.]+ )?import [\w.(]",
     ),
     # ranks meeting to set up their collectives: a store, a rendezvous, a process group
     _place(
@@ -376,14 +376,15 @@ PLACES = (
     ),
 )
 # Which places can tell an error of each type. A slip in the code (a name or attribute that does
-# not exist) is a bug wherever it happens: only the capture it broke is worth telling. A checkpoint
-# that does not fit its model shows as a lookup or a value that is not there, not as a tensor
-# operation or an assertion failing. Types not listed can be told by every place.
+# not exist) is a bug wherever it happens: only the capture it broke is worth telling. An assertion,
+# a type or an index error raised while a kernel is compiled is the kernel's own code, not the
+# toolchain. Types not listed can be told by every place.
 CODE_SLIP = ("graph capture",)
-GENERIC = ("kernel build failed", "graph capture", "arguments refused", "collective communication")
+GENERIC = ("graph capture", "arguments refused", "collective communication", "model does not fit")
 PLACES_BY_TYPE: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("NameError", "AttributeError", "UnboundLocalError", "SyntaxError"), CODE_SLIP),
-    **dict.fromkeys(("RuntimeError", "AssertionError", "TypeError", "IndexError"), GENERIC),
+    **dict.fromkeys(("AssertionError", "TypeError", "IndexError"), GENERIC),
+    "RuntimeError": ("kernel build failed", *GENERIC),  # (an assert in a kernel's code is no toolchain's)
 }
 ARGPARSE_REFUSAL = CONCEPT_BY_NAME["arguments refused"]
 CANNOT_RUN_CONCEPT = Concept(
@@ -393,6 +394,7 @@ CANNOT_RUN_CONCEPT = Concept(
     hint="The shell could not run the server's command: check the preset's python (the path of an interpreter "
     "with sglang installed on this host, e.g. what `command -v python3` prints there) and that it is executable.",
 )
+AS_REPR = re.compile(r"^(?:\w+\.)*([A-Za-z]\w*(?:Error|Exception))\(")
 ASSERT_SOURCE = re.compile(r"\bassert \S[^\n]*")
 PARALLEL_SIZE = re.compile(r"\b(?:\w+_)?(?:tp|dp|ep|pp|cp)_size\b")
 
@@ -481,4 +483,6 @@ def placed_at(message: str, evidence: Evidence) -> Concept | None:
 
 
 def _type_of(message: str) -> str:
-    return typed.group(1) if (typed := EXCEPTION.match(message)) else ""
+    """The exception's type, also of one printed as a repr (Triton's `AssertionError('...')`)."""
+    typed = EXCEPTION.match(message) or AS_REPR.match(message)
+    return typed.group(1) if typed else ""

@@ -101,7 +101,7 @@ def gather(
             if place
             else Observation("place", where)
         )
-    for line in beside:
+    for line in {seen.text.strip(): seen for seen in beside}.values():  # a line repeated (by ranks) once
         text = line.text.strip()
         concept = said(text)
         says = f"beside it: {text[:160]}" + (f" ({concept.name})" if concept else "")

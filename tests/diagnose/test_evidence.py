@@ -189,3 +189,43 @@ def test_the_routers_rust_log_is_an_sglang_log_and_a_docs_link_is_no_hub_failure
         "information about writing templates, see https://huggingface.co/docs/transformers/main/en/chat_templating\n"
     )
     assert diagnose(START + template).failure_class == "other"
+
+
+def test_a_tensor_op_failing_in_the_weight_loader_is_weights_that_do_not_fit_the_model() -> None:
+    log = (
+        START
+        + """Failed to import pynvml with ModuleNotFoundError("No module named 'pynvml'")
+Failed to import pynvml with ModuleNotFoundError("No module named 'pynvml'")
+Traceback (most recent call last):
+  File "/x/sglang/srt/layers/moe/fused_moe_triton/layer.py", line 610, in weight_loader
+    self._load_w2(shard_id=shard_id, loaded_weight=loaded_weight)
+  File "/x/sglang/srt/layers/moe/fused_moe_triton/layer.py", line 455, in _load_w2
+    loaded_weight = loaded_weight.narrow(shard_dim, shard_size * tp_rank, shard_size)
+RuntimeError: start (12) + length (12) exceeds dimension size (12).
+"""
+    )
+    result = diagnose(log)  # where it was raised outweighs an optional import's warning beside it
+    assert result.failure_class == "model-load"
+    assert [seen.says for seen in result.observations if seen.kind == "beside"] == [
+        "beside it: Failed to import pynvml with ModuleNotFoundError(\"No module named 'pynvml'\") (packages disagree)"
+    ]
+    compiled = (
+        START
+        + """Traceback (most recent call last):
+  File "/venv/lib/python3.12/site-packages/triton/compiler/compiler.py", line 287, in compile
+    module = src.make_ir(options, codegen_fns, module_map, context)
+AssertionError: initial value for `acc` is of type fp16, but the then block redefines it as bf16
+"""
+    )
+    assert diagnose(compiled).failure_class == "other"  # the kernel's own code, not the toolchain
+
+
+def test_nccl_losing_a_peer_is_a_root_though_no_exception_follows_and_its_setup_warnings_are_not() -> None:
+    lost = (
+        "gpu-c:1201:1388 [3] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion from peer 10.2.0.7<51022> "
+        "with status=12 opcode=0 len=0 vendor err 129 (Recv)"
+    )
+    result = diagnose(START + lost + "\n")
+    assert (result.failure_class, result.root_error) == ("nccl", lost)
+    setup = START + "gpu-c:1201:1201 [0] NCCL WARN Failed to open libibverbs.so[.1]\n"
+    assert diagnose(setup).failure_class == "healthy"
