@@ -51,6 +51,7 @@ MISSING_SYMBOL = re.compile(r"(?<=undefined symbol: )\S+")
 
 # A model's class name ("Qwen3NextForCausalLM"): one refusal of a kind of model, whichever it names.
 MODEL_CLASS = re.compile(r"\b[A-Z]\w*For(?:CausalLM|ConditionalGeneration)\b")
+CURLY_QUOTES = str.maketrans("\u2018\u2019\u201c\u201d", "''\"\"")
 # A message that begins with the type of the exception it wraps ("InternalTorchDynamoError:
 # RuntimeError: ..."): the wrapped one is the error.
 WRAPPED_TYPE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception): ")
@@ -82,6 +83,20 @@ CAUSES = (
     ("\\1 could not build a kernel", re.compile(r"\b(ptxas|nvcc|cicc|hipcc)\b", re.I)),
     # A peer of a collective went away: gloo and the c10d store say it as the socket saw it.
     ("a peer's connection dropped", re.compile(r"Connection (?:reset|closed) by peer")),
+    # A package that lacks a name this build uses: a version apart, whichever name a release dropped.
+    (
+        "\\1 lacks a name this build uses",
+        re.compile(r"cannot import name \S+ from \W?(\w+)|module '(\w+)[\w.]*' has no attribute"),
+    ),
+    # The hub refusing a gated repository to the token given, in the hub's or Transformers' words.
+    ("a gated repository the token cannot read", re.compile(r"gated repo", re.I)),
+    # A program that launched SGLang and waited for it in vain, in its own words.
+    (
+        "the launcher waited for a server that was never ready",
+        re.compile(r"did not become ready|not ready (?:after|within)"),
+    ),
+    # SGLang's scheduler watchdog: its timeout line, or the py-spy dump it takes of the stuck scheduler.
+    ("the scheduler's watchdog fired", re.compile(r"Watchdog timeout \(self\.watchdog_timeout|^Pyspy dump for PID")),
 )
 
 
@@ -90,6 +105,7 @@ def normalise(message: str) -> str:
     for pattern, replacement in NORMALISE:
         message = pattern.sub(replacement, message)
     message = re.sub(r"(?<=[a-z_][.;])(?=[A-Z])", " ", message)  # "no_buffer.To use": a release's missing space
+    message = message.translate(CURLY_QUOTES)  # a paste's typographic quotes
     return re.sub(r"\s+", " ", message).strip()[:500]
 
 

@@ -240,6 +240,24 @@ def test_one_cause_one_fingerprint_whatever_the_numbers() -> None:
             "- ImportError: /a/common_ops.so: undefined symbol: _ZN3c10",
             "ImportError: /b/common_ops.so: undefined symbol: _ZN3c10",
         ),
+        # one cause in the words of several releases, tools and wrappers
+        (
+            "ImportError: cannot import name 'dynamic_per_tensor_quant' from 'aiter' (unknown location)",
+            "AttributeError: module 'aiter' has no attribute 'dtypes'",
+        ),
+        (
+            "Cannot access gated repo for url https://hub.example/acme/m/resolve/main/config.json.",
+            "OSError: You are trying to access a gated repo.",
+        ),
+        (
+            "Exception: sglang server did not become ready after waiting.",
+            "TimeoutError: SGLang server not ready within 600 seconds",
+        ),
+        ("Watchdog timeout (self.watchdog_timeout=300)", "Pyspy dump for PID 3096:"),
+        (
+            "ImportError: cannot import name \u2018build_regex\u2019 from \u2018outlines.fsm\u2019",
+            "ImportError: cannot import name 'build_regex' from 'outlines.fsm'",
+        ),
     ],
 )
 def test_what_varies_between_runs_does_not_split_a_cause(first: str, second: str) -> None:
@@ -254,9 +272,10 @@ def test_what_varies_between_runs_does_not_split_a_cause(first: str, second: str
             "AttributeError: 'NoneType' object has no attribute 'cpu'",
             "AttributeError: 'NoneType' object has no attribute 'shape'",
         ),
+        # a package a version apart lacks a name: which package, not which name
         (
-            "ImportError: cannot import name 'launch_server_cmd' from 'x'",
-            "ImportError: cannot import name 'terminate' from 'x'",
+            "ImportError: cannot import name 'launch_server_cmd' from 'sglang.utils'",
+            "ImportError: cannot import name 'dynamic_per_tensor_quant' from 'aiter' (unknown location)",
         ),
         ('ValueError("type fp8e4nv not supported")', 'ValueError("type bf16 not supported")'),
         ("Exception: Capture cuda graph failed: CUDA out of memory.", "torch.OutOfMemoryError: CUDA out of memory."),
