@@ -249,9 +249,10 @@ class Analyzer:
 
     def _cut_off(self, tb: Traceback) -> Diagnosis:
         """A log that ends inside a traceback, before its exception (a window cut short, a process
-        killed while printing): the most specific line it shows stands for the error, the last
-        frame's (where it was cut off), never the traceback's header. Its fingerprint is the whole
-        traceback it shows, not that frame: unrelated failures cut off in one frame must not share one."""
+        killed while printing): the most specific line it shows stands for the error, a line beside
+        it that names a cause, else the last call it shows, never the traceback's header. Without
+        such a line its fingerprint is the whole traceback it shows, not where it stopped:
+        unrelated failures cut off in one frame must not share one."""
         evidence = traceback_context(tb, None)
         cut_in = evidence.frames[-1] if evidence.frames else "no frame"
         nearby = [seen for seen in self._beside if seen.number >= tb.lines[0].number - NEARBY]
@@ -426,7 +427,8 @@ class Analyzer:
 
 def _last_call(tb: Traceback) -> Line:
     """Where a traceback cut before its exception stopped: the last call it shows (a frame's source
-    line, printed indented under it), else its last frame, else its first line."""
+    line, printed indented under it; the one before, when the log ends on a frame whose call it
+    did not print), else its last frame, else its first line."""
     frames = [line for line in tb.lines if FRAME.match(line.text)]
     calls = [line for line in tb.lines if SOURCE_LINE.match(line.text) and not NOT_A_CALL.match(line.text.strip())]
     if calls and frames and calls[-1].number >= frames[-1].number - 1:
