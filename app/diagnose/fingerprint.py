@@ -59,7 +59,7 @@ WRAPPED_TYPE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z]\w*(?:Error|Exception): 
 NORMALISE: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     (MISSING_SYMBOL, "<symbol>"),
     (MODEL_CLASS, "<model class>"),
-    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"0x[0-9a-fA-F]+|\(nil\)"), "<hex>"),  # (glibc prints a null pointer as "(nil)")
     (re.compile(r"\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\b|\b[0-9a-f]{16,}\b"), "<id>"),
     # a path, two parts or more from a slash (a hub id's one, "org/Model-8B", leaves the name whole)
     (re.compile(r"(?:/[\w.@+-]+){2,}/?"), "<path>"),
@@ -95,6 +95,13 @@ CAUSES = (
         "the launcher waited for a server that was never ready",
         re.compile(r"did not become ready|not ready (?:after|within)"),
     ),
+    # A compiled library built against another torch (a C++ symbol), by the installed package it belongs to.
+    (
+        "\\1 was built against another version",
+        re.compile(r"(?:site|dist)-packages/(\w+)/[^\s:]*\.so[\w.]*: undefined symbol: _Z"),
+    ),
+    # torch's watchdog on a collective that did not finish, whether it says so itself or its thread's end does.
+    ("a collective timed out under torch's watchdog", re.compile(r"Watchdog caught collective operation timeout")),
     # SGLang's scheduler watchdog: its timeout line, or the py-spy dump it takes of the stuck scheduler.
     ("the scheduler's watchdog fired", re.compile(r"Watchdog timeout \(self\.watchdog_timeout|^Pyspy dump for PID")),
 )

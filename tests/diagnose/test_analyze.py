@@ -255,6 +255,15 @@ def test_one_cause_one_fingerprint_whatever_the_numbers() -> None:
         ),
         ("Watchdog timeout (self.watchdog_timeout=300)", "Pyspy dump for PID 3096:"),
         (
+            "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=88, OpType=ALLREDUCE) ran for 600s",
+            "[PG ID 1 Rank 2] Process group watchdog thread terminated with exception: [Rank 2] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=12, OpType=BROADCAST) ran for 1800s",
+        ),
+        (
+            "Memory access fault by GPU node-2 (Agent handle: 0x5d1e0) on address 0x7f3a00000. Reason: Unknown.",
+            "Memory access fault by GPU node-9 (Agent handle: 0x11f0) on address (nil). Reason: Unknown.",
+        ),
+        (
             "ImportError: cannot import name \u2018build_regex\u2019 from \u2018outlines.fsm\u2019",
             "ImportError: cannot import name 'build_regex' from 'outlines.fsm'",
         ),
@@ -271,6 +280,11 @@ def test_what_varies_between_runs_does_not_split_a_cause(first: str, second: str
         (
             "AttributeError: 'NoneType' object has no attribute 'cpu'",
             "AttributeError: 'NoneType' object has no attribute 'shape'",
+        ),
+        # a library built against another torch: which installed package
+        (
+            "ImportError: /venv/lib/python3.12/site-packages/sgl_kernel/sm100/ops.abi3.so: undefined symbol: _ZN3c10",
+            "ImportError: /venv/lib/python3.12/site-packages/vllm/_C.abi3.so: undefined symbol: _ZN3c10",
         ),
         # a package a version apart lacks a name: which package, not which name
         (
