@@ -37,13 +37,24 @@ from app.diagnose.events import (
     traceback_context,
 )
 from app.diagnose.figures import Figures
-from app.diagnose.fingerprint import fingerprint, phase_of, signature_parts
+from app.diagnose.fingerprint import STAGE_PHASES, fingerprint, phase_of, signature_parts
 from app.diagnose.hints import HYBRID_SIGN, explain, in_release_spelling
-from app.diagnose.lexicon import ASSERT_SOURCE, HINTS, NOT_A_LOG_HINT, TEACH_IT, UNPLACED, hint_for, placed_at, said
+from app.diagnose.lexicon import (
+    ASSERT_SOURCE,
+    CONCEPT_BY_NAME,
+    HINTS,
+    NOT_A_LOG_HINT,
+    TEACH_IT,
+    UNEXPLAINED_EXIT,
+    UNPLACED,
+    hint_for,
+    placed_at,
+    said,
+)
 from app.diagnose.lines import MAX_RECORD, Line, is_binary, logical_lines, without_binary_records
 from app.diagnose.root import SECONDARY, is_wrapper, root_of
 from app.diagnose.stages import READY_STAGE, SERVING, StageTracker
-from app.diagnose.weighing import EXIT, Observation, decide, gather
+from app.diagnose.weighing import EXIT, Observation, decide, gather, process_exit
 
 # A line that says the process waits for something (a lock, a peer, a server): when the log ends on
 # such lines, more than one (a wait said again, or by two loggers), before the server was ready,
@@ -54,6 +65,10 @@ SGLANG_WRAPPER = re.compile(r"^\s*(?:[A-Z]+:sglang\.|\(SGLang\w* pid=)")
 # A frame's source line as Python prints it, indented under the frame (not a wrapped line's rest).
 SOURCE_LINE = re.compile(r"^\s{2,}\S")
 NOT_A_CALL = re.compile(r'File "|[~^]+$')  # a frame cut mid-line, Python 3.11's markers under a call
+# Exit statuses of a process that ended as asked: done, or stopped (SIGTERM, by the shell or a signal).
+ENDED_AS_ASKED = {0, 143, -15}
+# What a kill or a crash with no error in the log is, by the class its exit status points to.
+ENDINGS = {"oom": CONCEPT_BY_NAME["killed by the system"], "other": CONCEPT_BY_NAME["process crashed"]}
 # How far before a traceback the log ends in a line beside it may stand, to be read as its cause.
 NEARBY = 50
 EXIT_WORDS = ("xit", "Killed", "SIG", "ignal", "eturn")  # before weighing.EXIT runs
@@ -123,6 +138,7 @@ class Analyzer:
         self._adjustments: list[Line] = []
         self._beside: deque[Line] = deque(maxlen=8)  # the last lines beside the failure, before its root
         self._ended: Line | None = None  # the last line that says how a process ended
+        self._exit_code: int | None = None  # how the server's process ended, where the dashboard saw it
         self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
         self._hybrid_lines: list[str] = []  # the first lines that show a hybrid (mamba) model, if any
         self._figures = Figures()
@@ -214,11 +230,35 @@ class Analyzer:
         if root is None and self._precursor is not None:
             root = (self._precursor, Evidence())
         if root is None and self._cut is not None:
-            return self._cut_off(self._cut)
+            return self._with_exit(self._cut_off(self._cut))
         result = self._diagnosis(root or self._secondary)
         if result.root_error is None and current is not None and not current.ended and not current.exceptions:
             frames = traceback_context(current, None).frames
             result.traceback_arriving = frames[-1] if frames else "its first lines"
+        return self._with_exit(result)
+
+    def exited(self, code: int) -> None:
+        """The server's process ended by itself with `code` (the dashboard knows it; a file does not)."""
+        self._exit_code = code
+
+    def _with_exit(self, result: Diagnosis) -> Diagnosis:
+        """How the process ended is evidence too: beside a root error it is only told (SGLang ends
+        its processes once one failed); with no error in the log, a kill or a crash is the failure."""
+        code = self._exit_code
+        if code is None or code in ENDED_AS_ASKED:
+            return result
+        ending = process_exit(code)
+        if result.root_error is not None:
+            result.observations.append(replace(ending, says=f"then {ending.says}", points_to=""))
+            return result
+        result.failure_class = ending.points_to or "other"
+        concept = ENDINGS.get(ending.points_to)  # a kill or a crash; an exit status alone names no cause
+        result.recognised = concept is not None
+        result.hint = concept.hint if concept else UNEXPLAINED_EXIT.format(code=code)
+        result.observations = [Observation("stage", f"reached {result.stage}"), ending]
+        result.error_message = f"the server exited with {code}"
+        phase = STAGE_PHASES.get(result.stage, "starting")
+        result.fingerprint = fingerprint(result.failure_class, f"exited with {code} while {phase}")
         return result
 
     def landmarks(self) -> tuple[object, ...]:

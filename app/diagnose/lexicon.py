@@ -398,6 +398,11 @@ AS_REPR = re.compile(r"^(?:\w+\.)*([A-Za-z]\w*(?:Error|Exception))\(")
 ASSERT_SOURCE = re.compile(r"\bassert \S[^\n]*")
 PARALLEL_SIZE = re.compile(r"\b(?:\w+_)?(?:tp|dp|ep|pp|cp)_size\b")
 
+# The hint for a server that exited with a status that names no signal, and left no error in its log.
+UNEXPLAINED_EXIT = (
+    "The server exited with {code} and its log shows no error: look at what ran around it (its wrapper's "
+    "or launcher's own output, the host's journal) for the reason."
+)
 # The hint for a failure no rule places, in two parts: where it was raised goes between them.
 UNPLACED = "Unrecognised failure: launchdeck has no rule for this error yet."
 TEACH_IT = (

@@ -70,6 +70,15 @@ def exit_of(line: Line, root_at: int) -> Observation | None:
     return Observation("exit", f"the process exited ({code})", line=line.number)
 
 
+def process_exit(code: int) -> Observation:
+    """What the exit status the dashboard saw says: a kill (128 + 9, or -9), a crash on a signal."""
+    if str(code) in KILLED:
+        return Observation("exit", f"the process was killed ({code})", "oom")
+    if str(code) in CRASHED:
+        return Observation("exit", f"the process crashed ({code})", "other")
+    return Observation("exit", f"the process exited with {code}")
+
+
 def gather(
     *,
     stage: str,

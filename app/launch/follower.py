@@ -147,6 +147,11 @@ class LogWatch:
         await self.record.progress(change, diagnosis)
         self.recorded_size, self.hung = size, hung
 
+    async def record_exit(self, code: int) -> None:
+        """The server's process ended by itself: how it ended is evidence the log may not hold."""
+        self.live.analyzer.exited(code)
+        await self.record_progress(final=True)
+
 
 class Follower:
     def __init__(self, dashboard: Dashboard, record: AttemptRecord):
@@ -354,6 +359,7 @@ class Follower:
             await self.record.finish(AttemptStatus.LOST, error=error)
         else:
             at_failure = await self.dashboard.gpus.snapshot_after(attempt.host.name, ended)
+            await self.watch.record_exit(probe.exit_code)
             await self.record.finish(
                 AttemptStatus.FAILED,
                 exit_code=probe.exit_code,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.diagnose.analyze import diagnose
+from app.diagnose.analyze import Analyzer, diagnose
 from app.diagnose.weighing import Observation, decide
 
 START = """[2026-04-01 09:00:00] server_args=ServerArgs(model_path='/models/m', tp_size=4)
@@ -229,3 +229,23 @@ def test_nccl_losing_a_peer_is_a_root_though_no_exception_follows_and_its_setup_
     assert (result.failure_class, result.root_error) == ("nccl", lost)
     setup = START + "gpu-c:1201:1201 [0] NCCL WARN Failed to open libibverbs.so[.1]\n"
     assert diagnose(setup).failure_class == "healthy"
+
+
+def ended_with(log: str, code: int) -> object:
+    analyzer = Analyzer()
+    analyzer.feed(log)
+    analyzer.exited(code)
+    return analyzer.finish(file_alone=False)
+
+
+def test_the_exit_the_dashboard_saw_is_evidence_only_where_the_log_shows_no_error() -> None:
+    loading = START + "[2026-04-01 09:00:10 TP0] Load weight begin. avail mem=78.20 GB\n"
+    crashed = ended_with(loading, 139)
+    assert (crashed.failure_class, crashed.root_error, crashed.recognised) == ("other", None, True)
+    assert says(crashed) == ["reached weights loading", "the process crashed (139)"]
+    unexplained = ended_with(loading, 1)
+    assert (unexplained.failure_class, unexplained.recognised) == ("other", False)
+    assert unexplained.hint.startswith("The server exited with 1 and its log shows no error")
+    assert ended_with(loading, 143).failure_class == "healthy"  # stopped, as asked
+    with_error = ended_with(loading + "RuntimeError: shard 3 of 4 is truncated\n", 137)
+    assert with_error.failure_class == "other" and says(with_error)[-1] == "then the process was killed (137)"

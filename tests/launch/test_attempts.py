@@ -325,6 +325,11 @@ async def test_ranks_left_by_a_killed_server_are_found_and_stopped(api: AsyncCli
     await host.run(["kill", "-KILL", main])
     dead = await wait_for(api, attempt["id"], {"failed", "lost"})
     assert dead["status"] == "failed" and dead["exit_code"] == 137
+    # No error in its log: how it ended is the evidence, and the diagnosis says so.
+    diagnosis = dead["diagnosis"]
+    assert (diagnosis["class"], diagnosis["root_error"]) == ("oom", None)
+    assert [seen["says"] for seen in diagnosis["observations"]] == ["reached serving", "the process was killed (137)"]
+    assert "OOM killer" in diagnosis["hint"]
     at_launch, at_failure = dead["gpu_snapshot"]["at_launch"], dead["gpu_snapshot"]["at_failure"]
     assert next(g for g in at_launch["gpus"] if g["index"] == 3)["memory_used_mib"] == 0
     assert any(p["command"].startswith("sglang::scheduler") for p in at_failure["processes"] if p["gpu"] == 3)

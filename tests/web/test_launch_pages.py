@@ -406,6 +406,26 @@ async def test_the_card_lists_the_evidence_its_class_was_weighed_from(
     assert "<b>nccl +12</b> the error says: distributed store" in page
 
 
+async def test_a_server_killed_with_no_error_in_its_log_is_said_killed_on_the_card(
+    running_app: FastAPI, app_client: AsyncClient
+) -> None:
+    """The dashboard knows how the process ended: a kill with a log that shows no error is the failure."""
+    [attempt] = await attempts_from_logs(running_app, "lark-killed", ("", "failed"))
+    analyzer = Analyzer()
+    analyzer.feed("[2026-03-02 08:14:05 TP0] Load weight begin. avail mem=78.10 GB\n")
+    analyzer.exited(137)
+    async with running_app.state.runtime.sessions.write() as session:
+        row = await session.get(Attempt, attempt.id)
+        assert row is not None
+        row.diagnosis = stored(analyzer.finish(file_alone=False), []).to_json()
+        await session.commit()
+    await log_in(app_client)
+    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    assert '<span class="failure-class" id="failure-class">oom</span> the server exited with 137, and its log' in page
+    assert 'id="evidence"><summary>Why oom: the process was killed (137)</summary>' in page
+    assert "OOM killer" in page
+
+
 async def test_a_traceback_still_arriving_is_said_on_the_card_without_its_header_as_the_error(
     running_app: FastAPI, app_client: AsyncClient
 ) -> None:
