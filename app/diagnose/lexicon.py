@@ -143,6 +143,7 @@ CONCEPTS = (  # most specific first: the first whose words the failure shows pla
             r"driver version is insufficient",
             r"no NVIDIA driver",
             r"No CUDA GPUs are available",
+            r"\b0 active drivers\b",  # Triton finding no GPU driver to compile for
             r"CUDA driver",
             r"undefined symbol: cu[A-Z]",
         ),  # a CUDA driver API symbol: the driver is older than the build
@@ -363,6 +364,8 @@ PLACES = (
         "model does not fit",
         r":load_weights\b|:weight_loader\b|params_dict\[|sglang/srt/model_loader/|[:.]load_model\b|\bget_model\(",
     ),
+    # Transformers looking up a model type it does not know (its config's `model_type`)
+    _place("architecture not supported", r"transformers/models/auto/configuration_auto\.py"),
     # a package being imported: the import machinery's own frames
     _place(
         "packages disagree",

@@ -249,3 +249,17 @@ def test_the_exit_the_dashboard_saw_is_evidence_only_where_the_log_shows_no_erro
     assert ended_with(loading, 143).failure_class == "healthy"  # stopped, as asked
     with_error = ended_with(loading + "RuntimeError: shard 3 of 4 is truncated\n", 137)
     assert with_error.failure_class == "other" and says(with_error)[-1] == "then the process was killed (137)"
+
+
+def test_triton_without_a_gpu_driver_and_a_model_type_transformers_does_not_know() -> None:
+    no_driver = START + "RuntimeError: 0 active drivers ([]). There should only be one.\n"
+    assert diagnose(no_driver).failure_class == "driver"
+    unknown_type = (
+        START
+        + """Traceback (most recent call last):
+  File "/venv/lib/python3.10/site-packages/transformers/models/auto/configuration_auto.py", line 1021, in from_pretrained
+    config_class = CONFIG_MAPPING[config_dict["model_type"]]
+KeyError: 'lark_vision'
+"""
+    )
+    assert diagnose(unknown_type).failure_class == "model-load"
