@@ -257,7 +257,7 @@ def test_triton_without_a_gpu_driver_and_a_model_type_transformers_does_not_know
     unknown_type = (
         START
         + """Traceback (most recent call last):
-  File "/venv/lib/python3.10/site-packages/transformers/models/auto/configuration_auto.py", line 1021, in from_pretrained
+  File "/venv/lib/transformers/models/auto/configuration_auto.py", line 1021, in from_pretrained
     config_class = CONFIG_MAPPING[config_dict["model_type"]]
 KeyError: 'lark_vision'
 """
