@@ -21,6 +21,7 @@ WRAPPERS = (
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) std(?:out|err) [FP] "),
     re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) "),  # docker logs -t, kubectl --timestamps
     re.compile(r"^[A-Z]+ \d{4}-\d\d-\d\dT[\d:.]+Z \[severity: [A-Z]+\] "),  # a cloud logging export
+    re.compile(r"^\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} "),  # a collector's month-day stamp ("04-20 13:32:25.784 ")
     re.compile(r"^`+|^\*\*(?=\S)|^\* (?=\S)"),  # Markdown residue: a code fence, bold, a list's bullet
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:"),  # Python's default logging format
     re.compile(r"^\[rank\d+\]: ?"),  # torchrun's per-rank output

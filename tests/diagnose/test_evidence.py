@@ -263,3 +263,11 @@ KeyError: 'lark_vision'
 """
     )
     assert diagnose(unknown_type).failure_class == "model-load"
+
+
+def test_a_collectors_month_day_stamp_is_a_wrapper_so_its_traceback_is_read() -> None:
+    log = (
+        '04-20 13:32:25.784  File "/app/sglang/srt/managers/tp_worker.py", line 260, in __init__\n'
+        "04-20 13:32:25.784    self.model_runner = ModelRunner(\n"
+    )
+    assert diagnose(log).root_error == "04-20 13:32:25.784    self.model_runner = ModelRunner("
