@@ -894,6 +894,10 @@ async def test_a_failed_launch_shows_why_and_what_changed_against_one_that_worke
             await open_attempt(page, oom, "qwen36-27b-mtp-oom")
             await expect(page.locator("#failure-class")).to_have_text("oom")
             await expect(page.locator("#stage-progress .step.current.failed")).to_contain_text("✗ weights loaded")
+            why = page.locator("#evidence summary")  # what the class was weighed from, folded
+            await expect(why).to_contain_text("Why oom: the error says: memory exhausted")
+            await why.click()
+            await expect(page.locator("#evidence li.weighed").first).to_contain_text("oom +12")
             leftovers = page.locator("#stop-leftovers")  # offered only while its processes are seen
             if await leftovers.count():
                 await expect(leftovers).to_contain_text("still on GPU 0, holding")  # what its Stop would end
