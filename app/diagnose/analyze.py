@@ -136,7 +136,9 @@ class Analyzer:
         self._waiting: Line | None = None  # the first of the lines the log ends on that say it waits
         self._waits = 0  # how many lines the log ends on that say it waits
         self._adjustments: list[Line] = []
-        self._beside: deque[Line] = deque(maxlen=8)  # the last lines beside the failure, before its root
+        # The last lines that may say something beside the failure, before its root: which of them
+        # do is decided when an answer is asked for, so a log of error lines costs no more per line.
+        self._maybe_beside: deque[Line] = deque(maxlen=16)
         self._ended: Line | None = None  # the last line that says how a process ended
         self._exit_code: int | None = None  # how the server's process ended, where the dashboard saw it
         self._environment: set[str] = set()  # SGLANG_* settings the log shows (an echoed command line)
@@ -295,7 +297,7 @@ class Analyzer:
         unrelated failures cut off in one frame must not share one."""
         evidence = traceback_context(tb, None)
         cut_in = evidence.frames[-1] if evidence.frames else "no frame"
-        nearby = [seen for seen in self._beside if seen.number >= tb.lines[0].number - NEARBY]
+        nearby = [seen for seen in self._beside() if seen.number >= tb.lines[0].number - NEARBY]
         specific = [*nearby, *(seen for seen in tb.lines if _beside(seen.text.strip()))]
         named = next((seen for seen in reversed(specific) if said(seen.text.strip())), None)
         if named is not None:  # what the lines printed with it say is more than where it stopped
@@ -365,8 +367,8 @@ class Analyzer:
             else:
                 self._current = Traceback([line], [line])
             return
-        if _beside(text) and self._root is None and self._fatal_line is None:
-            self._beside.append(line)
+        if self._root is None and self._fatal_line is None and any(word in text for word in BESIDE_WORDS):
+            self._maybe_beside.append(line)
         if self._fatal_line is None and not HARMLESS.search(text):
             if ARGPARSE_ERROR.match(text) or any(pattern.search(text) for pattern in FATAL_LINES):
                 self._fatal_line = line
@@ -408,7 +410,7 @@ class Analyzer:
             evidence=evidence,
             words=words,
             place=placed,
-            beside=[seen for seen in self._beside if seen.number < line.number][-3:],
+            beside=[seen for seen in self._beside() if seen.number < line.number][-3:],
             ended=self._ended,
             root_at=line.number,
             cut_in=cut_in,
@@ -452,6 +454,9 @@ class Analyzer:
         result.fingerprint = fingerprint(result.failure_class, signed, signed_concept, phase)
         result.error_type, result.error_message = signature_parts(signed)
         return result
+
+    def _beside(self) -> list[Line]:
+        return [seen for seen in self._maybe_beside if _beside(seen.text.strip())]
 
     def _known_conflict(self, frames: list[str]) -> str | None:
         args = self._figures.server_args
