@@ -64,7 +64,7 @@ WAITING = re.compile(r"\bwaiting (?:for|on|until)\b", re.I)
 SGLANG_WRAPPER = re.compile(r"^\s*(?:[A-Z]+:sglang\.|\(SGLang\w* pid=)")
 # A frame's source line as Python prints it, indented under the frame (not a wrapped line's rest).
 SOURCE_LINE = re.compile(r"^\s{2,}\S")
-NOT_A_CALL = re.compile(r'File "|[~^]+$')  # a frame cut mid-line, Python 3.11's markers under a call
+CARET_LINE = re.compile(r"[~^]+$")  # Python 3.11's markers under a call
 # Exit statuses of a process that ended as asked: done, or stopped (SIGTERM, by the shell or a signal).
 ENDED_AS_ASKED = {0, 143, -15}
 # What a kill or a crash with no error in the log is, by the class its exit status points to.
@@ -475,10 +475,15 @@ def _last_call(tb: Traceback) -> Line:
     line, printed indented under it; the one before, when the log ends on a frame whose call it
     did not print), else its last frame, else its first line."""
     frames = [line for line in tb.lines if FRAME.match(line.text)]
-    calls = [line for line in tb.lines if SOURCE_LINE.match(line.text) and not NOT_A_CALL.match(line.text.strip())]
+    calls = [line for line in tb.lines if SOURCE_LINE.match(line.text) and not _not_a_call(line.text.strip())]
     if calls and frames and calls[-1].number >= frames[-1].number - 1:
         return calls[-1]
     return frames[-1] if frames else tb.lines[0]
+
+
+def _not_a_call(text: str) -> bool:
+    """A frame cut mid-line (as short as its first letter), or the markers under a call."""
+    return text.startswith('File "') or 'File "'.startswith(text) or CARET_LINE.match(text) is not None
 
 
 def _beside(text: str) -> bool:

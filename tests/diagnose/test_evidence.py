@@ -271,3 +271,15 @@ def test_a_collectors_month_day_stamp_is_a_wrapper_so_its_traceback_is_read() ->
         "04-20 13:32:25.784    self.model_runner = ModelRunner(\n"
     )
     assert diagnose(log).root_error == "04-20 13:32:25.784    self.model_runner = ModelRunner("
+
+
+def test_a_frame_cut_after_its_first_letter_is_no_call() -> None:
+    log = (
+        START
+        + """Traceback (most recent call last):
+  File "/x/sglang/srt/managers/scheduler.py", line 999, in event_loop_overlap
+    batch_result = self.run_batch(batch)
+                   ^^^^^^^^^^^^^^^^^^^^^
+  F"""
+    )
+    assert diagnose(log).root_error == "batch_result = self.run_batch(batch)"
