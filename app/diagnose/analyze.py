@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import re
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from app.diagnose.arguments import ADJUSTMENT, ENVIRONMENT, KNOWN_CONFLICTS, argument_names
@@ -47,6 +48,7 @@ from app.diagnose.lexicon import (
     TEACH_IT,
     UNEXPLAINED_EXIT,
     UNPLACED,
+    Concept,
     hint_for,
     placed_at,
     said,
@@ -297,9 +299,9 @@ class Analyzer:
         unrelated failures cut off in one frame must not share one."""
         evidence = traceback_context(tb, None)
         cut_in = evidence.frames[-1] if evidence.frames else "no frame"
-        nearby = [seen for seen in self._beside() if seen.number >= tb.lines[0].number - NEARBY]
-        specific = [*nearby, *(seen for seen in tb.lines if _beside(seen.text.strip()))]
-        named = next((seen for seen in reversed(specific) if said(seen.text.strip())), None)
+        nearby = [pair for pair in self._beside() if pair[0].number >= tb.lines[0].number - NEARBY]
+        specific = [*nearby, *_beside(tb.lines)]
+        named = next((seen for seen, concept in reversed(specific) if concept is not None), None)
         if named is not None:  # what the lines printed with it say is more than where it stopped
             result = self._diagnosis((named, evidence), cut_in=cut_in)
         else:
@@ -410,7 +412,7 @@ class Analyzer:
             evidence=evidence,
             words=words,
             place=placed,
-            beside=[seen for seen in self._beside() if seen.number < line.number][-3:],
+            beside=[pair for pair in self._beside() if pair[0].number < line.number][-3:],
             ended=self._ended,
             root_at=line.number,
             cut_in=cut_in,
@@ -455,8 +457,8 @@ class Analyzer:
         result.error_type, result.error_message = signature_parts(signed)
         return result
 
-    def _beside(self) -> list[Line]:
-        return [seen for seen in self._maybe_beside if _beside(seen.text.strip())]
+    def _beside(self) -> list[tuple[Line, Concept | None]]:
+        return _beside(self._maybe_beside)
 
     def _known_conflict(self, frames: list[str]) -> str | None:
         args = self._figures.server_args
@@ -486,12 +488,18 @@ def _not_a_call(text: str) -> bool:
     return text.startswith('File "') or 'File "'.startswith(text) or CARET_LINE.match(text) is not None
 
 
-def _beside(text: str) -> bool:
-    """A line that says something of a failure's cause, not a retry or a warning: one of the kinds
-    events.BESIDE knows, or an error line whose words the lexicon names."""
-    if not any(word in text for word in BESIDE_WORDS) or RETRYING.search(text) or HARMLESS.search(text):
-        return False
-    return BESIDE.search(text) is not None or (("rror" in text or "RROR" in text) and said(text) is not None)
+def _beside(lines: Iterable[Line]) -> list[tuple[Line, Concept | None]]:
+    """The lines that say something of a failure's cause, not a retry or a warning, each with the
+    concept its words name: the kinds events.BESIDE knows, and error lines the lexicon names."""
+    found = []
+    for line in lines:
+        text = line.text.strip()
+        if not any(word in text for word in BESIDE_WORDS) or RETRYING.search(text) or HARMLESS.search(text):
+            continue
+        concept = said(text)
+        if BESIDE.search(text) or (concept is not None and ("rror" in text or "RROR" in text)):
+            found.append((line, concept))
+    return found
 
 
 def _recognisable(line: Line, text: str) -> bool:

@@ -458,11 +458,6 @@ def hint_for(concept: Concept | None, failure_class: str) -> str:
     return concept.hint if concept is not None and concept.hint else HINTS[failure_class]
 
 
-def place(message: str, evidence: Evidence | None = None) -> Concept | None:
-    """The concept a root error is, or None when nothing in the lexicon knows it."""
-    return said(message, evidence) or placed_at(message, evidence or Evidence())
-
-
 def said(message: str, evidence: Evidence | None = None) -> Concept | None:
     """The concept a failure's own words name: the root error's and its chain's."""
     if ARGPARSE_ERROR.match(message):

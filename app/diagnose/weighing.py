@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.diagnose.events import EXCEPTION, Evidence
-from app.diagnose.lexicon import Concept, said
+from app.diagnose.lexicon import Concept
 from app.diagnose.lines import Line
 
 WEIGHTS = {"words": 12, "place": 4, "beside": 3, "exit": 2}  # what a kind of evidence counts for
@@ -63,20 +63,17 @@ def exit_of(line: Line, root_at: int) -> Observation | None:
     code = next(group for group in found.groups() if group is not None) if any(found.groups()) else "Killed"
     if line.number > root_at:
         return Observation("exit", f"then the process ended ({code})", line=line.number)
-    if code in KILLED:
-        return Observation("exit", f"the process was killed ({code})", "oom", line.number)
-    if code in CRASHED:
-        return Observation("exit", f"the process crashed ({code})", "other", line.number)
-    return Observation("exit", f"the process exited ({code})", line=line.number)
+    return process_exit(code, line.number)
 
 
-def process_exit(code: int) -> Observation:
-    """What the exit status the dashboard saw says: a kill (128 + 9, or -9), a crash on a signal."""
+def process_exit(code: int | str, line: int | None = None) -> Observation:
+    """What an exit status or signal says: a kill (128 + 9, -9, SIGKILL), a crash on a signal, or
+    only that the process exited."""
     if str(code) in KILLED:
-        return Observation("exit", f"the process was killed ({code})", "oom")
+        return Observation("exit", f"the process was killed ({code})", "oom", line)
     if str(code) in CRASHED:
-        return Observation("exit", f"the process crashed ({code})", "other")
-    return Observation("exit", f"the process exited with {code}")
+        return Observation("exit", f"the process crashed ({code})", "other", line)
+    return Observation("exit", f"the process exited with {code}", line=line)
 
 
 def gather(
@@ -86,7 +83,7 @@ def gather(
     evidence: Evidence,
     words: Concept | None,
     place: Concept | None,
-    beside: Iterable[Line],
+    beside: Iterable[tuple[Line, Concept | None]],
     ended: Line | None,
     root_at: int,
     cut_in: str = "",
@@ -110,9 +107,8 @@ def gather(
             if place
             else Observation("place", where)
         )
-    for line in {seen.text.strip(): seen for seen in beside}.values():  # a line repeated (by ranks) once
+    for line, concept in {seen.text.strip(): (seen, named) for seen, named in beside}.values():  # a repeat once
         text = line.text.strip()
-        concept = said(text)
         says = f"beside it: {text[:160]}" + (f" ({concept.name})" if concept else "")
         found.append(Observation("beside", says, concept.failure_class if concept else "", line.number))
     if ended is not None and (exit_seen := exit_of(ended, root_at)) is not None:

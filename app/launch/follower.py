@@ -147,11 +147,6 @@ class LogWatch:
         await self.record.progress(change, diagnosis)
         self.recorded_size, self.hung = size, hung
 
-    async def record_exit(self, code: int) -> None:
-        """The server's process ended by itself: how it ended is evidence the log may not hold."""
-        self.live.analyzer.exited(code)
-        await self.record_progress(final=True)
-
 
 class Follower:
     def __init__(self, dashboard: Dashboard, record: AttemptRecord):
@@ -221,8 +216,7 @@ class Follower:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(mirror.done.wait(), self.dashboard.pace.drain)
                     still = mirror is None or mirror.log.size == size
-                    await self._record_log_progress(mirror, hung=hung and still, final=True)
-                    await self._finish_process(probe)
+                    await self._finish_process(probe, mirror, hung=hung and still)
                     return
                 status = await self._check_readiness(connection, port, status, probe)
                 status = await self._until_next_probe(mirror, connection, port, status, probe)
@@ -348,10 +342,15 @@ class Follower:
         finally:
             listener.close()
 
-    async def _finish_process(self, probe: Any) -> None:
+    async def _finish_process(self, probe: Any, mirror: LogMirror | None, *, hung: bool) -> None:
+        """The log's last diagnosis, then the attempt's end. A server that ended by itself (not
+        stopped as asked) gives its exit status to the diagnosis: evidence its log may not hold."""
         ended = time.time()
         async with self.dashboard.sessions.read() as session:
             attempt = await load_attempt(session, self.attempt_id)
+        if attempt.stop_requested_at is None and probe.exit_code is not None:
+            self.live.analyzer.exited(probe.exit_code)
+        await self._record_log_progress(mirror, hung=hung, final=True)
         if attempt.stop_requested_at is not None:
             await self.record.finish(AttemptStatus.STOPPED, exit_code=probe.exit_code)
         elif probe.exit_code is None:
@@ -359,7 +358,6 @@ class Follower:
             await self.record.finish(AttemptStatus.LOST, error=error)
         else:
             at_failure = await self.dashboard.gpus.snapshot_after(attempt.host.name, ended)
-            await self.watch.record_exit(probe.exit_code)
             await self.record.finish(
                 AttemptStatus.FAILED,
                 exit_code=probe.exit_code,

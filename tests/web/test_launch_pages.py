@@ -166,7 +166,7 @@ async def test_attempt_page_shows_drift_from_the_newest_releases_dict_dump(
         session.add(attempt)
         await session.commit()
     await log_in(app_client)
-    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    page = await attempt_page(app_client, attempt.id)
     drift_table = page[page.index('id="drift"') : page.index("</table>", page.index('id="drift"'))]
     rows = dict(re.findall(r'data-arg="(\w+)">\s*((?:<td>.*?</td>\s*)+)', drift_table, re.S))
     cells = {name: re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for name, row in rows.items()}
@@ -279,7 +279,7 @@ async def test_a_server_up_but_too_small_to_be_of_use_says_so_with_its_figures(
         running_app, "lark-27b", (TINY_SERVER_LOG, "ready"), (useful_log, "ready")
     )
     await log_in(app_client)
-    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    page = await attempt_page(app_client, attempt.id)
     warning = page[page.index('id="capacity"') :]
     warning = warning[: warning.index("</p>")]
     assert "serves at most 1 request at a time, where the chat-short benchmark runs 8 at once" in warning
@@ -343,9 +343,7 @@ ARGPARSE_LOG = "\n".join(
 async def test_a_launch_that_failed_parsing_its_arguments_marks_that_first_step(
     running_app: FastAPI, app_client: AsyncClient
 ) -> None:
-    [attempt] = await attempts_from_logs(running_app, "lark-argparse", (ARGPARSE_LOG, "failed"))
-    await log_in(app_client)
-    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    _, page = await failed_attempt_page(running_app, app_client, "lark-argparse", ARGPARSE_LOG)
     bar = page[page.index('id="stage-progress"') :]
     assert re.search(r'<span class="step current failed">\s*✗ args parsed', bar[: bar.index("</div>")]), bar[:600]
 
@@ -365,9 +363,7 @@ async def test_a_log_cut_inside_a_traceback_roots_at_its_last_frame_and_the_card
     running_app: FastAPI, app_client: AsyncClient
 ) -> None:
     """Never the traceback's header: the last frame is where it was, and the card says why no exception shows."""
-    [attempt] = await attempts_from_logs(running_app, "lark-cut", (CUT_TRACEBACK_LOG, "failed"))
-    await log_in(app_client)
-    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    _, page = await failed_attempt_page(running_app, app_client, "lark-cut", CUT_TRACEBACK_LOG)
     root = re.search(r'<pre class="root-line">(.*?)</pre>', page)
     assert root and root[1] == 'File "/opt/sglang/srt/model_loader/loader.py", line 362, in load_model', page
     cut = "The traceback is cut off in <code>sglang/srt/model_loader/loader.py:load_model</code>: the log ends"
@@ -393,9 +389,7 @@ async def test_the_card_lists_the_evidence_its_class_was_weighed_from(
             "",
         ]
     )
-    [attempt] = await attempts_from_logs(running_app, "lark-store", (log, "failed"))
-    await log_in(app_client)
-    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    attempt, page = await failed_attempt_page(running_app, app_client, "lark-store", log)
     assert re.search(r'<pre class="root-line">(.*?)</pre>', page)[1] == store  # type: ignore[index]
     summary = re.search(r'id="evidence"><summary>(.*?)</summary>', page)
     assert summary and summary[1] == (
@@ -420,7 +414,7 @@ async def test_a_server_killed_with_no_error_in_its_log_is_said_killed_on_the_ca
         row.diagnosis = stored(analyzer.finish(file_alone=False), []).to_json()
         await session.commit()
     await log_in(app_client)
-    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    page = await attempt_page(app_client, attempt.id)
     assert '<span class="failure-class" id="failure-class">oom</span> the server exited with 137, and its log' in page
     assert 'id="evidence"><summary>Why oom: the process was killed (137)</summary>' in page
     assert "OOM killer" in page
@@ -438,10 +432,22 @@ async def test_a_traceback_still_arriving_is_said_on_the_card_without_its_header
         live.diagnosis = stored(analyzer.snapshot(), []).to_json()
         await session.commit()
     await log_in(app_client)
-    page = html.unescape((await app_client.get(f"/attempts/{attempt.id}")).text)
+    page = await attempt_page(app_client, attempt.id)
     assert 'id="root-error"' not in page and "Traceback (most recent call last)" not in page.split('id="diagnosis"')[1]
     said = re.search(r'id="traceback-arriving">A traceback is being written, now in <code>(.*?)</code>', page)
     assert said and said[1].endswith(":load_model"), page
+
+
+async def attempt_page(client: AsyncClient, attempt_id: int | None) -> str:
+    """The attempt's page as a person reads it (entities decoded)."""
+    return html.unescape((await client.get(f"/attempts/{attempt_id}")).text)
+
+
+async def failed_attempt_page(app: FastAPI, client: AsyncClient, preset: str, log: str) -> tuple[Attempt, str]:
+    """A failed attempt of a new preset with `log`'s diagnosis, and its page as a person logged in sees it."""
+    [attempt] = await attempts_from_logs(app, preset, (log, "failed"))
+    await log_in(client)
+    return attempt, await attempt_page(client, attempt.id)
 
 
 async def attempts_from_logs(app: FastAPI, preset: str, *runs: tuple[str, str]) -> list[Attempt]:
