@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.demo.inventory import B200, RTX_PRO_6000, GpuModel
+from app.demo.inventory import B200, DEFAULT_HOSTS, GPU_MODELS, RTX_PRO_6000, GpuModel
 from tests.support.paths import MODEL_FILES
 
 MODELS = {
@@ -23,6 +23,8 @@ MODELS = {
     "Qwen3-235B-A22B": MODEL_FILES / "Qwen--Qwen3-235B-A22B-Instruct-2507",
 }
 GPUS = {"RTX PRO 6000": RTX_PRO_6000, "B200": B200}
+# How many of each GPU a demo host has: a case sees the host it would run on.
+GPU_COUNTS = {GPU_MODELS[host.gpu_model].name: host.gpu_count for host in DEFAULT_HOSTS}
 
 SPEC_V2 = {"SGLANG_ENABLE_SPEC_V2": "1"}
 
@@ -154,6 +156,7 @@ class OracleCase:
             "gpu_mib": self.gpu.memory_total_mib,
             "gpu_name": self.gpu.name,
             "gpu_compute_cap": self.gpu.compute_cap,
+            "gpu_count": GPU_COUNTS[self.gpu.name],
             "env": self.env,
         }
 

@@ -24,8 +24,8 @@ One script for both sides of the oracle comparison, so both are asked the same w
   PYTHONPATH and LAUNCHDECK_SIM_SGLANG_VERSION naming the version; each case gets a simulated
   GPU state file holding its GPU.
 
-stdin: a JSON list of cases `{"name", "argv", "gpu_mib", "gpu_name", "gpu_compute_cap", "env"}`. stdout: a JSON list
-of outcomes `{"name", "version", "values", "warnings", "exception", "exit"}`: the effective
+stdin: a JSON list of cases `{"name", "argv", "gpu_mib", "gpu_name", "gpu_compute_cap", "gpu_count", "env"}`.
+stdout: a JSON list of outcomes `{"name", "version", "values", "warnings", "exception", "exit"}`: the effective
 arguments, the lines printed while resolving (a leading log timestamp replaced by `[TIMESTAMP]`),
 the exception raised (type and message), and for argparse refusals the exit code and the last
 line printed. Standard library only at the top level: it runs in either environment.
@@ -172,7 +172,7 @@ class SimulatedSGLang:
                 "compute_cap": case["gpu_compute_cap"],
                 "temperature_c": 31,
             }
-            for index in range(8)
+            for index in range(case["gpu_count"])
         ]
         simgpu.write_new(path, simgpu.new_state(gpus))
         os.environ[simgpu.STATE_ENV] = path

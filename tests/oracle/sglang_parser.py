@@ -3,7 +3,10 @@ SGLang release on PYTHONPATH (`python sglang_parser.py flags` or `... parse`), n
 the test process. Standard library plus what that release imports.
 
 `flags` prints every option the release's parser knows, with its action, choices, help and what
-the release's deprecation actions say about it. `parse` reads a JSON list of argument lists on
+the release's deprecation actions say about it. `table` prints what the simulator's argument
+layer is built from: each argparse action whole (its options, destination, kind, type, choices,
+default and constant) and every field of the record `ServerArgs.from_cli_args` builds, with its
+value before resolution. `parse` reads a JSON list of argument lists on
 stdin and prints, for each, the exit status argparse gave (0 when it parsed) and what it wrote
 to stderr or the log (warnings of deprecated flags, argparse's own error).
 
@@ -127,6 +130,50 @@ def describe_flags(parser: argparse.ArgumentParser) -> dict[str, dict[str, Any]]
     return flags
 
 
+def describe_actions(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
+    return [
+        {
+            "options": list(action.option_strings),
+            "dest": action.dest,
+            "kind": type(action).__name__.strip("_"),
+            "nargs": action.nargs,
+            "type": getattr(action.type, "__name__", None) if action.type else None,
+            # A set of choices is listed sorted: its order changes from one interpreter to the next.
+            "choices": (sorted(action.choices) if isinstance(action.choices, set) else list(action.choices))
+            if action.choices
+            else None,
+            "default": action.default,
+            "const": getattr(action, "const_value", action.const),
+            "required": action.required,
+            "help": action.help if action.help != argparse.SUPPRESS else None,
+            "new_flag": getattr(action, "new_flag", None),
+            "error_message": getattr(action, "error_message", None),
+        }
+        for action in parser._actions
+        if action.option_strings and not isinstance(action, argparse._HelpAction)
+    ]
+
+
+def record_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """Every field of the record built from a command line that names only a model, before any
+    resolution: the parser's defaults and those of the fields no flag sets."""
+    server_args = import_server_args()
+    namespace = parser.parse_args(["--model-path", "MODEL"])
+    if hasattr(server_args, "resolve_once"):
+        record = server_args.from_cli_args(namespace)
+        return {name: getattr(record, name) for name in server_args.__struct_fields__}
+    # 0.5.10 resolves while its dataclass is built, so the fields are read off the namespace,
+    # named as its from_cli_args names them.
+    import dataclasses
+
+    renamed = {"tp_size": "tensor_parallel_size", "pp_size": "pipeline_parallel_size", "dp_size": "data_parallel_size",
+               "ep_size": "expert_parallel_size", "attn_cp_size": "attention_context_parallel_size",
+               "moe_dp_size": "moe_data_parallel_size"}  # fmt: skip
+    return {
+        field.name: getattr(namespace, renamed.get(field.name, field.name)) for field in dataclasses.fields(server_args)
+    }
+
+
 def parse_each(parser: argparse.ArgumentParser, argvs: list[list[str]]) -> list[dict[str, Any]]:
     said = io.StringIO()
     handler = logging.StreamHandler(said)
@@ -151,10 +198,13 @@ def main() -> None:
     parser = build_parser()
     if sys.argv[1:] == ["flags"]:
         json.dump(describe_flags(parser), sys.stdout)
+    elif sys.argv[1:] == ["table"]:
+        table = {"actions": describe_actions(parser), "fields": record_defaults(parser)}
+        json.dump(table, sys.stdout, default=str)
     elif sys.argv[1:] == ["parse"]:
         json.dump(parse_each(parser, json.load(sys.stdin)), sys.stdout)
     else:
-        sys.exit("usage: sglang_parser.py flags | parse  (JSON list of argument lists on stdin)")
+        sys.exit("usage: sglang_parser.py flags | table | parse  (JSON list of argument lists on stdin)")
 
 
 if __name__ == "__main__":

@@ -1,113 +1,233 @@
-"""SGLang's command-line flags per release: names, aliases, types, choices, defaults and help as in
-each release's `add_cli_args`, for the subset the simulator models.
+"""SGLang's command-line flags per release, every one of them, as the release's own parser declares
+them: names, aliases, types, choices, defaults and the retired flags' warnings or refusals.
 
-Flags every modelled release shares sit in COMMON_FLAGS; each release adds its own. A flag a
-release removed is simply absent from its table, so argparse refuses it with exit status 2, and a
-prefix of two of a release's flags is ambiguous there, as with the real parser.
+The tables (releases/<version>.json) are derived from the real releases by
+tests/oracle/derive_release_tables.py and turned back into a parser here, with SGLang's own
+argument types and deprecation actions. A flag the simulator gives no effect is still accepted
+and reported with its value, as a flag the real server reads and the demo cannot show.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
+import json
 import logging
+import re
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
-
-FLAG = "store_true"
-Flags = list[tuple[tuple[str, ...], dict[str, Any]]]
 
 logger = logging.getLogger("sglang.srt.arg_groups.argparse_actions")
 
+RELEASES = Path(__file__).with_name("releases")
+CUDA_GRAPH_PHASE_KEYS = {
+    "decode": ("backend", "max_bs", "bs"),
+    "prefill": (
+        "backend", "max_bs", "bs", "max_context_size", "full_prefill_max_req", "full_prefill_prefix_chunk_tokens",
+        "max_seq_len",
+    ),
+}  # fmt: skip
+
+
+@functools.cache
+def release_table(version: str) -> dict[str, Any]:
+    table: dict[str, Any] = json.loads((RELEASES / f"{version}.json").read_text())
+    return table
+
+
+def field_defaults(version: str) -> dict[str, Any]:
+    """Every field of the release's record with its value before resolution; a copy, as lists and
+    dicts among them are changed in place by resolution."""
+    return copy.deepcopy(release_table(version)["fields"])
+
+
+def filled_by_resolution(version: str) -> dict[str, Any]:
+    """What resolution sets fields left at their default to, on any GPU and model (see the
+    derivation script)."""
+    return copy.deepcopy(release_table(version)["filled"])
+
+
+def warn_deprecated(message: str) -> None:
+    logger.warning(f"\033[1;33m{message}\033[0m")
+
+
+# SGLang's argument types, by the name the table gives them.
+
+
+def nullable_str(value: str) -> str | None:
+    return None if not value or value == "None" else value
+
+
+def human_readable_int(value: str) -> int:
+    """An integer, or one with an SI (k, M, G, T) or IEC (Ki, Mi, Gi, Ti) suffix."""
+    value = value.strip()
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
+    if found is None:
+        return int(value)
+    number, suffix = found.groups()
+    if suffix.endswith("i"):
+        if "." in number:
+            raise argparse.ArgumentTypeError(
+                f"Decimals are not allowed with IEC suffixes like '{suffix}'. "
+                f"Use an integer IEC value such as '{int(Decimal(number))}{suffix}', "
+                f"or an SI value such as '{number}{suffix[0]}'."
+            )
+        return int(number) * 2 ** (10 * ("KMGT".index(suffix[0]) + 1))
+    return int(Decimal(number) * 10 ** (3 * ("kMGT".index(suffix) + 1)))
+
+
+def json_list_type(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"Invalid JSON list: {value}. Please provide a valid JSON list.") from None
+
+
+def parse_cuda_graph_backend_arg(value: str) -> str:
+    if value == "tc_piecewise":
+        raise argparse.ArgumentTypeError("tc_piecewise was removed; select breakable, full, or disabled")
+    return value
+
+
+def parse_cuda_graph_config_arg(value: str) -> dict[str, dict[str, Any]]:
+    """A JSON object of phase -> settings, each key one the phase takes."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--cuda-graph-config must be JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"--cuda-graph-config must be a JSON object, got {type(parsed).__name__}")
+    settings: dict[str, dict[str, Any]] = {}
+    for phase, phase_settings in parsed.items():
+        if phase not in CUDA_GRAPH_PHASE_KEYS:
+            raise argparse.ArgumentTypeError(
+                f"--cuda-graph-config: unknown phase '{phase}', expected one of {tuple(CUDA_GRAPH_PHASE_KEYS)}"
+            )
+        if not isinstance(phase_settings, dict):
+            raise argparse.ArgumentTypeError(
+                f"--cuda-graph-config['{phase}'] must be a JSON object, got {type(phase_settings).__name__}"
+            )
+        if "backend" in phase_settings:
+            parse_cuda_graph_backend_arg(phase_settings["backend"])
+        for key in phase_settings:
+            if key not in CUDA_GRAPH_PHASE_KEYS[phase]:
+                raise argparse.ArgumentTypeError(
+                    f"--cuda-graph-config['{phase}']: unknown key '{key}', expected one of {CUDA_GRAPH_PHASE_KEYS[phase]}"
+                )
+        settings[phase] = dict(phase_settings)
+    return settings
+
+
+TYPES = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "loads": json.loads,
+    "nullable_str": nullable_str,
+    "human_readable_int": human_readable_int,
+    "json_list_type": json_list_type,
+    "parse_cuda_graph_backend_arg": parse_cuda_graph_backend_arg,
+    "parse_cuda_graph_config_arg": parse_cuda_graph_config_arg,
+}
+
+
+# SGLang's own actions.
+
+
+class LoRAPathAction(argparse.Action):
+    """Adapter paths, each a path or a JSON object naming `lora_name` and `lora_path`."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        paths: list[Any] = []
+        for path in values or []:
+            path = path.strip()
+            if path.startswith("{") and path.endswith("}"):
+                adapter = json.loads(path)
+                assert "lora_path" in adapter and "lora_name" in adapter, (
+                    f"{path!r} looks like a JSON str, but it does not contain 'lora_name' and 'lora_path' keys."
+                )
+                paths.append(adapter)
+            else:
+                paths.append(path)
+        setattr(namespace, self.dest, paths)
+
+
+class DeprecatedAction(argparse.Action):
+    """A retired flag: refused with SGLang's sentence where the release gives one, else warned about."""
+
+    def __init__(self, option_strings: list[str], dest: str, error_message: str | None = None, **kwargs: Any):
+        self.error_message = error_message
+        super().__init__(option_strings, dest, **{"nargs": 0, **kwargs})
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        if self.error_message is not None:
+            parser.error(self.error_message)
+        warn_deprecated(
+            f"The command line argument '{option_string}' is deprecated and will be removed in future versions."
+        )
+
 
 class DeprecatedStoreTrueAction(argparse.Action):
-    """0.5.23's deprecated switch: still stores True, and warns (in yellow) while parsing."""
+    """A deprecated switch that still stores True, and warns (in yellow) while parsing."""
 
-    def __init__(self, option_strings: list[str], dest: str, new_flag: str = "", **kwargs: Any):
+    def __init__(self, option_strings: list[str], dest: str, new_flag: str | None = None, **kwargs: Any):
         self.new_flag = new_flag
-        super().__init__(option_strings, dest, nargs=0, const=True, default=False, **kwargs)
+        super().__init__(option_strings, dest, **{**kwargs, "nargs": 0, "const": True})
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
         replacement = f" Use '{self.new_flag}' instead." if self.new_flag else ""
-        message = f"'{option_string}' is deprecated and will be removed in a future release.{replacement}"
-        logger.warning(f"\033[1;33m{message}\033[0m")
+        warn_deprecated(f"'{option_string}' is deprecated and will be removed in a future release.{replacement}")
         setattr(namespace, self.dest, True)
 
 
-SPECULATIVE_ALGORITHMS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
+class DeprecatedStoreConstAction(DeprecatedStoreTrueAction):
+    """A deprecated flag replaced by one value of another: warns, and stores that value."""
 
-COMMON_FLAGS: Flags = [
-    (("--model-path", "--model"), {"type": str, "required": True, "help": "The path of the model weights. This can be a local folder or a Hugging Face repo ID."}),
-    (("--tokenizer-path",), {"type": str, "help": "The path of the tokenizer."}),
-    (("--trust-remote-code",), {"action": FLAG, "help": "Whether or not to allow for custom models defined on the Hub in their own modeling files."}),
-    (("--context-length",), {"type": int, "help": "The model's maximum context length. Defaults to None (will use the value from the model's config.json instead)."}),
-    (("--host",), {"type": str, "help": "The host of the HTTP server."}),
-    (("--port",), {"type": int, "help": "The port of the HTTP server."}),
-    (("--skip-server-warmup",), {"action": FLAG, "help": "If set, skip warmup."}),
-    (("--dtype",), {"type": str, "choices": ["auto", "half", "float16", "bfloat16", "float", "float32"], "help": "Data type for model weights and activations."}),
-    (("--mem-fraction-static",), {"type": float, "help": "The fraction of the memory used for static allocation (model weights and KV cache memory pool). Use a smaller value if you see out-of-memory errors."}),
-    (("--max-running-requests",), {"type": int, "help": "The maximum number of running requests."}),
-    (("--max-total-tokens",), {"type": int, "help": "The maximum number of tokens in the memory pool."}),
-    (("--chunked-prefill-size",), {"type": int, "help": "The maximum number of tokens in a chunk for the chunked prefill. Setting this to -1 means disabling chunked prefill."}),
-    (("--max-prefill-tokens",), {"type": int, "help": "The maximum number of tokens in a prefill batch. The real bound will be the maximum of this value and the model's maximum context length."}),
-    (("--page-size",), {"type": int, "help": "The number of tokens in a page."}),
-    (("--device",), {"type": str, "help": "The device to use ('cuda', 'xpu', 'hpu', 'npu', 'cpu'). Defaults to auto-detection if not specified."}),
-    (("--random-seed",), {"type": int, "help": "The random seed."}),
-    (("--watchdog-timeout",), {"type": float, "help": "Set watchdog timeout in seconds. If a forward batch takes longer than this, the server will crash to prevent hanging."}),
-    (("--dist-timeout",), {"type": int, "help": "Set timeout for torch.distributed initialization."}),
-    (("--dist-init-addr", "--nccl-init-addr"), {"type": str, "help": "The host address for initializing distributed backend (e.g., `192.168.0.2:25000`)."}),
-    (("--nnodes",), {"type": int, "help": "The number of nodes."}),
-    (("--node-rank",), {"type": int, "help": "The node rank."}),
-    (("--base-gpu-id",), {"type": int, "help": "The base GPU ID to start allocating GPUs from. Useful when running multiple instances on the same machine."}),
-    (("--gpu-id-step",), {"type": int, "help": "The delta between consecutive GPU IDs that are used. For example, setting it to 2 will use GPU 0,2,4,..."}),
-    (("--log-level",), {"type": str, "help": "The logging level of all loggers."}),
-    (("--decode-log-interval",), {"type": int, "help": "The log and metrics reporting interval (in decode iterations) for decode batches."}),
-    (("--served-model-name",), {"type": str, "help": "Override the model name returned by the v1/models endpoint in OpenAI API server."}),
-    (("--speculative-draft-model-path", "--speculative-draft-model"), {"type": str, "help": "The path of the draft model weights. This can be a local folder or a Hugging Face repo ID."}),
-    (("--speculative-num-steps",), {"type": int, "help": "The number of steps sampled from draft model in Speculative Decoding."}),
-    (("--speculative-eagle-topk",), {"type": int, "help": "The number of tokens sampled from the draft model in eagle2 each step."}),
-    (("--speculative-num-draft-tokens",), {"type": int, "help": "The number of tokens sampled from the draft model in Speculative Decoding."}),
-    (("--max-mamba-cache-size",), {"type": int, "help": "The maximum size of the mamba cache."}),
-    (("--mamba-full-memory-ratio",), {"type": float, "help": "The ratio of mamba state memory to full kv cache memory."}),
-    (("--mamba-track-interval",), {"type": int, "help": "The interval to track the mamba state during decode."}),
-    (("--disable-radix-cache",), {"action": FLAG, "help": "Disable RadixAttention for prefix caching."}),
-    (("--enable-nccl-nvls",), {"action": FLAG, "help": "Enable NCCL NVLS for prefill heavy requests when available."}),
-    (("--disable-overlap-schedule",), {"action": FLAG, "help": "Disable the overlap scheduler, which overlaps the CPU scheduler with GPU model worker."}),
-    (("--enable-torch-compile",), {"action": FLAG, "help": "Optimize the model with torch.compile. Experimental feature."}),
-]  # fmt: skip
+    def __init__(self, option_strings: list[str], dest: str, const: Any = True, nargs: Any = 0, **kwargs: Any):
+        super().__init__(option_strings, dest, **kwargs)
+        self.const_value, self.nargs = const, nargs
 
-FLAGS_0_5_10: Flags = [
-    *COMMON_FLAGS,
-    (("--tensor-parallel-size", "--tp-size"), {"type": int, "help": "The tensor parallelism size."}),
-    (("--kv-cache-dtype",), {"type": str, "choices": ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"], "help": 'Data type for kv cache storage. "auto" will use model data type.'}),
-    (("--attention-backend",), {"type": str, "choices": ["triton", "torch_native", "flex_attention", "nsa", "cutlass_mla", "fa3", "fa4", "flashinfer", "flashmla", "trtllm_mla", "trtllm_mha", "dual_chunk_flash_attn", "aiter", "wave", "intel_amx", "ascend", "intel_xpu"], "help": "Choose the kernels for attention layers."}),
-    (("--speculative-algorithm",), {"type": str, "choices": SPECULATIVE_ALGORITHMS, "help": "Speculative algorithm."}),
-    (("--mamba-scheduler-strategy",), {"type": str, "choices": ["auto", "no_buffer", "extra_buffer"], "help": "The strategy to use for mamba scheduler."}),
-    (("--cuda-graph-max-bs",), {"type": int, "help": "Set the maximum batch size for cuda graph. It will extend the cuda graph capture batch size to this value."}),
-    (("--disable-cuda-graph",), {"action": FLAG, "help": "Disable cuda graph."}),
-]  # fmt: skip
-
-CUDA_GRAPH_BACKENDS = ["full", "breakable", "disabled"]
-FLAGS_0_5_23: Flags = [
-    *COMMON_FLAGS,
-    (("--tp-size", "--tensor-parallel-size"), {"type": int, "help": "The tensor parallelism size."}),
-    (("--kv-cache-dtype",), {"type": str, "choices": ["auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16"], "help": 'Data type for kv cache storage. "auto" will use model data type.'}),
-    (("--attention-backend",), {"type": str, "choices": ["triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3", "fa4", "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx", "ascend", "intel_xpu"], "help": "Choose the kernels for attention layers."}),
-    (("--speculative-algorithm",), {"type": str, "help": "Speculative algorithm."}),
-    (("--mamba-radix-cache-strategy",), {"type": str, "choices": ["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"], "help": "The strategy to use for mamba radix cache."}),
-    (("--cuda-graph-backend-decode",), {"type": str, "choices": CUDA_GRAPH_BACKENDS, "help": "CUDA graph backend for the decode phase."}),
-    (("--cuda-graph-backend-prefill",), {"type": str, "choices": CUDA_GRAPH_BACKENDS, "help": "CUDA graph backend for the prefill phase."}),
-    (("--cuda-graph-max-bs-decode",), {"type": int, "help": "Maximum batch size captured by decode CUDA graphs."}),
-    (("--cuda-graph-max-bs-prefill",), {"type": int, "help": "Maximum number of tokens captured by prefill CUDA graphs."}),
-    (("--disable-cuda-graph",), {"action": DeprecatedStoreTrueAction, "new_flag": "--cuda-graph-backend-{decode,prefill}=disabled", "help": "Deprecated. Use --cuda-graph-backend-{decode,prefill}=disabled instead."}),
-]  # fmt: skip
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, self.dest, self.const_value)
 
 
-def build_parser(flags: Flags, defaults: Any) -> argparse.ArgumentParser:
-    """The parser `sglang serve` builds; defaults come from the release's dataclass fields."""
+ACTIONS: dict[str, Any] = {
+    "StoreAction": "store",
+    "StoreTrueAction": "store_true",
+    "StoreFalseAction": "store_false",
+    "StoreConstAction": "store_const",
+    "BooleanOptionalAction": argparse.BooleanOptionalAction,
+    "LoRAPathAction": LoRAPathAction,
+    "DeprecatedAction": DeprecatedAction,
+    "DeprecatedStoreTrueAction": DeprecatedStoreTrueAction,
+    "DeprecatedStoreConstAction": DeprecatedStoreConstAction,
+}
+
+
+def build_parser(version: str) -> argparse.ArgumentParser:
+    """The parser `sglang serve` builds in this release."""
     parser = argparse.ArgumentParser(prog="sglang serve")
-    for names, options in flags:
-        dest = names[0].lstrip("-").replace("-", "_").replace("tensor_parallel_size", "tp_size")
-        options = {"dest": dest, **options}
-        if "required" not in options and options.get("action") is None:
-            options["default"] = getattr(defaults, dest)
-        parser.add_argument(*names, **options)
+    for action in release_table(version)["actions"]:
+        kind = action["kind"]
+        options: list[str] = action["options"]
+        settings: dict[str, Any] = {"dest": action["dest"], "action": ACTIONS[kind], "default": action["default"]}
+        if kind == "BooleanOptionalAction":  # argparse adds each `--no-` form itself
+            options = [option for option in options if not option.startswith("--no-")]
+        if action["required"]:
+            settings["required"] = True
+        if kind in ("StoreAction", "LoRAPathAction", "DeprecatedStoreConstAction"):
+            settings |= {"nargs": action["nargs"], "choices": action["choices"]}
+            if action["type"] is not None:
+                settings["type"] = TYPES[action["type"]]
+        if kind in ("StoreAction", "StoreConstAction", "DeprecatedStoreConstAction") and action["const"] is not None:
+            settings["const"] = action["const"]
+        if kind.startswith("Deprecated"):
+            if action["new_flag"] is not None:
+                settings["new_flag"] = action["new_flag"]
+            if kind == "DeprecatedAction":
+                settings["error_message"] = action["error_message"]
+        parser.add_argument(*options, **settings)
     return parser

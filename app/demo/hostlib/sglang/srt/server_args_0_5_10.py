@@ -12,12 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sglang.srt.cli_flags import FLAGS_0_5_10, build_parser
+from sglang.srt.cli_flags import build_parser
 from sglang.srt.server_args_common import (
     FLA_CHUNK_SIZE,
     MAX_RUNNING_REQUESTS_WARNING,
-    TRTLLM_MOE_WARNING,
-    CommonFields,
     GpuMemoryDefaults,
     ServerArgsRules,
     decode_graph_batch_sizes,
@@ -25,8 +23,17 @@ from sglang.srt.server_args_common import (
     gpu_memory_capacity_mib,
     logger,
     prefill_graph_token_sizes,
+    record_fields,
     spec_v2_enabled,
 )
+
+RELEASE = "0.5.10"
+# The parallel sizes' flags keep their long names as destinations; from_cli_args renames them.
+PARALLEL_SIZES = {
+    "tp_size": "tensor_parallel_size", "pp_size": "pipeline_parallel_size", "dp_size": "data_parallel_size",
+    "ep_size": "expert_parallel_size", "attn_cp_size": "attention_context_parallel_size",
+    "moe_dp_size": "moe_data_parallel_size",
+}  # fmt: skip
 
 NO_BUFFER_SPECULATIVE_ERROR = (
     "Speculative decoding for {arch} is not compatible with radix cache when using "
@@ -46,6 +53,14 @@ GPU_MEMORY_DEFAULTS: GpuMemoryDefaults = (
     (160 * 1024, 8192, 256, 512),
     (None, 16384, 512, 512),
 )
+# Models whose all-reduce 0.5.10 fuses into flashinfer's kernels on Hopper and B200.
+ALLREDUCE_FUSION = frozenset(
+    {
+        "DeepseekV3ForCausalLM", "GptOssForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM",
+        "Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+    }
+)  # fmt: skip
 PIECEWISE_CUDA_GRAPH_DISABLED_ARCHS = (
     "DeepseekV32ForCausalLM",
     "Qwen3NextForCausalLM",
@@ -55,47 +70,99 @@ PIECEWISE_CUDA_GRAPH_DISABLED_ARCHS = (
 )
 
 
-@dataclasses.dataclass
-class ServerArgs(ServerArgsRules, CommonFields):
-    """A dataclass, as 0.5.10's is: `dataclasses.asdict` gives the effective arguments."""
-
-    mamba_scheduler_strategy: str = "auto"
-    cuda_graph_max_bs: int | None = None
-    cuda_graph_bs: list[int] | None = None
-    disable_cuda_graph: bool = False
-    disable_piecewise_cuda_graph: bool = False
+class Resolution(ServerArgsRules):
+    """0.5.10's rules; `ServerArgs` below is the dataclass of every field of the release on top of
+    them, as 0.5.10's record is a dataclass: `dataclasses.asdict` gives the effective arguments."""
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return [field.name for field in dataclasses.fields(cls)]
+        return [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
+
+    @classmethod
+    def from_cli_args(cls, args: Any) -> Any:
+        for name, dest in PARALLEL_SIZES.items():
+            setattr(args, name, getattr(args, dest))
+        return super().from_cli_args(args)
+
+    def effective(self) -> dict[str, Any]:
+        return vars(self)
 
     def __post_init__(self) -> None:
         values = vars(self)  # this release adjusts the record itself
+        self.handle_early_args(values)
         self.fill_missing_defaults(values)
         if self.mamba_scheduler_strategy == "auto":
             self.mamba_scheduler_strategy = "no_buffer"
         self._handle_piecewise_cuda_graph()
         self._handle_gpu_memory_settings(gpu_memory_capacity_mib(self.base_gpu_id))
         self._handle_model_specific_adjustments()
+        if self.nnodes == 1 and self.attn_cp_size <= 1 and self.allreduce_fusion_applies(ALLREDUCE_FUSION, values):
+            self.enable_flashinfer_allreduce_fusion = True
         self.choose_kernel_backends(values)
+        if self.torch_attention_turns_graphs_off(values):
+            self.disable_cuda_graph = True
+        if self.attention_backend == "trtllm_mha" and not self.is_sm100:
+            raise ValueError(
+                "TRTLLM MHA backend for prefill is only supported on Blackwell GPUs (SM100). "
+                "Please use a different prefill backend."
+            )
         self._handle_trtllm_mha_page_size()
         self._check_kv4_attention_backend()
         if self.page_size is None:
             self.page_size = 1
-        if self.uses_trtllm_moe:
+        self._handle_data_parallelism()
+        self.handle_moe_runner(values)
+        if self.moe_runner_backend in ("flashinfer_trtllm", "flashinfer_mxfp4"):
             self.disable_piecewise_cuda_graph = True  # its bypassed top-k cannot be compiled
-            logger.warning(TRTLLM_MOE_WARNING)
         self._handle_speculative_decoding()
+        self.fill_resolved_defaults(values, RELEASE)
 
     def _handle_piecewise_cuda_graph(self) -> None:
+        """Prefill graphs are compiled with torch.compile, which much of SGLang cannot go through."""
+        if self.enforce_piecewise_cuda_graph:
+            self.disable_piecewise_cuda_graph = False
+            return
         config = self.get_model_config()
         if (
             config.architecture in PIECEWISE_CUDA_GRAPH_DISABLED_ARCHS
             or self.speculative_algorithm is not None
+            or self.enable_dp_attention
             or self.enable_torch_compile
+            or self.pp_size > 1
+            or self.moe_a2a_backend != "none"
+            or self.lora_paths
+            or self.enable_lora
             or config.is_multimodal
+            or self.load_format == "gguf"
+            or self.quantization == "gguf"
+            or self.dllm_algorithm is not None
+            or self.cpu_offload_gb > 0
+            or self.enable_hierarchical_cache
+            or self.enable_deterministic_inference
+            or self.disaggregation_mode != "null"
+            or self.enable_symm_mem
+            or self.enable_eplb
+            or self.expert_distribution_recorder_mode is not None
+            or self.attn_cp_size > 1
         ):
             self.disable_piecewise_cuda_graph = True
+
+    def _handle_data_parallelism(self) -> None:
+        """Attention data parallelism needs several data-parallel ranks; with them each rank
+        prefills its share of the chunk."""
+        if self.dp_size == 1:
+            self.enable_dp_attention = False
+            self.enable_dp_lm_head = False
+        if self.enable_dp_attention:
+            self.schedule_conservativeness *= 0.3
+            assert self.tp_size % self.dp_size == 0
+            self.chunked_prefill_size //= self.dp_size
+            logger.warning(
+                f"DP attention is enabled. The chunked prefill size is adjusted to {self.chunked_prefill_size} "
+                "to avoid MoE kernel issues. "
+            )
+        if self.enable_dp_lm_head:
+            assert self.enable_dp_attention, "Please enable dp attention when setting enable_dp_lm_head. "
 
     def _handle_gpu_memory_settings(self, gpu_mem: int | None) -> None:
         chunk, max_bs = defaults_for_gpu(GPU_MEMORY_DEFAULTS, gpu_mem, self.tp_size)
@@ -109,6 +176,10 @@ class ServerArgs(ServerArgsRules, CommonFields):
             )
         else:
             self.cuda_graph_max_bs = max(self.cuda_graph_bs)
+        if self.piecewise_cuda_graph_max_tokens is None:
+            self.piecewise_cuda_graph_max_tokens = self._piecewise_cuda_graph_max_tokens()
+        if self.piecewise_cuda_graph_tokens is None:
+            self.piecewise_cuda_graph_tokens = prefill_graph_token_sizes(self.piecewise_cuda_graph_max_tokens)
         if self.mem_fraction_static is None:
             self.mem_fraction_static = self.static_memory_fraction(gpu_mem, self._reserved_mib(gpu_mem))
 
@@ -119,9 +190,13 @@ class ServerArgs(ServerArgsRules, CommonFields):
         tokens = self.chunked_prefill_size if self.chunked_prefill_size > 0 else self.max_prefill_tokens
         reserved += max(tokens, 2048) * 1.5
         reserved += self.cuda_graph_max_bs * 2
-        reserved += self.tp_size / 8 * 1024
+        reserved += self.tp_size * self.pp_size / 8 * 1024
+        if self.enable_dp_attention:  # padding, and the allocator's waste at large graph batches
+            reserved += self.cuda_graph_max_bs * self.dp_size * 3
+            if self.cuda_graph_max_bs > 300:
+                reserved += self.cuda_graph_max_bs * self.dp_size * 1.5
         if not self.disable_piecewise_cuda_graph:
-            reserved += len(self._piecewise_cuda_graph_tokens()) * 8
+            reserved += len(self.piecewise_cuda_graph_tokens) * 8
         if gpu_mem is not None and gpu_mem > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         if self.speculative_algorithm == "STANDALONE":
@@ -130,14 +205,15 @@ class ServerArgs(ServerArgsRules, CommonFields):
             reserved += 4 * 1024
         return reserved
 
-    def _piecewise_cuda_graph_tokens(self) -> list[int]:
+    def _piecewise_cuda_graph_max_tokens(self) -> int:
+        """The largest prefill captured piecewise: the chunk, within the token pool."""
         assert self.chunked_prefill_size is not None
         max_tokens = self.chunked_prefill_size
         if self.max_total_tokens is not None:
             max_tokens = min(max_tokens, self.max_total_tokens)
         if "llama-2" in self.model_path.lower():
             max_tokens = min(max_tokens, 4096)
-        return prefill_graph_token_sizes(max_tokens)
+        return max_tokens
 
     def _handle_model_specific_adjustments(self) -> None:
         if self.is_hybrid_gdn:
@@ -191,6 +267,11 @@ class ServerArgs(ServerArgsRules, CommonFields):
         )
 
     def _handle_speculative_decoding(self) -> None:
+        if self.speculative_moe_runner_backend is None:  # the draft's experts never run on TensorRT-LLM's
+            trtllm = ("flashinfer_trtllm", "flashinfer_trtllm_routed")
+            self.speculative_moe_runner_backend = (
+                "auto" if self.moe_runner_backend in trtllm else self.moe_runner_backend
+            )
         if self.speculative_algorithm == "NEXTN":
             self.speculative_algorithm = "EAGLE"
         if self.speculative_algorithm not in ("EAGLE", "EAGLE3", "STANDALONE"):
@@ -231,7 +312,10 @@ class ServerArgs(ServerArgsRules, CommonFields):
         return values
 
 
-def prepare_server_args(argv: list[str]) -> ServerArgs:
+ServerArgs = dataclasses.make_dataclass("ServerArgs", record_fields(RELEASE), bases=(Resolution,))
+ServerArgs.__module__ = __name__
+
+
+def prepare_server_args(argv: list[str]) -> Any:
     """Parses `argv` as `sglang serve` does and returns the effective arguments."""
-    raw_args = build_parser(FLAGS_0_5_10, ServerArgs).parse_args(argv)
-    return ServerArgs.from_cli_args(raw_args)
+    return ServerArgs.from_cli_args(build_parser(RELEASE).parse_args(argv))

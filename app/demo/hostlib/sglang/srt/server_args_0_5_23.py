@@ -15,17 +15,14 @@ What changed since 0.5.10, as far as the simulator models it:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 from typing import Any, ClassVar
 
-from sglang.srt.cli_flags import FLAGS_0_5_23, build_parser
+from sglang.srt.cli_flags import build_parser, field_defaults
 from sglang.srt.server_args_common import (
     FLA_CHUNK_SIZE,
     MAX_RUNNING_REQUESTS_WARNING,
-    TRTLLM_MOE_WARNING,
-    CommonFields,
     GpuMemoryDefaults,
     ServerArgsRules,
     decode_graph_batch_sizes,
@@ -35,6 +32,7 @@ from sglang.srt.server_args_common import (
     prefill_graph_token_sizes,
 )
 
+RELEASE = "0.5.23"
 GPU_MEMORY_DEFAULTS: GpuMemoryDefaults = (
     (20 * 1024, 2048, 8, 8),
     (35 * 1024, 4096, 48, 160),
@@ -81,35 +79,25 @@ def validate_mamba_no_buffer(values: dict[str, Any]) -> None:
     assert values["attention_backend"] != "trtllm_mha", "no_buffer do not support trtllm_mha attention backend."
 
 
-@dataclasses.dataclass
-class InputFields(CommonFields):
-    """0.5.23's fields with their defaults, as the operator gives them."""
-
-    mamba_full_memory_ratio: float | None = None  # type: ignore[assignment]
-    mamba_radix_cache_strategy: str = "auto"
-    uses_mamba_radix_cache: bool = False
-    cuda_graph_backend_decode: str | None = None
-    cuda_graph_backend_prefill: str | None = None
-    cuda_graph_max_bs_decode: int | None = None
-    cuda_graph_max_bs_prefill: int | None = None
-    cuda_graph_config: dict[str, Any] | None = None
-    disable_cuda_graph: bool = False
-    enable_dp_attention: bool = False
-
-
 class ServerArgs(ServerArgsRules):
     """A record like 0.5.23's (a msgspec Struct there): fields set from keywords, a repr, and no
     dataclass protocol, so `dataclasses.asdict` fails on it as on the real one."""
 
     NO_GPU_FRACTION: ClassVar[float] = 0.95
+    TRTLLM_MOE_QUANTIZATIONS = (
+        "modelopt_fp4", "nvfp4_online", "fp8", "modelopt_fp8", "modelopt_mixed", "compressed-tensors",
+    )  # fmt: skip
 
     def __init__(self, **values: Any) -> None:
-        for name, value in dataclasses.asdict(InputFields(**values)).items():
-            setattr(self, name, value)
+        fields = field_defaults(RELEASE)
+        if unknown := values.keys() - fields.keys():
+            raise TypeError(f"Unexpected keyword argument '{sorted(unknown)[0]}'")
+        for name, default in fields.items():
+            setattr(self, name, values.get(name, default))
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return [field.name for field in dataclasses.fields(InputFields)]
+        return list(field_defaults(RELEASE))
 
     def input_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.field_names()}
@@ -130,8 +118,13 @@ class ServerArgs(ServerArgsRules):
             self._resolution_failed = True
             raise
 
+    def effective(self) -> dict[str, Any]:
+        self.resolve_once()
+        return self.resolved_dict()
+
     def _resolve(self) -> dict[str, Any]:
         values = self.input_dict()
+        self.handle_early_args(values)
         self.fill_missing_defaults(values)
         if values["mamba_full_memory_ratio"] is None:
             values["mamba_full_memory_ratio"] = 0.9
@@ -153,9 +146,17 @@ class ServerArgs(ServerArgsRules):
                 f"--mamba-radix-cache-strategy {values['mamba_radix_cache_strategy']} "
                 f"needs mamba state, got {self.get_model_config().architecture}."
             )
-        if self.is_sm100 and self.tp_size > 1 and architecture in FLASHINFER_ALLREDUCE_FUSION_ARCHITECTURES:
+        if (
+            values["flashinfer_allreduce_fusion_backend"] is None
+            and (values["nnodes"] == 1 or self.is_sm100)
+            and self.allreduce_fusion_applies(FLASHINFER_ALLREDUCE_FUSION_ARCHITECTURES, values)
+        ):
             logger.info(f"Auto-enabling FlashInfer AllReduce Fusion (auto) for {architecture}")
+            values["flashinfer_allreduce_fusion_backend"] = "auto"
         self.choose_kernel_backends(values)
+        if self.torch_attention_turns_graphs_off(values):
+            for phase in values["cuda_graph_config"].values():
+                phase["backend"] = "disabled"
         if values["attention_backend"] == "trtllm_mha" and values["page_size"] not in (16, 32, 64, 128):
             logger.warning(
                 "TensorRT-LLM MHA only supports page_size of 16, 32, 64 or 128, "
@@ -164,9 +165,14 @@ class ServerArgs(ServerArgsRules):
             values["page_size"] = 64
         if values["page_size"] is None:
             values["page_size"] = 1
-        if self.uses_trtllm_moe:
-            logger.warning(TRTLLM_MOE_WARNING)
+        self.handle_moe_runner(values)
         self._handle_speculative_decoding(values)
+        if values["speculative_moe_runner_backend"] is None:  # the draft runs its experts as the target does
+            runner = values["moe_runner_backend"]
+            if runner == "flashinfer_megamoe":
+                runner = "flashinfer_trtllm"
+            values["speculative_moe_runner_backend"] = "auto" if runner.startswith("lora_") else runner
+        self.fill_resolved_defaults(values, RELEASE)
         return values
 
     def resolved_dict(self) -> dict[str, Any]:
@@ -290,7 +296,7 @@ def prepare_server_args(argv: list[str]) -> ServerArgs:
     """Parses `argv` as `sglang serve` does and returns the arguments as given, unresolved.
 
     Logging is configured here, before resolution, so every warning carries a timestamp."""
-    raw_args = build_parser(FLAGS_0_5_23, InputFields).parse_args(argv)
+    raw_args = build_parser(RELEASE).parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, raw_args.log_level.upper()),
         format="[%(asctime)s] %(message)s",

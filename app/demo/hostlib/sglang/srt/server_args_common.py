@@ -6,12 +6,14 @@ on a B200, flashinfer's on an RTX PRO 6000)."""
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import logging
 import os
 import random
 from typing import Any, ClassVar, Self
 
+from sglang.srt.cli_flags import field_defaults, filled_by_resolution
 from sglang.srt.configs.model_config import HYBRID_GDN_ARCHITECTURES, ModelConfig
 
 logger = logging.getLogger("sglang.srt.server_args")
@@ -30,63 +32,30 @@ TRTLLM_MOE_ARCHITECTURES = (
     "Qwen3_5MoeForConditionalGeneration",
     "Qwen3_5ForConditionalGeneration",
 )
+# Tool-call parsers both releases still take under an old name, and rename.
+RENAMED_TOOL_CALL_PARSERS = {"qwen25": "qwen", "glm45": "glm"}
 DRAFT_TOKENS_WARNING = (
     "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
 )
 
 
-@dataclasses.dataclass
-class CommonFields:
-    """The fields both modelled releases take, with their defaults (before resolution)."""
-
-    model_path: str = ""
-    tokenizer_path: str | None = None
-    trust_remote_code: bool = False
-    context_length: int | None = None
-    host: str = "127.0.0.1"
-    port: int = 30000
-    skip_server_warmup: bool = False
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    mem_fraction_static: float | None = None
-    max_running_requests: int | None = None
-    max_total_tokens: int | None = None
-    chunked_prefill_size: int | None = None
-    max_prefill_tokens: int = 16384
-    page_size: int | None = None
-    device: str | None = None
-    tp_size: int = 1
-    random_seed: int | None = None
-    watchdog_timeout: float = 300
-    dist_timeout: int | None = None
-    dist_init_addr: str | None = None
-    nnodes: int = 1
-    node_rank: int = 0
-    base_gpu_id: int = 0
-    gpu_id_step: int = 1
-    log_level: str = "info"
-    decode_log_interval: int = 40
-    served_model_name: str | None = None
-    attention_backend: str | None = None
-    sampling_backend: str | None = None
-    speculative_algorithm: str | None = None
-    speculative_draft_model_path: str | None = None
-    speculative_num_steps: int | None = None
-    speculative_eagle_topk: int | None = None
-    speculative_num_draft_tokens: int | None = None
-    max_mamba_cache_size: int | None = None
-    mamba_full_memory_ratio: float = 0.9
-    mamba_track_interval: int = 256
-    disable_radix_cache: bool = False
-    enable_nccl_nvls: bool = False
-    disable_overlap_schedule: bool = False
-    enable_torch_compile: bool = False
+def record_fields(version: str) -> list[tuple[str, Any, Any]]:
+    """The release's record fields, every one of them, for `dataclasses.make_dataclass`."""
+    return [
+        (name, Any, dataclasses.field(default_factory=lambda value=value: copy.deepcopy(value)))
+        for name, value in field_defaults(version).items()
+    ]
 
 
 class ServerArgsRules:
     """The rules both modelled releases share; a release's record supplies the fields."""
 
     NO_GPU_FRACTION: ClassVar[float] = 0.88  # the static fraction when no GPU memory can be read
+    # The quantizations the TensorRT-LLM MoE runner takes beside bf16, as the release's refusal
+    # names them (both also take mxfp8, which neither names).
+    TRTLLM_MOE_QUANTIZATIONS: ClassVar[tuple[str, ...]] = (
+        "modelopt_fp4", "fp8", "modelopt_fp8", "modelopt_mixed", "compressed-tensors",
+    )  # fmt: skip
     model_path: str
     base_gpu_id: int
     gpu_id_step: int
@@ -102,12 +71,50 @@ class ServerArgsRules:
     def from_cli_args(cls, args: argparse.Namespace) -> Self:
         return cls(**{name: getattr(args, name) for name in cls.field_names() if hasattr(args, name)})
 
+    def effective(self) -> dict[str, Any]:
+        """The resolved values, whatever the release keeps them in."""
+        raise NotImplementedError
+
     def check_server_args(self) -> None:
         """The checks both releases run as the engine starts, after resolution and before the
         arguments are logged: a refusal here is an AssertionError out of the main process."""
-        assert self.tp_size % self.nnodes == 0, "tp_size must be divisible by number of nodes"
-        assert self.base_gpu_id >= 0, "base_gpu_id must be non-negative"
-        assert self.gpu_id_step >= 1, "gpu_id_step must be positive"
+        values = self.effective()
+        assert values["tp_size"] % values["nnodes"] == 0, "tp_size must be divisible by number of nodes"
+        assert values["base_gpu_id"] >= 0, "base_gpu_id must be non-negative"
+        assert values["gpu_id_step"] >= 1, "gpu_id_step must be positive"
+        if values["chunked_prefill_size"] > 0 and values["disaggregation_mode"] != "decode":
+            assert values["chunked_prefill_size"] % values["page_size"] == 0, (
+                "chunked_prefill_size must be divisible by page_size"
+            )
+
+    def handle_early_args(self, values: dict[str, Any]) -> None:
+        """What both releases settle before anything else: SSL files named together, parsers
+        renamed, and the draft model's quantization and revision taken from the target's."""
+        if values["enable_ssl_refresh"] and not (values["ssl_certfile"] and values["ssl_keyfile"]):
+            raise ValueError("--enable-ssl-refresh requires --ssl-certfile and --ssl-keyfile to be specified.")
+        renamed = RENAMED_TOOL_CALL_PARSERS.get(values["tool_call_parser"])
+        if renamed is not None:
+            logger.warning(
+                f"The tool_call_parser '{values['tool_call_parser']}' is deprecated. Please use '{renamed}' instead."
+            )
+            values["tool_call_parser"] = renamed
+        if values["speculative_draft_model_quantization"] is None:
+            values["speculative_draft_model_quantization"] = values["quantization"]
+        if values["speculative_draft_model_path"] is not None and values["speculative_draft_model_revision"] is None:
+            values["speculative_draft_model_revision"] = "main"
+
+    def torch_attention_turns_graphs_off(self, values: dict[str, Any]) -> bool:
+        """torch's own attention kernels (native, flex) cannot be captured: CUDA graphs go off."""
+        backend = values["attention_backend"]
+        if backend not in ("torch_native", "flex_attention"):
+            return False
+        named = "torch native attention backend" if backend == "torch_native" else "torch Flex Attention backend"
+        logger.warning(f"Cuda graph is disabled because of using {named}")
+        if backend == "flex_attention":
+            assert values["speculative_algorithm"] is None, (
+                "Speculative decoding is currently not supported with Flex Attention backend"
+            )
+        return True
 
     def get_model_config(self) -> ModelConfig:
         if not hasattr(self, "_model_config"):
@@ -117,6 +124,14 @@ class ServerArgsRules:
     @property
     def is_hybrid_gdn(self) -> bool:
         return self.get_model_config().architecture in HYBRID_GDN_ARCHITECTURES
+
+    def fill_resolved_defaults(self, values: dict[str, Any], version: str) -> None:
+        """Fields the arguments left at their default and no modelled rule set: what the release
+        resolves them to on any GPU and model (derived from it, see cli_flags)."""
+        defaults = field_defaults(version)
+        for name, value in filled_by_resolution(version).items():
+            if values[name] == defaults[name]:
+                values[name] = value
 
     def fill_missing_defaults(self, values: dict[str, Any]) -> None:
         if values["tokenizer_path"] is None:
@@ -149,7 +164,39 @@ class ServerArgsRules:
     @property
     def uses_trtllm_moe(self) -> bool:
         """The MoE runner SGLang picks on SM100 for its Qwen3 MoE family when none is asked for."""
-        return self.is_sm100 and self.get_model_config().architecture in TRTLLM_MOE_ARCHITECTURES
+        return (
+            self.is_sm100
+            and self.get_model_config().architecture in TRTLLM_MOE_ARCHITECTURES
+            and self.moe_runner_backend == "auto"
+            and self.moe_a2a_backend == "none"
+            and self.quantization in (None, "fp8", "modelopt_fp4")
+        )
+
+    def handle_moe_runner(self, values: dict[str, Any]) -> None:
+        """SM100's TensorRT-LLM MoE runner where SGLang picks it; it cannot fuse shared experts,
+        whoever chose it."""
+        if self.uses_trtllm_moe:
+            values["moe_runner_backend"] = "flashinfer_trtllm"
+        if values["moe_runner_backend"] == "flashinfer_trtllm":
+            assert values["quantization"] in (*self.TRTLLM_MOE_QUANTIZATIONS, "mxfp8", None), (
+                f"Invalid quantization '{values['quantization']}'. \nFlashInfer TRTLLM MOE supports only: "
+                + ", ".join(f"'{name}'" for name in self.TRTLLM_MOE_QUANTIZATIONS)
+                + ", or bfloat16 (None)."
+            )
+            values["disable_shared_experts_fusion"] = True
+            logger.warning(TRTLLM_MOE_WARNING)
+
+    def allreduce_fusion_applies(self, architectures: frozenset[str], values: dict[str, Any]) -> bool:
+        """Whether SGLang fuses all-reduce into flashinfer's kernels by itself: the listed models,
+        tensor-parallel on Hopper or a B200, without attention data parallelism or expert all-to-all."""
+        return (
+            self.get_model_config().architecture in architectures
+            and gpu_sm_version(self.base_gpu_id) in (90, 100)
+            and values["tp_size"] > 1
+            and not values["enable_dp_attention"]
+            and values["moe_a2a_backend"] == "none"
+            and not values["enforce_disable_flashinfer_allreduce_fusion"]
+        )
 
     def default_attention_backend(self, values: dict[str, Any]) -> str:
         """trtllm_mha on SM100 without tree drafts (top-k 1 is known, or no speculation); otherwise

@@ -8,10 +8,13 @@ does for the real loader.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from functools import cached_property
 from typing import Any
+
+logger = logging.getLogger("sglang.srt.configs.model_config")
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM",
@@ -102,6 +105,16 @@ def _fetch_from_hub(model_path: str) -> None:
     )
 
 
+# Where a model config states its longest context, in the order SGLang looks.
+CONTEXT_LENGTH_KEYS = (
+    "max_sequence_length",
+    "seq_length",
+    "max_seq_len",
+    "model_max_length",
+    "max_position_embeddings",
+)
+
+
 class ModelConfig:
     def __init__(self, model_path: str, context_length: int | None = None):
         self.model_path = model_path
@@ -109,7 +122,35 @@ class ModelConfig:
         with open(os.path.join(self.path, "config.json"), encoding="utf-8") as f:
             self.hf_config: dict[str, Any] = json.load(f)
         self.text: dict[str, Any] = self.hf_config.get("text_config", self.hf_config)
-        self.context_len = context_length or int(self.text.get("max_position_embeddings", 4096))
+        self.context_len = self._checked_context_length(context_length)
+
+    def derived_context_length(self) -> int:
+        """The model's own limit, as SGLang reads it: the first length key its config has, times a
+        rope scaling factor where the scaling stretches the positions it was trained on."""
+        scaling = self.text.get("rope_scaling") or {}
+        factor = scaling.get("factor", 1)
+        if "original_max_position_embeddings" in scaling or scaling.get("rope_type") == "llama3":
+            factor = 1
+        for key in CONTEXT_LENGTH_KEYS:
+            if self.text.get(key) is not None:
+                return int(factor * self.text[key])
+        return 2048
+
+    def _checked_context_length(self, asked: int | None) -> int:
+        derived = self.derived_context_length()
+        if asked is None or asked <= derived:
+            return asked or derived
+        said = (
+            f"Warning: User-specified context_length ({asked}) is greater than the derived context_length "
+            f"({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the derived "
+            "context_length may differ from max_position_embeddings in the model's config."
+        )
+        if os.environ.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "").lower() not in ("1", "true"):
+            raise ValueError(
+                f"{said} To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+            )
+        logger.warning(said)
+        return asked
 
     @property
     def architecture(self) -> str:
