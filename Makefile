@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench lint screenshots install system-packages clean
+.PHONY: demo test bench lint screenshots oracle-soak install system-packages clean
 
 demo: install
 	$(BIN)/launchdeck demo
@@ -23,6 +23,12 @@ lint: install
 	$(BIN)/ruff check app tests bench migrations docs
 	$(BIN)/ruff format --check app tests bench migrations docs
 	$(BIN)/mypy app
+
+# The simulator against real SGLang on argument lists drawn from fresh seeds (the seed is printed;
+# SOAK_CASES per release, about a minute per thousand after the first build of the releases).
+SOAK_CASES ?= 3000
+oracle-soak: install
+	$(BIN)/python -m tests.oracle.drawn --fresh --cases $(SOAK_CASES)
 
 # The README's pictures, retaken from a demo it builds (about three minutes; needs chromium).
 screenshots: install

@@ -112,6 +112,9 @@ class ProbeResult:
 # wherever sglang is installed.
 # Before 0.5.23 `prepare_server_args` returns resolved arguments; from then on it returns them as
 # parsed, and `resolve_once()` adjusts and validates them (effective values from `resolved_dict()`).
+# Then `check_server_args()`, which the engine runs before it starts anything (a chunk that is not
+# a whole number of pages, a tensor-parallel size the nodes cannot share), so that its refusal is
+# foreseen here as argparse's is.
 # Newer releases log warnings as "[YYYY-MM-DD HH:MM:SS] message", some in colour: both are stripped.
 _CHECK = r"""
 import contextlib, dataclasses, io, json, os, re, sys, warnings
@@ -154,6 +157,8 @@ try:
         server_args = prepare_server_args(["--model-path", *args])
         if callable(getattr(server_args, "resolve_once", None)):
             server_args.resolve_once()
+        if callable(getattr(server_args, "check_server_args", None)):
+            server_args.check_server_args()
     if callable(getattr(server_args, "resolved_dict", None)):
         values = server_args.resolved_dict()
     else:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.oracle.cases import OracleCase, oracle_cases
+from tests.oracle.cases import GPUS, OracleCase, oracle_cases
 from tests.oracle.compare import Outcome, compare, disagreements, real_outcomes_by_version
+from tests.oracle.drawn import ci_sample, modelled
 from tests.oracle.environment import ORACLE_VERSIONS, STAMP, OracleEnvironment, OracleSpec, is_complete
 
 
@@ -74,3 +75,28 @@ def test_a_cache_built_from_another_spec_or_left_half_built_is_not_reused(tmp_pa
     assert not is_complete(environment)
     (tmp_path / STAMP).write_text(json.dumps({"spec": spec.digest}))
     assert is_complete(environment)
+
+
+@pytest.fixture(scope="module")
+def drawn_sample() -> list[OracleCase]:
+    cases = [case for case in ci_sample() if modelled(case)]
+    assert len(cases) >= 300, f"only {len(cases)} drawn cases can be compared"
+    return cases
+
+
+@pytest.mark.parametrize("version", ORACLE_VERSIONS)
+def test_drawn_argument_lists_resolve_as_in_real_sglang(
+    version: str, sglang_oracle: OracleEnvironment, drawn_sample: list[OracleCase]
+) -> None:
+    """Argument lists drawn from the real flag tables (fixed seed), not only the written table."""
+    real = real_outcomes_by_version(sglang_oracle, [version], drawn_sample)[version]
+    disagreement_report = compare(version, real, drawn_sample)
+    if disagreement_report is not None:
+        pytest.fail(disagreement_report, pytrace=False)
+
+
+def test_a_drawn_case_with_an_unmodelled_flag_is_set_aside_under_any_of_its_names() -> None:
+    gpu = next(iter(GPUS.values()))
+    assert modelled(OracleCase("a", ["--model-path", "m", "--tp-size", "2"], gpu, {}))
+    assert not modelled(OracleCase("b", ["--model-path", "m", "--attn-cp-size", "2"], gpu, {}))
+    assert not modelled(OracleCase("c", ["--model-path", "m", "--attention-context-parallel-size", "2"], gpu, {}))

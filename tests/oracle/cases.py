@@ -133,6 +133,41 @@ COMBINATIONS = [
     Combination("decode cuda graph backend disabled", ["--cuda-graph-backend-decode", "disabled"]),
     Combination("kv cache fp8_e4m3", ["--kv-cache-dtype", "fp8_e4m3"]),
     Combination("kv cache fp4_e2m1", ["--kv-cache-dtype", "fp4_e2m1"]),
+    # Found by drawn cases (tests/oracle/drawn.py), kept as written ones
+    Combination("context length above the model's", ["--context-length", "1048576"]),
+    Combination(
+        "context length above the model's, allowed",
+        ["--context-length", "1048576"],
+        {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"},
+    ),
+    Combination("chunked prefill not a multiple of the page size", ["--chunked-prefill-size", "1000"]),
+    Combination("trtllm_mha asked for", ["--attention-backend", "trtllm_mha"]),
+    Combination("fa4 attention", ["--attention-backend", "fa4"]),
+    Combination("torch native attention", ["--attention-backend", "torch_native"]),
+    Combination("flex attention with MTP", ["--attention-backend", "flex_attention", *MTP]),
+    Combination("eagle in lower case", ["--speculative-algorithm", "eagle"]),
+    Combination("NGRAM with its defaults", ["--speculative-algorithm", "NGRAM"]),
+    Combination("NGRAM on triton attention", ["--speculative-algorithm", "NGRAM", "--attention-backend", "triton"]),
+    Combination(
+        "mixed chunk with STANDALONE",
+        [
+            "--enable-mixed-chunk",
+            "--speculative-algorithm",
+            "STANDALONE",
+            "--speculative-draft-model-path",
+            str(MODEL_FILES / "meta-llama--Llama-3.1-8B-Instruct"),
+        ],
+    ),
+    Combination("dp attention, dp 2, tp 2", ["--enable-dp-attention", "--dp-size", "2", "--tp-size", "2"]),
+    Combination("dp attention alone", ["--enable-dp-attention"]),
+    Combination("renamed tool-call parser, awq", ["--tool-call-parser", "qwen25", "--quantization", "awq"]),
+    Combination("TRT-LLM MoE runner with awq", ["--moe-runner-backend", "flashinfer_trtllm", "--quantization", "awq"]),
+    Combination("cutlass MoE runner, ep 2", ["--moe-runner-backend", "flashinfer_cutlass", "--ep-size", "2"]),
+    Combination("bf16 mamba state", ["--mamba-ssm-dtype", "bfloat16"]),
+    Combination(
+        "tp 2 with all-reduce fusion forced off", ["--tp-size", "2", "--enforce-disable-flashinfer-allreduce-fusion"]
+    ),
+    Combination("draft MoE runner on TensorRT-LLM", ["--speculative-moe-runner-backend", "flashinfer_trtllm"]),
     # Values argparse refuses
     Combination("tp size not a number", ["--tp-size", "two"]),
     Combination("mem fraction not a number", ["--mem-fraction-static", "most"]),

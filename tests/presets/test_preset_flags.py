@@ -165,3 +165,31 @@ async def test_the_preset_page_shows_the_lint_and_rewrites_with_its_csrf_token(a
     assert re.search(r"<td>admin</a></td><td>preset-rewrite</td>|>admin</a></td><td>preset-rewrite</td>", audit)
     nothing = await app_client.post("/presets/page-rewrite/rewrite", data={"version": newest, "csrf_token": csrf})
     assert nothing.status_code == 422 and "rewrite: version: revision 2 has no flag to rewrite" in nothing.text
+
+
+async def test_preflight_refuses_what_sglang_checks_only_as_the_engine_starts(api: AsyncClient) -> None:
+    """SGLang's check_server_args() and its model config run after the arguments parse: a chunk
+    that is no whole number of the B200's 64-token pages, a GPU id step of 0, and a context longer
+    than the model's pass argparse but end the launch. Preflight runs
+    the same checks with the host's SGLang (here the simulated releases, which the oracle holds to
+    the real ones) and blocks with SGLang's sentence."""
+    refused = {
+        "chunk-not-pages": (
+            ["--chunked-prefill-size", "1000"],
+            "AssertionError: chunked_prefill_size must be divisible",
+        ),
+        "gpu-step-zero": (["--gpu-id-step", "0"], "AssertionError: gpu_id_step must be positive"),
+        "context-too-long": (
+            ["--context-length", "1048576"],
+            "ValueError: Warning: User-specified context_length (1048576) is greater than the derived",
+        ),
+    }
+    for name, (args, said) in refused.items():
+        for python in ("python3", SGLANG_0_5_10):
+            preset = {"name": f"{name}-{python}", "model_path": LLAMA, "python": python, "args": args}
+            assert (await api.post("/api/presets", json=preset)).status_code == 201
+            asked = {"preset": preset["name"], "host": "b200-01", "gpus": [6]}
+            preflight = (await api.post("/api/preflight", json=asked)).json()
+            arguments = check(preflight, "arguments")
+            assert arguments["message"].startswith(f"SGLang will refuse these arguments: {said}"), (python, arguments)
+            assert arguments["blocking"] and preflight["blocked"]

@@ -98,6 +98,8 @@ class Resolution(ServerArgsRules):
         self._handle_model_specific_adjustments()
         if self.nnodes == 1 and self.attn_cp_size <= 1 and self.allreduce_fusion_applies(ALLREDUCE_FUSION, values):
             self.enable_flashinfer_allreduce_fusion = True
+        if self.enforce_disable_flashinfer_allreduce_fusion:
+            self.enable_flashinfer_allreduce_fusion = False
         self.choose_kernel_backends(values)
         if self.torch_attention_turns_graphs_off(values):
             self.disable_cuda_graph = True
@@ -107,12 +109,14 @@ class Resolution(ServerArgsRules):
                 "Please use a different prefill backend."
             )
         self._handle_trtllm_mha_page_size()
+        self.handle_trtllm_mla_page_size(values)
         self._check_kv4_attention_backend()
         if self.page_size is None:
             self.page_size = 1
         self._handle_data_parallelism()
         self.handle_moe_runner(values)
-        if self.moe_runner_backend in ("flashinfer_trtllm", "flashinfer_mxfp4"):
+        bypassed_topk = self.moe_runner_backend in ("flashinfer_trtllm", "flashinfer_mxfp4")
+        if bypassed_topk and not self.enforce_piecewise_cuda_graph:
             self.disable_piecewise_cuda_graph = True  # its bypassed top-k cannot be compiled
         self._handle_speculative_decoding()
         self.fill_resolved_defaults(values, RELEASE)
@@ -182,6 +186,7 @@ class Resolution(ServerArgsRules):
             self.piecewise_cuda_graph_tokens = prefill_graph_token_sizes(self.piecewise_cuda_graph_max_tokens)
         if self.mem_fraction_static is None:
             self.mem_fraction_static = self.static_memory_fraction(gpu_mem, self._reserved_mib(gpu_mem))
+        self.warn_symmetric_memory(vars(self))
 
     def _reserved_mib(self, gpu_mem: int | None) -> float:
         """Activations, CUDA graphs and the draft model, in MiB, as 0.5.10 estimates them."""
@@ -248,6 +253,13 @@ class Resolution(ServerArgsRules):
                 "try to use --disable-radix-cache if overlap schedule is necessary"
             )
             self.disable_overlap_schedule = True
+            if self.attention_backend == "trtllm_mha":  # its pages are never one token long
+                logger.warning(
+                    "Disabling radix cache since trtllm_mha does not support page_size = 1, which is required by "
+                    "MambaRadixCache. Try to use --attention-backend triton if radix cache is necessary."
+                )
+                self.disable_radix_cache = True
+                self.disable_overlap_schedule = False
 
     def _handle_trtllm_mha_page_size(self) -> None:
         if self.attention_backend == "trtllm_mha" and self.page_size not in (16, 32, 64):
@@ -267,13 +279,23 @@ class Resolution(ServerArgsRules):
         )
 
     def _handle_speculative_decoding(self) -> None:
+        trtllm = ("flashinfer_trtllm", "flashinfer_trtllm_routed")
         if self.speculative_moe_runner_backend is None:  # the draft's experts never run on TensorRT-LLM's
-            trtllm = ("flashinfer_trtllm", "flashinfer_trtllm_routed")
             self.speculative_moe_runner_backend = (
                 "auto" if self.moe_runner_backend in trtllm else self.moe_runner_backend
             )
+        else:
+            assert self.speculative_moe_runner_backend not in trtllm, (
+                "Currently speculative MoE runner backend doesn't support flashinfer_trtllm, please use triton or "
+                "auto backend for speculative moe runner instead."
+            )
         if self.speculative_algorithm == "NEXTN":
             self.speculative_algorithm = "EAGLE"
+        if self.speculative_algorithm == "NGRAM":
+            self.disable_overlap_schedule = True
+            self.resolve_ngram(vars(self), overlap_note="overlap scheduler and ")
+            if self.enable_dp_attention:
+                raise ValueError("Currently ngram speculative decoding does not support dp attention.")
         if self.speculative_algorithm not in ("EAGLE", "EAGLE3", "STANDALONE"):
             return
         if self.max_running_requests is None:
@@ -292,6 +314,9 @@ class Resolution(ServerArgsRules):
                 "Overlap scheduler is disabled when spec v2 is off or using unsupported speculative algorithm. "
                 "You can set env SGLANG_ENABLE_SPEC_V2=True to enable the experimental overlap scheduler. "
             )
+        if self.enable_mixed_chunk:
+            self.enable_mixed_chunk = False
+            logger.warning("Mixed chunked prefill is disabled because of using eagle speculative decoding.")
         self.resolve_eagle_shape(vars(self))
         assert self.page_size is not None
         if (

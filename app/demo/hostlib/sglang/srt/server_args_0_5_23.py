@@ -28,6 +28,7 @@ from sglang.srt.server_args_common import (
     decode_graph_batch_sizes,
     defaults_for_gpu,
     gpu_memory_capacity_mib,
+    gpu_sm_version,
     logger,
     prefill_graph_token_sizes,
 )
@@ -42,6 +43,8 @@ GPU_MEMORY_DEFAULTS: GpuMemoryDefaults = (
 )
 EXTRA_BUFFER_STRATEGIES = ("extra_buffer", "extra_buffer_lazy")
 PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
+# The speculative algorithms whose steps can share a batch with a prefill chunk.
+MIXED_CHUNK_ALGORITHMS = ("EAGLE", "EAGLE3", "DFLASH", "DSPARK")
 # Checked by name when resolving, since 0.5.23's flag has no choices; NEXTN is an alias of EAGLE.
 SPECULATIVE_ALGORITHMS = frozenset(
     {"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NONE", "NEXTN"}
@@ -124,7 +127,23 @@ class ServerArgs(ServerArgsRules):
 
     def _resolve(self) -> dict[str, Any]:
         values = self.input_dict()
+        if values["enable_dp_attention"]:  # the old spelling: dp-size counted attention groups
+            if values["attn_dp_size"] == 1:
+                values["attn_dp_size"], values["dp_size"] = values["dp_size"], 1
+            values["enable_dp_attention"] = False
+        # Whether these were given, so that later defaults do not pass for the operator's choice.
+        values["_speculative_draft_quantization_explicitly_set"] = (
+            values["speculative_draft_model_quantization"] is not None
+        )
+        values["_swa_full_tokens_ratio_explicitly_set"] = values["swa_full_tokens_ratio"] is not None
         self.handle_early_args(values)
+        if values["enable_flashinfer_allreduce_fusion"] and values["flashinfer_allreduce_fusion_backend"] is None:
+            logger.warning(
+                "--enable-flashinfer-allreduce-fusion is deprecated. "
+                "Please use --flashinfer-allreduce-fusion-backend=auto instead."
+            )
+            values["flashinfer_allreduce_fusion_backend"] = "auto"
+        values["enable_flashinfer_allreduce_fusion"] = False  # said by the backend now
         self.fill_missing_defaults(values)
         if values["mamba_full_memory_ratio"] is None:
             values["mamba_full_memory_ratio"] = 0.9
@@ -153,6 +172,11 @@ class ServerArgs(ServerArgsRules):
         ):
             logger.info(f"Auto-enabling FlashInfer AllReduce Fusion (auto) for {architecture}")
             values["flashinfer_allreduce_fusion_backend"] = "auto"
+        if values["enforce_disable_flashinfer_allreduce_fusion"]:
+            logger.info(
+                "FlashInfer allreduce fusion is forcibly disabled via --enforce-disable-flashinfer-allreduce-fusion."
+            )
+            values["flashinfer_allreduce_fusion_backend"] = None
         self.choose_kernel_backends(values)
         if self.torch_attention_turns_graphs_off(values):
             for phase in values["cuda_graph_config"].values():
@@ -163,8 +187,34 @@ class ServerArgs(ServerArgsRules):
                 f"changing page_size from {values['page_size']} to 64."
             )
             values["page_size"] = 64
+        self.handle_trtllm_mla_page_size(values)
+        if (
+            values["linear_attn_decode_backend"] is None
+            and values["linear_attn_backend"] != "helion"
+            and self.is_sm100
+            and values["mamba_ssm_dtype"] == "bfloat16"
+        ):  # flashinfer's gated delta-net decode wants a bf16 state on SM100
+            values["linear_attn_decode_backend"] = "flashinfer"
+            logger.info(
+                "SM100+ detected with mamba-ssm-dtype=bfloat16, defaulting --linear-attn-decode-backend to flashinfer."
+            )
+        uses_fa4 = "fa4" in (values[f"{part}attention_backend"] for part in ("", "decode_", "prefill_"))
+        if uses_fa4 and self.is_sm100 and (values["speculative_eagle_topk"] or 0) <= 1:
+            logger.warning(
+                "FA4 backend only supports page size 128 for non-MLA model architectures, "
+                f"changing page_size from {values['page_size']} to 128."
+            )
+            values["page_size"] = 128
         if values["page_size"] is None:
             values["page_size"] = 1
+        self._handle_data_parallelism(values)
+        sm = gpu_sm_version(self.base_gpu_id)
+        if values["moe_runner_backend"] == "auto" and values["quantization"] == "modelopt_fp4" and sm in (110, 120):
+            values["moe_runner_backend"] = "flashinfer_cutlass"
+            logger.info(
+                "Use flashinfer_cutlass as MoE runner backend on SM110/SM120 for modelopt_fp4 "
+                "(trtllm-gen MoE kernels are SM100-only)"
+            )
         self.handle_moe_runner(values)
         self._handle_speculative_decoding(values)
         if values["speculative_moe_runner_backend"] is None:  # the draft runs its experts as the target does
@@ -173,6 +223,7 @@ class ServerArgs(ServerArgsRules):
                 runner = "flashinfer_trtllm"
             values["speculative_moe_runner_backend"] = "auto" if runner.startswith("lora_") else runner
         self.fill_resolved_defaults(values, RELEASE)
+        values["enable_dp_attention"] = values["attn_dp_size"] > 1  # as the record reports it
         return values
 
     def resolved_dict(self) -> dict[str, Any]:
@@ -188,7 +239,12 @@ class ServerArgs(ServerArgsRules):
             if self.max_running_requests is not None and decode_max_bs > self.max_running_requests:
                 decode_max_bs = self.max_running_requests
         decode_backend = self.cuda_graph_backend_decode or ("disabled" if self.disable_cuda_graph else "full")
-        prefill_backend = self.cuda_graph_backend_prefill or ("disabled" if self.disable_cuda_graph else "breakable")
+        prefill_off = self.disable_cuda_graph or self.disable_prefill_cuda_graph
+        prefill_backend = self.cuda_graph_backend_prefill or ("disabled" if prefill_off else "breakable")
+        if prefill_backend == "full":
+            logger.warning(
+                "cuda_graph_config[prefill].backend='full' is experimental. Use breakable for production workloads."
+            )
         prefill_max_bs = self.cuda_graph_max_bs_prefill or values["chunked_prefill_size"]
         if self.cuda_graph_max_bs_prefill is None and self.max_total_tokens is not None:
             prefill_max_bs = min(prefill_max_bs, self.max_total_tokens)
@@ -208,6 +264,7 @@ class ServerArgs(ServerArgsRules):
         }
         if values["mem_fraction_static"] is None:
             values["mem_fraction_static"] = self.static_memory_fraction(gpu_mem, self._reserved_mib(values, gpu_mem))
+        self.warn_symmetric_memory(values)
 
     def _reserved_mib(self, values: dict[str, Any], gpu_mem: int | None) -> float:
         """Activations and CUDA graphs, in MiB, as 0.5.23 estimates them (no draft reserve)."""
@@ -218,11 +275,38 @@ class ServerArgs(ServerArgsRules):
         graphs = values["cuda_graph_config"]
         if graphs["decode"]["backend"] != "disabled":
             reserved += graphs["decode"]["max_bs"] * 2
+        if values["attn_dp_size"] > 1:  # padding, and the allocator's waste at large graph batches
+            reserved += graphs["decode"]["max_bs"] * values["attn_dp_size"] * 3
+            if graphs["decode"]["max_bs"] > 300:
+                reserved += graphs["decode"]["max_bs"] * values["attn_dp_size"] * 1.5
         if graphs["prefill"]["backend"] != "disabled":
             reserved += len(graphs["prefill"]["bs"]) * 8
         if gpu_mem is not None and gpu_mem > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         return reserved
+
+    def _handle_data_parallelism(self, values: dict[str, Any]) -> None:
+        """Attention data parallelism: each group prefills its share of the chunk, and prefill
+        graphs are never captured larger than that share."""
+        groups = values["attn_dp_size"]
+        if groups < 1:
+            raise ValueError(f"--attn-dp-size must be positive (got {groups}).")
+        if groups > 1 and values["dp_size"] > 1:
+            raise ValueError(
+                f"--dp-size {values['dp_size']} with --attn-dp-size {groups}: data-parallel replicas combined "
+                "with attention data parallelism are not supported."
+            )
+        if groups == 1:
+            return
+        values["schedule_conservativeness"] *= 0.3
+        assert values["tp_size"] % groups == 0
+        chunk = values["chunked_prefill_size"]
+        values["chunked_prefill_size"] = share = chunk // groups
+        logger.warning(f"DP attention is enabled. chunked prefill size is adjusted from {chunk} to {share}.")
+        prefill = values["cuda_graph_config"]["prefill"]
+        if prefill["backend"] != "disabled" and prefill["max_bs"] > values["chunked_prefill_size"]:
+            prefill["max_bs"] = values["chunked_prefill_size"]
+            prefill["bs"] = prefill_graph_token_sizes(prefill["max_bs"])
 
     def _handle_mamba_radix_cache(self, values: dict[str, Any]) -> None:
         if values["disable_radix_cache"]:
@@ -256,8 +340,16 @@ class ServerArgs(ServerArgsRules):
         name = values["speculative_algorithm"]
         if name is not None and name.upper() not in SPECULATIVE_ALGORITHMS:
             raise ValueError(f"Unknown speculative algorithm name: {name}")
+        if name is not None:
+            values["speculative_algorithm"] = name.upper()  # the flag has no choices; any case is taken
         if values["speculative_algorithm"] == "NEXTN":
             values["speculative_algorithm"] = "EAGLE"
+        if values["speculative_algorithm"] == "NGRAM":
+            self.resolve_ngram(values, overlap_note="")
+            if values["speculative_num_steps"] is None:
+                values["speculative_num_steps"] = (
+                    values["speculative_num_draft_tokens"] // values["speculative_eagle_topk"]
+                )
         if values["speculative_algorithm"] not in ("EAGLE", "EAGLE3", "STANDALONE"):
             return
         if values["max_running_requests"] is None:
@@ -266,6 +358,12 @@ class ServerArgs(ServerArgsRules):
         if values["disable_overlap_schedule"]:
             logger.warning(
                 "Non-overlap (synchronous) spec v2 is used for eagle/eagle3/standalone speculative decoding."
+            )
+        if values["enable_mixed_chunk"] and values["speculative_algorithm"] not in MIXED_CHUNK_ALGORITHMS:
+            values["enable_mixed_chunk"] = False
+            logger.warning(
+                f"Mixed chunked prefill is disabled: {values['speculative_algorithm']} speculative decoding does "
+                "not support it."
             )
         self.resolve_eagle_shape(values)
         if (

@@ -100,8 +100,26 @@ class ServerArgsRules:
             values["tool_call_parser"] = renamed
         if values["speculative_draft_model_quantization"] is None:
             values["speculative_draft_model_quantization"] = values["quantization"]
+        elif values["speculative_draft_model_quantization"] == "unquant":  # the draft unquantized, explicitly
+            values["speculative_draft_model_quantization"] = None
         if values["speculative_draft_model_path"] is not None and values["speculative_draft_model_revision"] is None:
             values["speculative_draft_model_revision"] = "main"
+
+    def handle_trtllm_mla_page_size(self, values: dict[str, Any]) -> None:
+        """TensorRT-LLM's MLA kernels read pages of 32 or 64 tokens."""
+        if values["attention_backend"] == "trtllm_mla" and values["page_size"] not in (32, 64):
+            logger.warning(
+                "TensorRT-LLM MLA only supports page_size of 32 or 64, "
+                f"changing page_size from {values['page_size']} to 64."
+            )
+            values["page_size"] = 64
+
+    def warn_symmetric_memory(self, values: dict[str, Any]) -> None:
+        if values["enable_symm_mem"] and not os.environ.get("SGLANG_SYMM_MEM_PREALLOC_GB_SIZE"):
+            logger.warning(
+                "Symmetric memory is enabled, setting symmetric memory prealloc size to 4GB as default."
+                "Use environment variable SGLANG_SYMM_MEM_PREALLOC_GB_SIZE to change the prealloc size."
+            )
 
     def torch_attention_turns_graphs_off(self, values: dict[str, Any]) -> bool:
         """torch's own attention kernels (native, flex) cannot be captured: CUDA graphs go off."""
@@ -118,7 +136,7 @@ class ServerArgsRules:
 
     def get_model_config(self) -> ModelConfig:
         if not hasattr(self, "_model_config"):
-            self._model_config = ModelConfig(self.model_path, self.context_length)
+            self._model_config = ModelConfig(self.model_path, self.context_length, self.quantization)
         return self._model_config
 
     @property
@@ -175,6 +193,14 @@ class ServerArgsRules:
     def handle_moe_runner(self, values: dict[str, Any]) -> None:
         """SM100's TensorRT-LLM MoE runner where SGLang picks it; it cannot fuse shared experts,
         whoever chose it."""
+        if values["moe_runner_backend"] == "flashinfer_cutlass":
+            assert values["quantization"] in ("modelopt_fp4", "modelopt_fp8", "modelopt_mixed", None), (
+                f"Invalid quantization '{values['quantization']}'. \nFlashInfer Cutlass MOE supports only: "
+                "'modelopt_fp4', 'modelopt_fp8', 'modelopt_mixed', or bfloat16 (None)."
+            )
+            assert values["ep_size"] in (1, values["tp_size"]), (
+                "The expert parallel size must be 1 or the same as the tensor parallel size"
+            )
         if self.uses_trtllm_moe:
             values["moe_runner_backend"] = "flashinfer_trtllm"
         if values["moe_runner_backend"] == "flashinfer_trtllm":
@@ -188,14 +214,15 @@ class ServerArgsRules:
 
     def allreduce_fusion_applies(self, architectures: frozenset[str], values: dict[str, Any]) -> bool:
         """Whether SGLang fuses all-reduce into flashinfer's kernels by itself: the listed models,
-        tensor-parallel on Hopper or a B200, without attention data parallelism or expert all-to-all."""
+        tensor-parallel on Hopper or a B200, without attention data parallelism or expert all-to-all.
+        `--enforce-disable-flashinfer-allreduce-fusion` undoes it afterwards."""
         return (
             self.get_model_config().architecture in architectures
             and gpu_sm_version(self.base_gpu_id) in (90, 100)
             and values["tp_size"] > 1
             and not values["enable_dp_attention"]
+            and values.get("attn_dp_size", 1) == 1
             and values["moe_a2a_backend"] == "none"
-            and not values["enforce_disable_flashinfer_allreduce_fusion"]
         )
 
     def default_attention_backend(self, values: dict[str, Any]) -> str:
@@ -222,6 +249,31 @@ class ServerArgsRules:
         if values["attention_backend"] is None:
             values["attention_backend"] = self.default_attention_backend(values)
             logger.info(f"Attention backend not specified. Use {values['attention_backend']} backend by default.")
+
+    def resolve_ngram(self, values: dict[str, Any], overlap_note: str) -> None:
+        """NGRAM drafts from the prompt itself: a tree `speculative_ngram_max_bfs_breadth` wide,
+        12 tokens unless told, never mixed with prefill chunks."""
+        if values["max_running_requests"] is None:
+            values["max_running_requests"] = 48
+            logger.warning(MAX_RUNNING_REQUESTS_WARNING)
+        values["enable_mixed_chunk"] = False
+        values["speculative_eagle_topk"] = values["speculative_ngram_max_bfs_breadth"]
+        if values["speculative_num_draft_tokens"] is None:
+            values["speculative_num_draft_tokens"] = 12
+            logger.warning(
+                "speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding. "
+                "You can override this by explicitly setting --speculative-num-draft-tokens."
+            )
+        logger.warning(
+            f"The {overlap_note}mixed chunked prefill are disabled because of using ngram speculative decoding."
+        )
+        topk, page_size = values["speculative_eagle_topk"], values["page_size"]
+        if topk > 1 and page_size > 1 and values["attention_backend"] != "flashinfer":
+            raise ValueError(
+                f"speculative_eagle_topk({topk}) > 1 with page_size({page_size}) > 1 is unstable and produces "
+                "incorrect results for paged attention backends. This combination is only supported for the "
+                "'flashinfer' backend."
+            )
 
     def default_speculative_params(self, values: dict[str, Any]) -> tuple[int, int, int]:
         if values["speculative_algorithm"] != "STANDALONE" and self.get_model_config().architecture in (

@@ -105,6 +105,20 @@ def _fetch_from_hub(model_path: str) -> None:
     )
 
 
+def optimized_quantizations() -> frozenset[str]:
+    """The quantizations the release has fast kernels for; the others are warned about."""
+    from sglang.version import release
+
+    shared = {
+        "fp8", "marlin", "modelopt_fp8", "modelopt_fp4", "modelopt_mixed", "gptq_marlin_24", "gptq_marlin",
+        "awq_marlin", "compressed_tensors", "compressed-tensors", "experts_int8", "w8a8_int8", "w8a8_fp8",
+        "moe_wna16", "w4afp8", "petit_nvfp4", "quark", "modelslim",
+    }  # fmt: skip
+    if release() == "0.5.10":
+        return frozenset({*shared, "fbgemm_fp8", "qoq"})
+    return frozenset({*shared, "nvfp4_online", "humming", "quark_mxfp4", "auto-round", "minimax_m3_nvfp4"})
+
+
 # Where a model config states its longest context, in the order SGLang looks.
 CONTEXT_LENGTH_KEYS = (
     "max_sequence_length",
@@ -116,13 +130,18 @@ CONTEXT_LENGTH_KEYS = (
 
 
 class ModelConfig:
-    def __init__(self, model_path: str, context_length: int | None = None):
+    def __init__(self, model_path: str, context_length: int | None = None, quantization: str | None = None):
         self.model_path = model_path
         self.path = resolve_model_path(model_path)
         with open(os.path.join(self.path, "config.json"), encoding="utf-8") as f:
             self.hf_config: dict[str, Any] = json.load(f)
         self.text: dict[str, Any] = self.hf_config.get("text_config", self.hf_config)
         self.context_len = self._checked_context_length(context_length)
+        if quantization is not None and quantization not in optimized_quantizations():
+            logger.warning(
+                f"{quantization} quantization is not fully optimized yet. "
+                "The speed can be slower than non-quantized models."
+            )
 
     def derived_context_length(self) -> int:
         """The model's own limit, as SGLang reads it: the first length key its config has, times a
