@@ -168,6 +168,10 @@ COMBINATIONS = [
         "tp 2 with all-reduce fusion forced off", ["--tp-size", "2", "--enforce-disable-flashinfer-allreduce-fusion"]
     ),
     Combination("draft MoE runner on TensorRT-LLM", ["--speculative-moe-runner-backend", "flashinfer_trtllm"]),
+    Combination(
+        "draft MoE runner on routed TensorRT-LLM", ["--speculative-moe-runner-backend", "flashinfer_trtllm_routed"]
+    ),
+    Combination("decode CUDA graphs off", ["--disable-decode-cuda-graph"]),
     # Values argparse refuses
     Combination("tp size not a number", ["--tp-size", "two"]),
     Combination("mem fraction not a number", ["--mem-fraction-static", "most"]),

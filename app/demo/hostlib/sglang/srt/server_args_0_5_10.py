@@ -284,8 +284,8 @@ class Resolution(ServerArgsRules):
             self.speculative_moe_runner_backend = (
                 "auto" if self.moe_runner_backend in trtllm else self.moe_runner_backend
             )
-        else:
-            assert self.speculative_moe_runner_backend not in trtllm, (
+        else:  # the routed variant is allowed for the draft
+            assert self.speculative_moe_runner_backend != "flashinfer_trtllm", (
                 "Currently speculative MoE runner backend doesn't support flashinfer_trtllm, please use triton or "
                 "auto backend for speculative moe runner instead."
             )

@@ -238,7 +238,8 @@ class ServerArgs(ServerArgsRules):
             decode_max_bs = max_bs
             if self.max_running_requests is not None and decode_max_bs > self.max_running_requests:
                 decode_max_bs = self.max_running_requests
-        decode_backend = self.cuda_graph_backend_decode or ("disabled" if self.disable_cuda_graph else "full")
+        decode_off = self.disable_cuda_graph or self.disable_decode_cuda_graph
+        decode_backend = self.cuda_graph_backend_decode or ("disabled" if decode_off else "full")
         prefill_off = self.disable_cuda_graph or self.disable_prefill_cuda_graph
         prefill_backend = self.cuda_graph_backend_prefill or ("disabled" if prefill_off else "breakable")
         if prefill_backend == "full":
