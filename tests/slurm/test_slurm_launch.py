@@ -243,7 +243,8 @@ async def test_two_node_launch_starts_one_server_per_node_with_slurms_rank_and_f
         port = (await attempt_of(api, attempt_id))["port"]
         for rank in (0, 1):  # each node's lines carry its tag, as a multi-node attempt's merged log does
             assert f"[node{rank} rtx-0{rank + 1}] [" in log
-            assert f"'dist_init_addr': 'rtx-01:{port + 1000}', 'nnodes': 2, 'node_rank': {rank}" in log
+            assert f"'dist_init_addr': 'rtx-01:{port + 1000}', " in log
+            assert f"'nnodes': 2, 'node_rank': {rank}, " in log
         assert (await attempt_of(api, attempt_id))["scheduler"]["nodes"] == ["rtx-01", "rtx-02"]
 
 
