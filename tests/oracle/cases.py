@@ -172,6 +172,7 @@ COMBINATIONS = [
         "draft MoE runner on routed TensorRT-LLM", ["--speculative-moe-runner-backend", "flashinfer_trtllm_routed"]
     ),
     Combination("decode CUDA graphs off", ["--disable-decode-cuda-graph"]),
+    Combination("weights cast to float16", ["--dtype", "half"]),
     # Values argparse refuses
     Combination("tp size not a number", ["--tp-size", "two"]),
     Combination("mem fraction not a number", ["--mem-fraction-static", "most"]),

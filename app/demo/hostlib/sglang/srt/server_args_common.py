@@ -136,7 +136,7 @@ class ServerArgsRules:
 
     def get_model_config(self) -> ModelConfig:
         if not hasattr(self, "_model_config"):
-            self._model_config = ModelConfig(self.model_path, self.context_length, self.quantization)
+            self._model_config = ModelConfig(self.model_path, self.context_length, self.quantization, self.dtype)
         return self._model_config
 
     @property

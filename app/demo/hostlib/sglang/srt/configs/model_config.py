@@ -130,18 +130,31 @@ CONTEXT_LENGTH_KEYS = (
 
 
 class ModelConfig:
-    def __init__(self, model_path: str, context_length: int | None = None, quantization: str | None = None):
+    def __init__(
+        self, model_path: str, context_length: int | None = None, quantization: str | None = None, dtype: str = "auto"
+    ):
         self.model_path = model_path
         self.path = resolve_model_path(model_path)
         with open(os.path.join(self.path, "config.json"), encoding="utf-8") as f:
             self.hf_config: dict[str, Any] = json.load(f)
         self.text: dict[str, Any] = self.hf_config.get("text_config", self.hf_config)
         self.context_len = self._checked_context_length(context_length)
+        self._check_cast(dtype)
         if quantization is not None and quantization not in optimized_quantizations():
             logger.warning(
                 f"{quantization} quantization is not fully optimized yet. "
                 "The speed can be slower than non-quantized models."
             )
+
+    def _check_cast(self, asked: str) -> None:
+        """Weights cast between float16 and bfloat16 are warned about (by 0.5.10; later releases
+        log it at debug level); casts to or from float32 are not."""
+        stored = str(self.text.get("torch_dtype") or self.text.get("dtype") or "bfloat16")
+        wanted = {"auto": stored, "half": "float16", "float": "float32"}.get(asked, asked)
+        from sglang.version import release
+
+        if release() == "0.5.10" and wanted != stored and "float32" not in (wanted, stored):
+            logger.warning(f"Casting torch.{stored} to torch.{wanted}.")
 
     def derived_context_length(self) -> int:
         """The model's own limit, as SGLang reads it: the first length key its config has, times a
