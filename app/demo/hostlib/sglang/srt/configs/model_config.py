@@ -151,9 +151,11 @@ class ModelConfig:
         log it at debug level); casts to or from float32 are not."""
         stored = str(self.text.get("torch_dtype") or self.text.get("dtype") or "bfloat16")
         wanted = {"auto": stored, "half": "float16", "float": "float32"}.get(asked, asked)
+        if wanted == stored or "float32" in (wanted, stored):
+            return
         from sglang.version import release
 
-        if release() == "0.5.10" and wanted != stored and "float32" not in (wanted, stored):
+        if release() == "0.5.10":
             logger.warning(f"Casting torch.{stored} to torch.{wanted}.")
 
     def derived_context_length(self) -> int:
