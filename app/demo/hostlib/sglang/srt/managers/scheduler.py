@@ -125,7 +125,10 @@ class Scheduler:
             if self.requests_seen and fault_requested():
                 hold_forever()  # the scheduler stops answering while HTTP stays up
             if readable:
-                data = self.control.recv(65536)
+                try:
+                    data = self.control.recv(65536)
+                except ConnectionResetError:  # killed with our messages unread: gone all the same
+                    data = b""
                 if not data:
                     hold_forever()  # orphaned: the main process is gone, the GPU memory stays booked
                 self.buffer += data
