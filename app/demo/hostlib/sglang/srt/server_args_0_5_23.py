@@ -19,7 +19,7 @@ import logging
 import sys
 from typing import Any, ClassVar
 
-from sglang.srt.cli_flags import build_parser, field_defaults
+from sglang.srt.cli_flags import build_parser, field_defaults, release_table
 from sglang.srt.server_args_common import (
     FLA_CHUNK_SIZE,
     MAX_RUNNING_REQUESTS_WARNING,
@@ -100,7 +100,7 @@ class ServerArgs(ServerArgsRules):
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return list(field_defaults(RELEASE))
+        return list(release_table(RELEASE)["fields"])
 
     def input_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.field_names()}

@@ -13,7 +13,7 @@ import os
 import random
 from typing import Any, ClassVar, Self
 
-from sglang.srt.cli_flags import field_defaults, filled_by_resolution
+from sglang.srt.cli_flags import field_defaults, filled_by_resolution, release_table
 from sglang.srt.configs.model_config import HYBRID_GDN_ARCHITECTURES, ModelConfig
 
 logger = logging.getLogger("sglang.srt.server_args")
@@ -146,7 +146,7 @@ class ServerArgsRules:
     def fill_resolved_defaults(self, values: dict[str, Any], version: str) -> None:
         """Fields the arguments left at their default and no modelled rule set: what the release
         resolves them to on any GPU and model (derived from it, see cli_flags)."""
-        defaults = field_defaults(version)
+        defaults = release_table(version)["fields"]  # only compared with: no copy
         for name, value in filled_by_resolution(version).items():
             if values[name] == defaults[name]:
                 values[name] = value
