@@ -21,6 +21,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.backoff import Backoff
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.models import GpuSample, Host
@@ -156,7 +157,7 @@ class GpuMonitor:
         if host.spec.slurm is not None:
             await self._watch_cluster(host, status)
             return
-        delay = 1.0
+        backoff = Backoff(1.0, BACKOFF_MAX)
         use_nvml = True
         while True:
             started = time.monotonic()
@@ -175,9 +176,8 @@ class GpuMonitor:
                 reason = str(exc).removeprefix(f"{host.name}: ") or type(exc).__name__
                 self._set(status, "degraded", f"GPU probe restarting: {reason}")
             if time.monotonic() - started > 60:
-                delay = 1.0
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX)
+                backoff.reset()
+            await asyncio.sleep(backoff.next())
 
     async def _watch_cluster(self, host: HostConnection, status: HostGpus) -> None:
         while True:

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from app import audit
+from app.backoff import Backoff
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.history import load_attempt
@@ -405,7 +406,7 @@ class AttemptService:
         taken for the launch's: it is logged and shown on the attempt, and following resumes
         (a launch interrupted half-way is then judged by what its directory on the host shows).
         A multi-node attempt is followed by its group follower, each of its parts by its own."""
-        delay = self.pace.retry
+        backoff = Backoff(self.pace.retry, self.pace.retry_max)
         while True:
             try:
                 async with self.sessions.read() as session:
@@ -448,10 +449,10 @@ class AttemptService:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                delay = backoff.next()
                 log.exception("attempt %d: following it failed; resuming in %.1f s", attempt_id, delay)
                 self.tracking.interrupted(attempt_id, reason_of(exc))
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.pace.retry_max)
+                await asyncio.sleep(delay)
 
     async def _start(self, record: AttemptRecord, attempt: Attempt) -> bool:
         """Upload and start (the launch ran the preflight). False when the attempt ended here."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from app.backoff import Backoff
 from app.config import Destinations, pinned, redacted_url
 from app.db import Sessions
 from app.db.history import load_attempt
@@ -88,11 +89,11 @@ def _escaped(text: str) -> str:
 
 @dataclass(frozen=True)
 class Delivery:
-    """How hard a message is pushed: a short timeout, a few tries, waits that double."""
+    """How hard a message is pushed: a short timeout, a few tries, waits that grow (app.backoff)."""
 
     timeout: float = 5.0
     tries: int = 3
-    backoff: float = 1.0  # the wait after the first failed try
+    backoff: float = 1.0  # the shortest wait between tries
 
 
 class Notifier:
@@ -153,7 +154,8 @@ class Notifier:
             log.warning("attempt %d: webhook %s refused: %s", notice.attempt_id, redacted_url(url), exc)
             return
         target, headers, extensions = pinned(url, address)
-        delivery, delay = self.delivery, self.delivery.backoff
+        delivery = self.delivery
+        backoff = Backoff(delivery.backoff)
         for tries in range(1, delivery.tries + 1):
             try:
                 response = await client.post(target, json=message, headers=headers, extensions=extensions)
@@ -166,8 +168,7 @@ class Notifier:
                 if response.status_code < 500 and response.status_code != 429:
                     break
             if tries < delivery.tries:
-                await asyncio.sleep(delay)
-                delay *= 2
+                await asyncio.sleep(backoff.next())
         log.warning(
             "attempt %d: webhook %s was not told it is %s after %d tries (%s)",
             notice.attempt_id, redacted_url(url), notice.status, tries, problem,

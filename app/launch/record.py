@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.backoff import Backoff
 from app.casebook.rediagnose import decide_live
 from app.casebook.signatures import assign_signature
 from app.casebook.team_rules import active_rules, set_aside
@@ -50,7 +51,8 @@ class Pace:
     # How long a finished attempt waits for its log to be drained before it is marked finished
     # (the mirror goes on after that, if the host is slow or away, or the data dir full).
     drain: float = 30.0
-    retry: float = 1.0  # the first wait after the dashboard's own error; it doubles up to retry_max
+    # The shortest wait after the dashboard's own error; later waits grow, at random, up to retry_max.
+    retry: float = 1.0
     retry_max: float = 30.0
 
 
@@ -205,7 +207,7 @@ class AttemptRecord:
     async def _write(
         self, change: Callable[[Attempt, AsyncSession], Awaitable[None]], *, lock: asyncio.Lock | None = None
     ) -> None:
-        delay = self.pace.retry
+        backoff = Backoff(self.pace.retry, self.pace.retry_max)
         while True:
             try:
                 async with lock or contextlib.nullcontext(), self.sessions.write.begin() as session:
@@ -213,11 +215,10 @@ class AttemptRecord:
                     assert attempt is not None, f"attempt {self.attempt_id} is gone"
                     await change(attempt, session)
             except (SQLAlchemyError, OSError, DiskFull) as exc:
-                reason = reason_of(exc)
+                reason, delay = reason_of(exc), backoff.next()
                 log.warning("attempt %d: cannot record (%s); retrying in %.1f s", self.attempt_id, reason, delay)
                 self.tracking.interrupted(self.attempt_id, reason)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.pace.retry_max)
                 continue
             self.tracking.resumed(self.attempt_id)
             self.changes.changed(self.attempt_id)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import asyncssh
 
+from app.backoff import Backoff
 from app.errors import DiskFull, HostError, HostUnavailable
 from app.logs.merge import LogMerger, MergePart
 from app.logs.store import LogFile, LogStore
@@ -261,7 +262,7 @@ class LogMirror:
         self.attempt_ended = True
 
     async def run(self) -> None:
-        retry, failures = RETRY_MIN, 0
+        retry, failures = Backoff(RETRY_MIN, self.retry_max), 0
         while not self.log.meta.complete:
             self._progressed = False
             try:
@@ -283,9 +284,10 @@ class LogMirror:
                     self._give_up(failures)
                     return
                 log.info("attempt %d: log mirror interrupted (%s); resuming", self.log.attempt_id, self.error)
-                # A reader that got somewhere resumes at once; one that keeps failing backs off.
-                retry = RETRY_MIN if self._progressed else min(retry * 2, self.retry_max)
-                await asyncio.sleep(retry)
+                # A reader that got somewhere resumes after the shortest wait; one that keeps failing backs off.
+                if self._progressed:
+                    retry.reset()
+                await asyncio.sleep(retry.next())
         self.error = None
         self.done.set()
 

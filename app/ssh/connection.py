@@ -24,6 +24,7 @@ from typing import Any
 
 import asyncssh
 
+from app.backoff import Backoff
 from app.clock import utcnow
 from app.errors import CommandTimedOut, HostKeyRejected, HostUnavailable, RemoteCommandFailed, UploadFailed
 from app.ssh.hostkeys import describe_rejection, known_keys, record_host_key
@@ -146,6 +147,11 @@ class HostConnection:
 
     def start(self) -> None:
         self._supervisor = asyncio.create_task(self._supervise(), name=f"ssh-supervisor:{self.name}")
+
+    @property
+    def supervised(self) -> bool:
+        """Whether the task that keeps this host connected runs (it ends only at close)."""
+        return self._supervisor is not None and not self._supervisor.done()
 
     async def close(self) -> None:
         self._closed = True
@@ -318,17 +324,18 @@ class HostConnection:
 
     async def _supervise(self) -> None:
         """Keeps the first connection up; the host's state follows it."""
-        backoff, limit = 0.0, self.options.reconnect_backoff_max
+        backoff = Backoff(1.0, self.options.reconnect_backoff_max)
         while True:
             try:
                 pooled = await self._connect()
             except HostUnavailable as exc:
                 self._set_status(HostState.OFFLINE, str(exc).removeprefix(f"{self.name}: "))
-                backoff = limit if isinstance(exc, HostKeyRejected) else min(max(2 * backoff, 1.0), limit)
+                if isinstance(exc, HostKeyRejected):
+                    backoff.to_cap()
             except Exception as exc:  # a bug must not stop the host from ever reconnecting
                 log.exception("%s: unexpected error while connecting", self.name)
                 self._set_status(HostState.OFFLINE, f"unexpected error: {exc!r}")
-                backoff = limit
+                backoff.to_cap()
             else:
                 self._pool.insert(0, pooled)
                 self._set_status(HostState.ONLINE)
@@ -337,9 +344,11 @@ class HostConnection:
                 reason = pooled.client.lost_reason or "connection closed"
                 log.warning("%s: connection lost: %s", self.name, reason)
                 self._set_status(HostState.OFFLINE, reason)
-                stable = time.monotonic() - connected_at >= STABLE_AFTER
-                backoff = 0.0 if stable else min(max(2 * backoff, 1.0), limit)
-            await asyncio.sleep(backoff)
+                if time.monotonic() - connected_at >= STABLE_AFTER:
+                    backoff.reset()
+            # Never at once, even after a stable connection: every host that a network blip cut
+            # off would come back at the same moment.
+            await asyncio.sleep(backoff.next())
 
     def _set_status(self, state: HostState, error: str | None = None) -> None:
         since = self._status.since if state is self._status.state else utcnow()
