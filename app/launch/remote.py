@@ -73,8 +73,10 @@ if [ -n "$pid" ]; then echo "group=$(ps -o stat= -g "$pid" 2>/dev/null | grep -v
 # $1: pid. Prints the process's working directory and its process group, or exits 1.
 PROCESS_ORIGIN = 'cwd=$(readlink "/proc/$1/cwd") && pgid=$(ps -o pgid= -p "$1") && echo "$cwd" $pgid'
 
-# $1: signal name, $2: process group id. Exits 0 when a process got the signal.
-SIGNAL_GROUP = 'env kill -s "$1" -- "-$2" 2>/dev/null'
+# $1: signal name, $2: process group id. Exits 0 when a process got the signal. The shell's own
+# kill: procps 4.0's (Debian 12) takes a group below 100 after `--` for a usage error, and such
+# small ids are the rule where the host is a container.
+SIGNAL_GROUP = 'kill -s "$1" -- "-$2" 2>/dev/null'
 
 
 @dataclass(frozen=True)
