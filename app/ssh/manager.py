@@ -23,6 +23,10 @@ class SSHManager:
     async def close(self) -> None:
         await asyncio.gather(*(host.close() for host in self._hosts.values()))
 
+    def unsupervised(self) -> list[str]:
+        """The hosts whose connection is not kept by a running task: none once started, until closed."""
+        return [name for name, host in self._hosts.items() if not host.supervised]
+
     def __iter__(self) -> Iterator[HostConnection]:
         return iter(self._hosts.values())
 

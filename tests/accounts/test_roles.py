@@ -26,6 +26,7 @@ VIEWER, OPERATOR, ADMIN = Role.VIEWER.value, Role.OPERATOR.value, Role.ADMIN.val
 
 LEAST_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/health"): PUBLIC,
+    ("GET", "/readyz"): PUBLIC,
     ("GET", "/api/docs"): VIEWER,
     ("GET", "/api/openapi.json"): VIEWER,
     ("GET", "/api/hosts"): VIEWER,

@@ -16,11 +16,6 @@ router = APIRouter(prefix="/api")
 FRESH = 5.0  # seconds a GPU probe reading is served as current
 
 
-class Health(BaseModel):
-    status: str
-    hosts: int
-
-
 class GpuPublic(BaseModel):
     index: int
     name: str
@@ -68,12 +63,6 @@ class HostPublic(BaseModel):
                 for p in overview.partitions
             ],
         )
-
-
-@router.get("/health")
-async def health(runtime: RuntimeDep) -> Health:
-    """Liveness, without authentication, for load balancers and `make demo`."""
-    return Health(status="ok", hosts=len(runtime.ssh))
 
 
 @router.get("/hosts")
