@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench lint screenshots oracle-soak install system-packages clean
+.PHONY: demo test bench lint screenshots oracle-soak install system-packages lock wheel clean
 
 demo: install
 	$(BIN)/launchdeck demo
@@ -34,25 +34,33 @@ oracle-soak: install
 screenshots: install
 	$(BIN)/python docs/screenshots.py
 
-install: $(VENV)/.installed static/vendor/.installed
+install: $(VENV)/.installed node_modules/.vendored
 
-$(VENV)/.installed: pyproject.toml
+# Every Python package at the version requirements.lock pins (the image and CI install the same).
+$(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --constraint requirements.lock -e '.[dev]'
 	touch $@
 
-# htmx and its SSE extension come from the npm registry, pinned in package.json, and are
-# served from static/vendor/<package>@<version>/.
-static/vendor/.installed: package.json package-lock.json
+# Refreshes the lock after pyproject's dependencies change: uv keeps every pin it can and resolves
+# for Python 3.11 on every platform. `make lock LOCK_UPGRADE=--upgrade` takes the newest releases.
+lock: $(VENV)/.installed
+	$(BIN)/pip install --quiet uv
+	$(BIN)/uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 $(LOCK_UPGRADE) -o requirements.lock
+
+# htmx and its SSE extension come from the npm registry, pinned in package.json and checked
+# against package-lock.json, and are served from static/vendor/<package>@<version>/ (the image
+# fetches them the same way). npm installs axe-core, which the browser tests inject.
+node_modules/.vendored: package.json package-lock.json .ci/vendor_frontend.py
 	npm ci --no-audit --no-fund --loglevel=error
-	rm -rf static/vendor
-	for pkg in htmx.org htmx-ext-sse; do \
-		version=$$(node -p "require('./node_modules/$$pkg/package.json').version"); \
-		mkdir -p static/vendor/$$pkg@$$version; \
-		cp node_modules/$$pkg/dist/*.js static/vendor/$$pkg@$$version/; \
-	done
+	$(PYTHON) .ci/vendor_frontend.py
 	touch $@
+
+# The installable package, templates, static files (htmx included) and migrations inside: dist/.
+wheel: install
+	rm -rf dist
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
 
 # The tests talk to a real OpenSSH sshd, drive Debian's chromium and run jobs on Debian's Slurm.
 system-packages:

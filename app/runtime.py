@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 from collections.abc import AsyncIterator, Collection
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
-from pathlib import Path
 
-from app import credentials, db
+from app import credentials, db, resources
 from app.accounts.limits import LoginLimiter
 from app.accounts.logins import HeldLogins, Timeouts
 from app.accounts.proxy import IgnoredHeaders, Network
@@ -45,7 +43,6 @@ from app.states import ServerRole
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[1]
 CLOSE_SECONDS = 3.0  # for the services to close at shutdown, after the requests in flight had theirs
 
 
@@ -97,9 +94,13 @@ class Runtime:
 
 
 def frontend_versions() -> dict[str, str]:
-    """Pinned versions of the front-end packages; static/vendor holds them under these names."""
-    dependencies: dict[str, str] = json.loads((ROOT / "package.json").read_text())["dependencies"]
-    return dependencies
+    """The versions of the front-end packages served, read from static/vendor/<package>@<version>
+    (filled from package.json's pins by `make install`, and carried in the wheel)."""
+    vendor = resources.folder("static") / "vendor"
+    versions = dict(entry.name.rsplit("@", 1) for entry in vendor.glob("*@*") if entry.is_dir())
+    if missing := {"htmx.org", "htmx-ext-sse"} - versions.keys():
+        raise RuntimeError(f"{vendor} lacks {', '.join(sorted(missing))}: run `make install` to fetch them")
+    return versions
 
 
 def access_token(settings: Settings) -> str:

@@ -17,6 +17,7 @@ LAYERS: dict[str, int] = {
     "clock": 0,
     "states": 0,
     "credentials": 0,
+    "resources": 0,
     "backoff": 0,
     "diagnose": 1,  # pure functions over text
     "disk": 1,

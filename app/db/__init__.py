@@ -30,10 +30,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from app import resources
 from app.disk import is_disk_full
 from app.errors import DatabaseUnavailable, DiskFull
-
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 # How long a SQLite writer waits for another to finish before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -141,7 +140,7 @@ class Sessions:
 
 def alembic_config(url: str) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", str(resources.folder("migrations")))
     # Alembic's config interpolates %; a percent-encoded password must survive that.
     config.set_main_option("sqlalchemy.url", sync_url(url).render_as_string(hide_password=False).replace("%", "%%"))
     return config

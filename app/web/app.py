@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -13,7 +12,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import audit, credentials, db
+from app import audit, credentials, db, resources
 from app.accounts.setup import SetupLink
 from app.config import Settings
 from app.runtime import running
@@ -24,9 +23,6 @@ from app.web.errors import UnexpectedErrors, install_error_handlers
 from app.web.limits import CLIENT_ADDRESS, AllowedHosts, ClientAddress, RequestLimits
 
 log = logging.getLogger(__name__)
-
-ROOT = Path(__file__).resolve().parents[2]
-STATIC_DIR = ROOT / "static"
 
 
 class AuditSource:
@@ -118,5 +114,5 @@ def create_app(
 
     app.include_router(api.router)
     app.include_router(pages.router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/static", StaticFiles(directory=resources.folder("static")), name="static")
     return app

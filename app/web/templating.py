@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from fastapi import Request
@@ -11,10 +10,9 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
+from app import resources
 from app.states import UNSTARTED_STATUSES, AttemptStatus, Role, SweepMode, SweepStatus
 from app.web.deps import csrf_token, get_runtime
-
-TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 
 # Pages load only their own scripts and styles and cannot be framed by another site.
 CONTENT_SECURITY_POLICY = (
@@ -47,7 +45,7 @@ def gib(mib: int | None, unit: bool = True) -> str:
     return f"{mib / 1024:.1f} GiB" if unit else f"{mib / 1024:.1f}"
 
 
-templates = Jinja2Templates(directory=TEMPLATES_DIR)
+templates = Jinja2Templates(directory=resources.folder("templates"))
 templates.env.auto_reload = False  # the templates ship with the code: no stat of each file per page
 # Pages compare values with the enums, never with copies of their strings.
 templates.env.globals.update(
