@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
+from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.errors import InvalidInput
@@ -160,6 +161,12 @@ class Settings(BaseSettings):
     hosts_file: Path | None = Field(
         None, description="TOML file of GPU hosts; default <data_dir>/hosts.toml when it exists."
     )
+    admin_password_file: Path | None = Field(
+        None,
+        description="File holding the first admin's password (a compose secret): read when the dashboard starts "
+        "with no accounts, to create LAUNCHDECK_ADMIN_NAME as an admin; ignored once any account exists.",
+    )
+    admin_name: str = Field("owner", description="Name of the first admin that LAUNCHDECK_ADMIN_PASSWORD_FILE creates.")
     known_hosts: Path = Field(
         Path("~/.ssh/known_hosts"), description="known_hosts file that host keys are checked against."
     )
@@ -259,22 +266,14 @@ class Settings(BaseSettings):
         "each) behind a login node, as `launchdeck demo --slurm` does; needs Debian's slurm-wlm and munge, and root.",
     )
 
-    @field_validator(
-        "database_url",
-        "token",
-        "hosts_file",
-        "allowed_hosts",
-        "public_url",
-        "webhook_url",
-        "webhook_allowed",
-        "auth_proxy_header",
-        "auth_proxy_addresses",
-        mode="before",
-    )
+    @field_validator("*", mode="before")
     @classmethod
-    def empty_means_unset(cls, value: Any) -> Any:
-        """`LAUNCHDECK_TOKEN=` (as docker compose passes an unset variable) must not become an empty token."""
-        return None if isinstance(value, str) and not value.strip() else value
+    def blank_means_unset(cls, value: Any) -> Any:
+        """A variable set blank keeps the default: docker compose passes an unset `${X:-}` as "", and
+        the compose file passes every setting through that way."""
+        if isinstance(value, str) and not value.strip():
+            raise PydanticUseDefault()
+        return value
 
     @field_validator("token")
     @classmethod
@@ -390,6 +389,7 @@ class Settings(BaseSettings):
             return None
         return (
             f"refusing to listen on {self.bind}, beyond this machine, with no accounts: everyone would log in "
-            "with the one access token; add one with `launchdeck users add NAME --role admin`, or set "
-            "LAUNCHDECK_AUTH_PROXY_HEADER for single sign-on behind a proxy, or set LAUNCHDECK_BIND=127.0.0.1"
+            "with the one access token; add one with `launchdeck users add NAME --role admin` or "
+            "LAUNCHDECK_ADMIN_PASSWORD_FILE, or set LAUNCHDECK_AUTH_PROXY_HEADER for single sign-on behind a proxy, "
+            "or set LAUNCHDECK_BIND=127.0.0.1"
         )

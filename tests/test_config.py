@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import stat
 import subprocess
@@ -11,13 +12,13 @@ from pathlib import Path
 from app.config import Settings
 from app.demo.inventory import parse_host_specs
 from tests.support.cli import cli_argv, cli_env, run_cli
-from tests.support.paths import README, ROOT
+from tests.support.paths import ROOT
 from tests.support.servers import free_port
 
 
-def test_every_setting_is_documented_in_the_readme() -> None:
-    readme = README.read_text()
-    missing = [name for name in Settings.model_fields if f"`LAUNCHDECK_{name.upper()}`" not in readme]
+def test_every_setting_is_documented_in_the_configuration_page() -> None:
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    missing = [name for name in Settings.model_fields if f"`LAUNCHDECK_{name.upper()}`" not in reference]
     assert missing == []
 
 
@@ -111,3 +112,13 @@ def test_what_serve_writes_is_for_its_user_only(tmp_path: Path) -> None:
     assert modes[data.name] == 0o700
     assert {name: mode for name, mode in modes.items() if name != data.name and mode != 0o600} == {}
     assert {"launchdeck.db", "access-token", "session-key"} <= set(modes)
+
+
+def test_the_compose_file_passes_every_setting_a_deployment_needs_through() -> None:
+    """The image fixes where data lives and what it binds; the compose file points at its mounts and
+    passes each other setting (the simulator's aside) from the shell or an .env file."""
+    compose = (Path(__file__).resolve().parents[1] / "docker-compose.yml").read_text()
+    passed = set(re.findall(r"^ +(LAUNCHDECK_[A-Z_]+):", compose, re.M))
+    image = {"LAUNCHDECK_DATA_DIR", "LAUNCHDECK_BIND"}
+    wanted = {f"LAUNCHDECK_{name.upper()}" for name in Settings.model_fields if not name.startswith("demo_")}
+    assert passed == wanted - image

@@ -1,4 +1,5 @@
-"""The one-time setup link that creates the first admin when a dashboard starts with no accounts.
+"""The first admin of a dashboard that starts with no accounts: from a password file (a compose
+secret, LAUNCHDECK_ADMIN_PASSWORD_FILE), or else through a one-time setup link.
 
 `launchdeck serve` prints it; only that process can honour it: the secret is kept as a sha256 in
 its memory, nowhere else, so a restart prints a new link and the old one is dead. It works once,
@@ -11,6 +12,7 @@ import hmac
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,6 +25,7 @@ from app.states import Role
 
 LIFETIME = timedelta(hours=24)
 ACTOR = "setup link"  # who the audit trail says added the first admin
+FILE_ACTOR = "LAUNCHDECK_ADMIN_PASSWORD_FILE"
 
 
 def _digest(secret: str) -> str:
@@ -84,3 +87,17 @@ async def create_first_admin(
     except InvalidInput:
         link.spent = False
         raise
+
+
+async def admin_from_file(session: AsyncSession, *, name: str, password_file: Path) -> User | None:
+    """Adds `name` as the first admin with the password the file holds (one trailing newline, as
+    `echo` writes, is not part of it); None, and the file unread, once any account exists."""
+    if await any_account(session):
+        return None
+    try:
+        password = password_file.read_text().removesuffix("\n")
+        return await users.add_user(session, name=name, password=password, role=Role.ADMIN, actor=FILE_ACTOR)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"LAUNCHDECK_ADMIN_PASSWORD_FILE: cannot read {password_file}: {exc}") from None
+    except InvalidInput as exc:
+        raise InvalidInput(f"LAUNCHDECK_ADMIN_PASSWORD_FILE: {exc}") from None

@@ -98,6 +98,12 @@ def serve(settings: Settings) -> int:
     os.umask(PRIVATE)
     setup_link, secret = SetupLink.issue()
     app = create_app(settings, setup_link=setup_link)
+    if settings.admin_password_file is not None:
+        try:
+            asyncio.run(_admin_from_file(settings))
+        except InvalidInput as exc:
+            print(f"launchdeck: {exc}", file=sys.stderr)
+            return 2
     enabled, any_account = asyncio.run(_accounts(settings))
     if problem := settings.accounts_problem(accounts=enabled):
         print(f"launchdeck: {problem}", file=sys.stderr)
@@ -128,6 +134,21 @@ def _server_options(settings: Settings) -> dict[str, Any]:
         "proxy_headers": False,  # the dashboard reads X-Forwarded-For itself, from its proxies only
         "timeout_graceful_shutdown": DRAIN_SECONDS,
     }
+
+
+async def _admin_from_file(settings: Settings) -> None:
+    from app import db
+    from app.accounts import setup
+
+    name, password_file = settings.admin_name, settings.admin_password_file
+    assert password_file is not None
+    engine = db.create_engine(settings.resolved_database_url())
+    try:
+        async with db.Sessions.of(engine).write() as session:
+            if await setup.admin_from_file(session, name=name, password_file=password_file):
+                print(f"created the first admin, {name}, from LAUNCHDECK_ADMIN_PASSWORD_FILE", flush=True)
+    finally:
+        await engine.dispose()
 
 
 async def _accounts(settings: Settings) -> tuple[int, bool]:

@@ -261,8 +261,9 @@ def test_serving_beyond_loopback_with_no_accounts_and_no_sign_on_is_refused(tmp_
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "launchdeck: refusing to listen on 0.0.0.0, beyond this machine, with no accounts: everyone would log in "
-        "with the one access token; add one with `launchdeck users add NAME --role admin`, or set "
-        "LAUNCHDECK_AUTH_PROXY_HEADER for single sign-on behind a proxy, or set LAUNCHDECK_BIND=127.0.0.1"
+        "with the one access token; add one with `launchdeck users add NAME --role admin` or "
+        "LAUNCHDECK_ADMIN_PASSWORD_FILE, or set LAUNCHDECK_AUTH_PROXY_HEADER for single sign-on behind a proxy, "
+        "or set LAUNCHDECK_BIND=127.0.0.1"
     )
     exposed = Settings(bind="0.0.0.0")
     assert exposed.accounts_problem(accounts=1) is None

@@ -1,5 +1,6 @@
-"""The one-time setup link: `launchdeck serve` on an empty data dir prints it, and it makes the
-first admin once; a wrong or spent secret is a plain 404, and a dashboard with accounts prints none."""
+"""The first admin. The one-time setup link: `launchdeck serve` on an empty data dir prints it, and
+it makes the first admin once; a wrong or spent secret is a plain 404, and a dashboard with accounts
+prints none. The password file (a compose secret): read on the first start only."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.support.waiting import wait_until
 from tests.support.web import csrf_from
 
 
-def serve(data_dir: Path, tmp_path: Path) -> Process:
+def serve(data_dir: Path, tmp_path: Path, **more: str) -> Process:
     env = cli_env(
         {
             "LAUNCHDECK_DATA_DIR": str(data_dir),
@@ -29,6 +30,7 @@ def serve(data_dir: Path, tmp_path: Path) -> Process:
             "LAUNCHDECK_COOKIE_SECURE": "false",
             "LAUNCHDECK_KNOWN_HOSTS": str(data_dir / "known_hosts"),
             "LAUNCHDECK_SSH_CONFIG": str(data_dir / "no-ssh-config"),
+            **more,
         },
         clean=True,
     )
@@ -124,3 +126,52 @@ async def test_no_link_is_printed_when_an_account_exists(tmp_path: Path) -> None
         assert "launchdeck dashboard:" in printed and "setup" not in printed
     finally:
         dashboard.stop()
+
+
+def log_in(base: str, name: str, password: str) -> int:
+    """The login form's answer. Its cookie is Secure, which httpx keeps from plain http: it is
+    carried by hand, as a browser on localhost carries it."""
+    with httpx.Client(timeout=10) as browser:
+        form = browser.get(f"{base}/login")
+        fields = {"name": name, "password": password, "csrf_token": csrf_from(form.text)}
+        cookies = "; ".join(f"{cookie.name}={cookie.value}" for cookie in browser.cookies.jar)
+        return browser.post(f"{base}/login", data=fields, headers={"Cookie": cookies}).status_code
+
+
+def test_a_container_first_started_beyond_loopback_makes_its_admin_from_the_password_file(tmp_path: Path) -> None:
+    """As docker compose starts it on an empty volume: bound to 0.0.0.0 with no account, which alone
+    is refused; the file makes the admin, once, and a later start leaves the password as it is."""
+    secret = tmp_path / "admin-password"
+    secret.write_text(PASSWORD + "\n")  # as `echo` writes it
+    exposed = {"LAUNCHDECK_BIND": "0.0.0.0", "LAUNCHDECK_COOKIE_SECURE": "true", "LAUNCHDECK_ADMIN_NAME": "ops"}
+    for start, file_says in enumerate((PASSWORD, "another password entirely")):
+        secret.write_text(file_says + "\n")
+        (tmp_path / f"start-{start}").mkdir()
+        dashboard = serve(
+            tmp_path / "data", tmp_path / f"start-{start}", LAUNCHDECK_ADMIN_PASSWORD_FILE=str(secret), **exposed
+        )
+        dashboard.spawn()
+        try:
+            printed = wait_answering(dashboard)
+            assert ("created the first admin, ops, from LAUNCHDECK_ADMIN_PASSWORD_FILE" in printed) == (start == 0)
+            assert "setup/" not in printed
+            base = f"http://127.0.0.1:{dashboard.env['LAUNCHDECK_PORT']}"
+            assert log_in(base, "ops", PASSWORD) == 303
+            assert log_in(base, "ops", "another password entirely") == 401
+        finally:
+            dashboard.stop()
+
+
+@pytest.mark.parametrize("problem", ["missing", "short"])
+def test_a_password_file_that_cannot_make_the_admin_is_a_sentence_and_exit_2(tmp_path: Path, problem: str) -> None:
+    secret = tmp_path / "admin-password"
+    if problem == "short":
+        secret.write_text("short\n")
+    dashboard = serve(tmp_path / "data", tmp_path, LAUNCHDECK_ADMIN_PASSWORD_FILE=str(secret))
+    dashboard.spawn()
+    assert dashboard.popen is not None and dashboard.popen.wait(60) == 2
+    said = dashboard.output.read_text()
+    if problem == "missing":
+        assert f"launchdeck: LAUNCHDECK_ADMIN_PASSWORD_FILE: cannot read {secret}: [Errno 2]" in said
+    else:
+        assert "launchdeck: LAUNCHDECK_ADMIN_PASSWORD_FILE: a password has at least 8 characters" in said
