@@ -201,19 +201,26 @@ class Failure:
 
     failure_class: str
     fingerprint: str
+    root_error: str | None = None  # its first LISTED_ROOT_ERROR characters
+
+
+# What a list carries of a root error (which may run to 64 KiB: a tensor printed whole); the
+# attempt's own answer carries it all.
+LISTED_ROOT_ERROR = 500
 
 
 async def failures_of(session: AsyncSession, attempt_ids: list[int]) -> dict[int, Failure]:
-    """The class and fingerprint of those attempts that have a failure signature, taken out of
-    their diagnosis by the database (its JSON keys `class` and `fingerprint`), so a list never loads
-    the whole document."""
+    """The class, fingerprint and root error of those attempts that have a failure signature, taken
+    out of their diagnosis by the database (its JSON keys `class`, `fingerprint` and `root_error`),
+    so a list never loads the whole document."""
     found = Attempt.diagnosis
-    query = select(Attempt.id, found["class"].as_string(), found["fingerprint"].as_string()).where(
+    root_start = func.substr(found["root_error"].as_string(), 1, LISTED_ROOT_ERROR)
+    query = select(Attempt.id, found["class"].as_string(), found["fingerprint"].as_string(), root_start).where(
         Attempt.id.in_(attempt_ids), Attempt.signature_id.is_not(None)
     )
     return {
-        attempt_id: Failure(failure_class or "", fingerprint)
-        for attempt_id, failure_class, fingerprint in (await session.execute(query)).all()
+        attempt_id: Failure(failure_class or "", fingerprint, root_error)
+        for attempt_id, failure_class, fingerprint, root_error in (await session.execute(query)).all()
         if fingerprint
     }
 

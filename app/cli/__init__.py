@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from app.cli import accounts, attempts, database, diagnose, server
+from app.cli import accounts, attempts, database, diagnose, hosts, presets, server
 from app.cli.accounts import cli_actor
 
 if TYPE_CHECKING:
@@ -40,12 +40,30 @@ def _run(argv: list[str] | None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="launchdeck", description="Launch and debug SGLang servers on GPU hosts.")
+    parser.add_argument("--version", action=_Version, help="print the installed launchdeck's version and exit")
     parser.set_defaults(check=_no_problem)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (server, attempts, diagnose, accounts, database):  # in the order `--help` lists them
+    for group in (server, attempts, hosts, presets, diagnose, accounts, database):  # in the order `--help` lists them
         group.add_parsers(commands)
     return parser
 
 
 def _no_problem(args: argparse.Namespace) -> None:
     return None
+
+
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version, looked up only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("launchdeck")
+        except PackageNotFoundError:
+            installed = "unknown (not installed: run from a checkout)"
+        print(f"launchdeck {installed}")
+        parser.exit()

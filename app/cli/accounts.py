@@ -10,9 +10,10 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from app.cli.shared import in_event_loop, with_settings
+from app.cli.shared import JSON_HELP, in_event_loop, print_json, with_settings
 from app.errors import InvalidInput
 from app.states import Role
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
     from app.cli.shared import Subcommands
     from app.config import Settings
+    from app.db.models import ApiToken, User
 
 ROLES = tuple(Role)
 
@@ -55,6 +57,7 @@ def _add_users_parsers(commands: Subcommands) -> None:
             "--password-stdin", action="store_true", help="read the password from standard input, not a prompt"
         )
     list_parser = users_commands.add_parser("list", help="list users with their roles")
+    list_parser.add_argument("--json", action="store_true", help=JSON_HELP)
     list_parser.set_defaults(run=with_settings(in_event_loop(_list_users)))
     disable_parser = users_commands.add_parser("disable", help="stop a user logging in; ends their logins")
     disable_parser.add_argument("name")
@@ -86,6 +89,7 @@ def _add_tokens_parsers(commands: Subcommands) -> None:
     create_parser.set_defaults(run=with_settings(in_event_loop(_create_token)), check=_create_token_problem)
     list_tokens_parser = tokens_commands.add_parser("list", help="list tokens (never their secrets)")
     list_tokens_parser.add_argument("--user", help="only this user's")
+    list_tokens_parser.add_argument("--json", action="store_true", help=JSON_HELP)
     list_tokens_parser.set_defaults(run=with_settings(in_event_loop(_list_tokens)))
     revoke_parser = tokens_commands.add_parser("revoke", help="revoke a token at once")
     revoke_parser.add_argument("id", type=int)
@@ -150,11 +154,25 @@ async def _list_users(settings: Settings, args: argparse.Namespace) -> int:
     from app.accounts import users
 
     async with _session(_migrated(settings)) as session:
-        for user in await users.list_users(session):
-            state = "disabled" if user.disabled_at else "enabled"
-            hosts = ",".join(user.host_labels) if user.host_labels else "all hosts"
-            print(f"{user.name:24} {user.role:9} {state:9} since {user.created_at:%Y-%m-%d}  {hosts}")
+        found = await users.list_users(session)
+    if args.json:
+        print_json([_user_json(user) for user in found])
+        return 0
+    for user in found:
+        state = "disabled" if user.disabled_at else "enabled"
+        hosts = ",".join(user.host_labels) if user.host_labels else "all hosts"
+        print(f"{user.name:24} {user.role:9} {state:9} since {user.created_at:%Y-%m-%d}  {hosts}")
     return 0
+
+
+def _user_json(user: User) -> dict[str, Any]:
+    return {
+        "name": user.name,
+        "role": user.role,
+        "disabled": user.disabled_at is not None,
+        "created_at": user.created_at.isoformat(),
+        "host_labels": user.host_labels or None,  # None: every host
+    }
 
 
 async def _disable_user(settings: Settings, args: argparse.Namespace) -> int:
@@ -223,16 +241,36 @@ async def _list_tokens(settings: Settings, args: argparse.Namespace) -> int:
     from app.clock import utcnow
 
     async with _session(_migrated(settings)) as session:
-        for token in await tokens.list_tokens(session, user_name=args.user):
-            expired = token.expires_at is not None and token.expires_at <= utcnow()
-            state = "revoked" if token.revoked_at else "expired" if expired else "active"
-            expires = f"{token.expires_at:%Y-%m-%d}" if token.expires_at else "never"
-            used = f"{token.last_used_at:%Y-%m-%d %H:%M}" if token.last_used_at else "never"
-            print(
-                f"{token.id:5} {token.user.name:16} {token.name:16} {token.prefix}… {token.role:9} "
-                f"{state:8} expires {expires:10} last used {used}"
-            )
+        listed = [_token_json(token, utcnow()) for token in await tokens.list_tokens(session, user_name=args.user)]
+    if args.json:
+        print_json(listed)
+        return 0
+    for token in listed:
+        expires = token["expires_at"][:10] if token["expires_at"] else "never"
+        used = token["last_used_at"][:16].replace("T", " ") if token["last_used_at"] else "never"
+        print(
+            f"{token['id']:5} {token['user']:16} {token['name']:16} {token['prefix']}… {token['role']:9} "
+            f"{token['state']:8} expires {expires:10} last used {used}"
+        )
     return 0
+
+
+def _token_json(token: ApiToken, now: datetime) -> dict[str, Any]:
+    expired = token.expires_at is not None and token.expires_at <= now
+    return {
+        "id": token.id,
+        "user": token.user.name,
+        "name": token.name,
+        "prefix": token.prefix,
+        "role": token.role,
+        "state": "revoked" if token.revoked_at else "expired" if expired else "active",
+        "expires_at": _iso(token.expires_at),
+        "last_used_at": _iso(token.last_used_at),
+    }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
 
 
 async def _revoke_token(settings: Settings, args: argparse.Namespace) -> int:

@@ -1,27 +1,42 @@
-"""`launchdeck launch`, `attempts`, `logs`, `bench`, `sweep` and `compare`: the commands that ask the
-running dashboard, through its HTTP API (app.cli.client, imported only when one of them runs: it
-imports httpx and the database models)."""
+"""`launchdeck launch`, `relaunch`, `stop`, `attempts`, `logs`, `bench`, `sweep` and `compare`: the
+commands that ask the running dashboard, through its HTTP API (app.cli.client, imported only when
+one of them runs: it imports httpx)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from app.cli.shared import URL_HELP, with_settings
-from app.errors import LaunchdeckError
+from app.cli.shared import JSON_HELP, URL_HELP, with_client
+from app.errors import InvalidInput, LaunchdeckError
 
 if TYPE_CHECKING:
+    from app.cli.remote import ApiClient
     from app.cli.shared import Subcommands
-    from app.config import Settings
 
 
 def add_parsers(commands: Subcommands) -> None:
     _add_launch_parser(commands)
-    attempts_parser = commands.add_parser("attempts", help="list attempts, newest first")
+    _add_relaunch_parser(commands)
+    stop_parser = commands.add_parser(
+        "stop",
+        help="stop an attempt's server (SIGTERM, then SIGKILL after the grace period)",
+        description="Stop an attempt's server and wait until it has ended. Exit status: 0 it has ended (or, "
+        "with --no-wait, the stop was asked); 1 the dashboard refused, or the attempt was still running after "
+        "two minutes.",
+    )
+    stop_parser.add_argument("attempt", type=int)
+    stop_parser.add_argument("--no-wait", action="store_true", help="return once the stop is asked")
+    stop_parser.add_argument("--url", help=URL_HELP)
+    stop_parser.set_defaults(run=_stop)
+    attempts_parser = commands.add_parser(
+        "attempts", help="list attempts, newest first, with each failure's class and root error"
+    )
     for option in ("--host", "--preset", "--status"):
         attempts_parser.add_argument(option)
     attempts_parser.add_argument("--limit", type=int, default=20)
+    attempts_parser.add_argument("--json", action="store_true", help=JSON_HELP)
     attempts_parser.add_argument("--url", help=URL_HELP)
     attempts_parser.set_defaults(run=_list_attempts)
     logs_parser = commands.add_parser("logs", help="print an attempt's log, follow it, or grep it")
@@ -82,6 +97,39 @@ def _add_launch_parser(commands: Subcommands) -> None:
     launch_parser.set_defaults(run=_launch)
 
 
+def _add_relaunch_parser(commands: Subcommands) -> None:
+    relaunch_parser = commands.add_parser(
+        "relaunch",
+        help="launch an attempt's preset revision again on its host, GPUs and port, changed where asked",
+        description="Launch an attempt again: its preset revision on its host, GPUs and port; with --set, "
+        "--drop or --apply-suggested, a new revision made from its. Exit status as launch's: 0 ready, 1 failed, "
+        "3 a guard refused.",
+    )
+    relaunch_parser.add_argument("attempt", type=int)
+    relaunch_parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FLAG=VALUE",
+        help="set an argument, e.g. mem-fraction-static=0.9 (FLAG alone: a switch); repeatable",
+    )
+    relaunch_parser.add_argument(
+        "--drop", action="append", default=[], metavar="FLAG", help="drop an argument; repeatable"
+    )
+    relaunch_parser.add_argument(
+        "--apply-suggested", action="store_true", help="apply the change the attempt's diagnosis suggests"
+    )
+    relaunch_parser.add_argument(
+        "--override-reason", dest="override", default="", metavar="TEXT", help="launch despite failed preflight checks"
+    )
+    relaunch_parser.add_argument(
+        "--confirm-failed-before", action="store_true", help="launch even if this configuration failed before"
+    )
+    relaunch_parser.add_argument("--no-wait", action="store_true", help="return once the attempt is recorded")
+    relaunch_parser.add_argument("--url", help=URL_HELP)
+    relaunch_parser.set_defaults(run=_relaunch, check=_relaunch_problem)
+
+
 def _add_sweep_parsers(commands: Subcommands) -> None:
     sweep_parser = commands.add_parser("sweep", help="run a preset over a grid of values, or bisect one argument")
     sweep_commands = sweep_parser.add_subparsers(dest="sweep_command", required=True, metavar="ACTION")
@@ -114,11 +162,10 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-@with_settings
-def _launch(settings: Settings, args: argparse.Namespace) -> int:
+@with_client
+def _launch(api: ApiClient, args: argparse.Namespace) -> int:
     from app.cli import client
 
-    api = client.ApiClient(settings, args.url)
     gpus = client.parse_gpus(args.gpus)
     hosts = [name.strip() for name in args.hosts.split(",") if name.strip()] if args.hosts else None
     if not (args.host or hosts or args.label):
@@ -130,12 +177,54 @@ def _launch(settings: Settings, args: argparse.Namespace) -> int:
     )  # fmt: skip
 
 
-@with_settings
-def _list_attempts(settings: Settings, args: argparse.Namespace) -> int:
+def change_of(text: str, *, remove: bool = False) -> dict[str, Any]:
+    """A relaunch's change from `FLAG=VALUE`, `FLAG` (a switch) or, with `remove`, the flag to drop;
+    the flag with or without its leading dashes (`mem-fraction-static=0.9`)."""
+    flag, equals, value = text.partition("=")
+    name = flag.strip().lstrip("-")
+    if not name or (remove and equals):
+        option, form = ("--drop", "FLAG") if remove else ("--set", "FLAG=VALUE (or FLAG for a switch)")
+        raise InvalidInput(f"relaunch: {option} {text!r}: give {form}, e.g. mem-fraction-static")
+    return {"flag": f"--{name}", "value": value if equals else None, "remove": remove}
+
+
+def _changes(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [change_of(item) for item in args.set] + [change_of(item, remove=True) for item in args.drop]
+
+
+def _relaunch_problem(args: argparse.Namespace) -> str | None:
+    try:
+        _changes(args)
+    except InvalidInput as exc:
+        return str(exc)
+    return None
+
+
+@with_client
+def _relaunch(api: ApiClient, args: argparse.Namespace) -> int:
+    from app.cli import client
+
+    changes = _changes(args)
+    body = {
+        "changes": changes, "apply_suggested": args.apply_suggested, "override_reason": args.override,
+        "confirm_failed_before": args.confirm_failed_before,
+    }  # fmt: skip
+    return client.relaunch(api, args.attempt, body=body, wait=not args.no_wait)
+
+
+@with_client
+def _stop(api: ApiClient, args: argparse.Namespace) -> int:
+    from app.cli import client
+
+    return client.stop(api, args.attempt, wait=not args.no_wait)
+
+
+@with_client
+def _list_attempts(api: ApiClient, args: argparse.Namespace) -> int:
     from app.cli import client
 
     params = {"host": args.host, "preset": args.preset, "status": args.status, "limit": args.limit}
-    return client.list_attempts(client.ApiClient(settings, args.url), params=params)
+    return client.list_attempts(api, params=params, as_json=args.json)
 
 
 def _logs_problem(args: argparse.Namespace) -> str | None:
@@ -144,11 +233,10 @@ def _logs_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-@with_settings
-def _logs(settings: Settings, args: argparse.Namespace) -> int:
+@with_client
+def _logs(api: ApiClient, args: argparse.Namespace) -> int:
     from app.cli import client
 
-    api = client.ApiClient(settings, args.url)
     if args.grep is not None:
         return client.grep_log(
             api, args.attempt, args.grep, regex=args.regex, ignore_case=args.ignore_case, err=_stderr
@@ -156,38 +244,35 @@ def _logs(settings: Settings, args: argparse.Namespace) -> int:
     return client.show_log(api, args.attempt, follow=args.follow, out=sys.stdout.buffer, err=_stderr)
 
 
-@with_settings
-def _bench(settings: Settings, args: argparse.Namespace) -> int:
+@with_client
+def _bench(api: ApiClient, args: argparse.Namespace) -> int:
     from app.cli import client
 
-    api = client.ApiClient(settings, args.url)
     return client.bench(api, args.attempt, workload=args.workload, out=sys.stdout.buffer, err=_stderr)
 
 
-@with_settings
-def _start_sweep(settings: Settings, args: argparse.Namespace) -> int:
+@with_client
+def _start_sweep(api: ApiClient, args: argparse.Namespace) -> int:
     from app.cli import client
 
-    return client.start_sweep(client.ApiClient(settings, args.url), args)
+    return client.start_sweep(api, args)
 
 
-@with_settings
-def _show_sweep(settings: Settings, args: argparse.Namespace) -> int:
+@with_client
+def _show_sweep(api: ApiClient, args: argparse.Namespace) -> int:
     from app.cli import client
 
-    return client.show_sweep(client.ApiClient(settings, args.url), args.sweep)
+    return client.show_sweep(api, args.sweep)
 
 
-@with_settings
-def _stop_sweep(settings: Settings, args: argparse.Namespace) -> int:
-    from app.cli import client
-
-    client.ApiClient(settings, args.url).call("POST", f"/api/sweeps/{args.sweep}/stop")
+@with_client
+def _stop_sweep(api: ApiClient, args: argparse.Namespace) -> int:
+    api.call("POST", f"/api/sweeps/{args.sweep}/stop")
     return 0
 
 
-@with_settings
-def _compare(settings: Settings, args: argparse.Namespace) -> int:
+@with_client
+def _compare(api: ApiClient, args: argparse.Namespace) -> int:
     from app.cli import client
 
-    return client.compare(client.ApiClient(settings, args.url), args.a, args.b, as_json=args.json)
+    return client.compare(api, args.a, args.b, as_json=args.json)

@@ -1,134 +1,23 @@
-"""`launchdeck launch`, `attempts` and `logs`: the dashboard's HTTP API from a terminal."""
+"""`launchdeck launch`, `relaunch`, `stop`, `attempts`, `logs`, `compare`, `bench`, `sweep` and
+`rules`: the dashboard's HTTP API from a terminal (app.cli.remote finds it)."""
 
 from __future__ import annotations
 
 import json
-import os
-import stat
 import sys
 import time
-import tomllib
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import IO, Any
 
 import httpx
 
-from app.config import Settings
+from app.cli.remote import ApiClient, check, refusal
+from app.cli.shared import table
 from app.errors import InvalidInput, LaunchdeckError
 from app.states import FINISHED_STATUSES, AttemptStatus
 
 # Where following a launch from the terminal stops: it ended, or it is serving (well or not).
 FINAL = FINISHED_STATUSES | {AttemptStatus.READY, AttemptStatus.UNHEALTHY}
-
-
-class ApiClient:
-    """The dashboard at `url`, else the client file's, else LAUNCHDECK_BIND/PORT's; with the token
-    in LAUNCHDECK_TOKEN, else the client file's, else the data dir's access token."""
-
-    def __init__(self, settings: Settings, url: str | None = None):
-        host = settings.bind if settings.bind not in ("0.0.0.0", "::") else "127.0.0.1"
-        configured = read_client_file(client_file())
-        self.url = (url or configured.get("url") or f"http://{host}:{settings.port}").rstrip("/")
-        if settings.token:
-            token = settings.token.get_secret_value()
-        else:
-            token = configured.get("token") or _token_file(settings)
-        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self.request(method, path, **kwargs).json()
-
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise LaunchdeckError(f"cannot reach the dashboard at {self.url}: {exc}") from None
-        _check(response)
-        return response
-
-    def events(self, path: str, *, last_event_id: str | None = None) -> Iterator[tuple[str, str, str]]:
-        """Server-sent events as (event, id, data) until the server ends the stream."""
-        headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
-        with self.http.stream("GET", path, headers=headers, timeout=httpx.Timeout(60, read=None)) as response:
-            if response.status_code >= 400:
-                response.read()
-                _check(response)
-            event, event_id, data = "message", "", list[str]()
-            for line in response.iter_lines():
-                if not line:
-                    if data:
-                        yield event, event_id, "\n".join(data)
-                    event, data = "message", []
-                    continue
-                field, _, value = line.partition(":")
-                value = value.removeprefix(" ")
-                if field == "event":
-                    event = value
-                elif field == "id":
-                    event_id = value
-                elif field == "data":
-                    data.append(value)
-
-
-def _check(response: httpx.Response) -> None:
-    if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail", response.text)
-        except ValueError:
-            detail = response.text
-        raise LaunchdeckError(f"{response.status_code}: {detail}")
-
-
-def _refusal(response: httpx.Response) -> dict[str, Any] | None:
-    """A guard's refusal of a launch (409 or 422 with `guard`), else None."""
-    if response.status_code not in (409, 422):
-        return None
-    try:
-        answer = response.json()
-    except ValueError:
-        return None
-    return answer if isinstance(answer, dict) and answer.get("guard") else None
-
-
-def client_file() -> Path:
-    """$XDG_CONFIG_HOME/launchdeck/client.toml (~/.config/… by default)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(base) / "launchdeck" / "client.toml"
-
-
-def read_client_file(path: Path) -> dict[str, str]:
-    """The `url` and `token` a person keeps for the command; {} when there is no file. A file that
-    others may read is refused, as ssh refuses such a key: the token in it is as good as a password."""
-    try:
-        with path.open("rb") as file:
-            mode = os.fstat(file.fileno()).st_mode
-            if mode & 0o077:
-                raise InvalidInput(
-                    f"{path} may be read by other users (mode {stat.S_IMODE(mode):o}): "
-                    f"`chmod 600 {path}`; it was not used"
-                )
-            values = tomllib.load(file)
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidInput(f"{path} is not TOML: {exc}") from None
-    unknown = set(values) - {"url", "token"}
-    if unknown or not all(isinstance(value, str) for value in values.values()):
-        raise InvalidInput(f"{path} holds `url` and `token`, both strings, and nothing else")
-    return {key: value.strip() for key, value in values.items()}
-
-
-def _token_file(settings: Settings) -> str:
-    path = settings.data_dir / "access-token"
-    try:
-        return path.read_text().strip()
-    except OSError:
-        raise InvalidInput(
-            f"no token: set LAUNCHDECK_TOKEN, put one in {client_file()}, or run from the data dir ({path})"
-        ) from None
 
 
 def parse_gpus(text: str) -> list[int]:
@@ -168,25 +57,55 @@ def launch(
         "override_reason": override,
         "confirm_failed_before": confirm_failed_before,
     }
-    try:
-        response = client.http.post("/api/attempts", json=body)
-    except httpx.TransportError as exc:
-        raise LaunchdeckError(f"cannot reach the dashboard at {client.url}: {exc}") from None
-    refusal = _refusal(response)
-    if refusal is not None:
-        err(f"launchdeck: {refusal['detail']}")
-        if refusal.get("suggested_port"):
+    response = _post(client, "/api/attempts", body)
+    if (refused := refusal(response)) is not None:
+        err(f"launchdeck: {refused['detail']}")
+        if refused.get("suggested_port"):
             on = host or (hosts or [""])[0]
-            err(f"launchdeck: port {refusal['suggested_port']} is free on {on} (--port {refusal['suggested_port']})")
+            err(f"launchdeck: port {refused['suggested_port']} is free on {on} (--port {refused['suggested_port']})")
         return 3
-    _check(response)
+    check(response)
     attempt = response.json()
     out(f"attempt {attempt['id']}: {client.url}/attempts/{attempt['id']}")
-    if not wait:
-        return 0
+    return follow(client, attempt["id"], out=out) if wait else 0
+
+
+def relaunch(
+    client: ApiClient,
+    attempt_id: int,
+    *,
+    body: dict[str, Any],
+    wait: bool,
+    out: Callable[[str], None] = print,
+    err: Callable[[str], None] = lambda line: print(line, file=sys.stderr),
+) -> int:
+    """Launches the attempt's choices again (`body` as POST /api/attempts/{id}/relaunch takes it)
+    and, with `wait`, follows the new attempt; exit status as `launch`'s."""
+    response = _post(client, f"/api/attempts/{attempt_id}/relaunch", body)
+    if (refused := refusal(response)) is not None:
+        err(f"launchdeck: {refused['detail']}")
+        return 3
+    check(response)
+    again = response.json()
+    revision = f"revision {again['revision']}{', saved for it' if again['saved'] else ''}"
+    out(f"attempt {again['id']} (relaunch of {attempt_id}, {revision}): {client.url}/attempts/{again['id']}")
+    return follow(client, again["id"], out=out) if wait else 0
+
+
+def _post(client: ApiClient, path: str, body: dict[str, Any]) -> httpx.Response:
+    """A POST whose error answers the caller reads itself (a guard's refusal)."""
+    try:
+        return client.http.post(path, json=body)
+    except httpx.TransportError as exc:
+        raise LaunchdeckError(f"cannot reach the dashboard at {client.url}: {exc}") from None
+
+
+def follow(client: ApiClient, attempt_id: int, *, out: Callable[[str], None] = print) -> int:
+    """Prints each status and stage the attempt reaches until it is ready or ended; exit status 0
+    when ready, else 1."""
     shown = ""
     while True:
-        attempt = client.call("GET", f"/api/attempts/{attempt['id']}")
+        attempt = client.call("GET", f"/api/attempts/{attempt_id}")
         stage = f"{attempt['status']} ({attempt['stage']})"
         if stage != shown:
             out(f"  {stage}")
@@ -199,6 +118,28 @@ def launch(
         return 0
     out(f"{attempt['status']}: {attempt['error'] or 'no error recorded'}")
     return 1
+
+
+# How long `launchdeck stop` waits for the attempt to end: the dashboard's grace period before
+# SIGKILL (LAUNCHDECK_STOP_GRACE_SECONDS, 15 by default), and its follower's notice after.
+STOP_WAIT = 120.0
+
+
+def stop(
+    client: ApiClient, attempt_id: int, *, wait: bool, out: Callable[[str], None] = print, poll: float = 0.5
+) -> int:
+    """Asks the dashboard to stop the attempt (SIGTERM to its processes, SIGKILL after the grace
+    period) and, with `wait`, waits until it has ended; exit status 1 when it has not by STOP_WAIT."""
+    attempt = client.call("POST", f"/api/attempts/{attempt_id}/stop")
+    deadline = time.monotonic() + STOP_WAIT
+    while wait and attempt["status"] not in FINISHED_STATUSES and time.monotonic() < deadline:
+        time.sleep(poll)
+        attempt = client.call("GET", f"/api/attempts/{attempt_id}")
+    if attempt["status"] in FINISHED_STATUSES:
+        out(f"attempt {attempt_id}: {attempt['status']}")
+        return 0
+    out(f"attempt {attempt_id}: stopping (still {attempt['status']})")
+    return 1 if wait else 0
 
 
 def export_rules(client: ApiClient, path: str | None, *, out: Callable[[str], None] = print) -> int:
@@ -227,17 +168,35 @@ def import_rules(client: ApiClient, text: str, *, name: str, out: Callable[[str]
     return 0
 
 
-def list_attempts(client: ApiClient, *, params: dict[str, Any], out: Callable[[str], None] = print) -> int:
+# A root error as the attempts table shows it; --json, `compare` and the attempt's page show it whole.
+ROOT_WIDTH = 100
+
+
+def list_attempts(
+    client: ApiClient, *, params: dict[str, Any], as_json: bool, out: Callable[[str], None] = print
+) -> int:
+    """Newest first; a failure's class and its root error line (else the dashboard's error) beside."""
     rows = client.call("GET", "/api/attempts", params={k: v for k, v in params.items() if v})
+    if as_json:
+        out(json.dumps(rows, indent=2))
+        return 0
     if not rows:
         out("no attempts")
         return 0
-    out(f"{'ID':>5}  {'PRESET':<28} {'HOST':<12} {'GPUS':<8} {'STATUS':<10} {'STAGE':<16} CREATED")
-    for a in rows:
-        gpus = ",".join(map(str, a["gpus"]))
-        created = a["created_at"][:19].replace("T", " ")
-        out(f"{a['id']:>5}  {a['preset']:<28} {a['host']:<12} {gpus:<8} {a['status']:<10} {a['stage']:<16} {created}")
+    header = ("ID", "PRESET", "HOST", "GPUS", "STATUS", "STAGE", "CREATED", "CLASS", "ROOT ERROR")
+    for line in table(header, (_attempt_row(attempt) for attempt in rows)):
+        out(line)
     return 0
+
+
+def _attempt_row(attempt: dict[str, Any]) -> tuple[object, ...]:
+    # (.get: a dashboard from before root errors came with the list sends none)
+    why = (attempt.get("root_error") or attempt["error"] or "").replace("\n", " ") or None
+    return (
+        attempt["id"], attempt["preset"], attempt["host"], ",".join(map(str, attempt["gpus"])), attempt["status"],
+        attempt["stage"], attempt["created_at"][:19].replace("T", " "), attempt["failure_class"],
+        why if why is None or len(why) <= ROOT_WIDTH else why[: ROOT_WIDTH - 1] + "…",
+    )  # fmt: skip
 
 
 def compare(client: ApiClient, a: int, b: int, *, as_json: bool, out: Callable[[str], None] = print) -> int:

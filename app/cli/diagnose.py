@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-from app.cli.shared import URL_HELP, run_with_settings, with_settings
+from app.cli.shared import URL_HELP, with_client
 from app.errors import InvalidInput
 
 if TYPE_CHECKING:
+    from app.cli.remote import ApiClient
     from app.cli.shared import Subcommands
-    from app.config import Settings
     from app.diagnose.rules import Rule
+    from app.diagnose.stored import StoredDiagnosis
 
 # What `launchdeck diagnose` prints of a diagnosis: these keys of the API's diagnosis object (a
 # StoredDiagnosis), with the same values, and with --rules its `rule` and `built_in` too.
@@ -34,8 +35,14 @@ CLI_KEYS = (
 
 
 def add_parsers(commands: Subcommands) -> None:
-    diagnose_parser = commands.add_parser("diagnose", help="read an SGLang log: stage, root error, class, hint")
-    diagnose_parser.add_argument("logfile")
+    diagnose_parser = commands.add_parser(
+        "diagnose",
+        help="read an SGLang log: stage, root error, class, hint",
+        description="Read an SGLang log on this machine: the stage it reached, its root error, failure class, "
+        "fingerprint and hint. Exit status: 0 the log shows no failure; 1 it shows one (any class); 2 a usage "
+        "error (a log or rules file that cannot be read).",
+    )
+    diagnose_parser.add_argument("logfile", help="the log; - reads standard input")
     diagnose_parser.add_argument("--json", action="store_true", help="print the result as JSON")
     diagnose_parser.add_argument(
         "--rules", metavar="FILE", help="a TOML file of team rules that correct the built-in diagnosis"
@@ -57,32 +64,34 @@ def _diagnose(args: argparse.Namespace) -> int:
     return diagnose_file(args.logfile, as_json=args.json, rules_path=args.rules)
 
 
-@with_settings
-def _export_rules(settings: Settings, args: argparse.Namespace) -> int:
+@with_client
+def _export_rules(api: ApiClient, args: argparse.Namespace) -> int:
     from app.cli import client
 
-    return client.export_rules(client.ApiClient(settings, args.url), args.file)
+    return client.export_rules(api, args.file)
 
 
 def _import_rules(args: argparse.Namespace) -> int:
-    """Checks the whole file before loading the settings or asking the dashboard."""
+    """Checks the whole file before asking the dashboard."""
     try:
         rules_text = _checked_rules_text(args.file)
     except InvalidInput as exc:
         print(f"launchdeck: rules file {args.file}: {exc}; nothing was imported", file=sys.stderr)
         return 2
 
-    def import_rules(settings: Settings, args: argparse.Namespace) -> int:
+    @with_client
+    def import_rules(api: ApiClient, args: argparse.Namespace) -> int:
         from app.cli import client
 
-        return client.import_rules(client.ApiClient(settings, args.url), rules_text, name=args.file)
+        return client.import_rules(api, rules_text, name=args.file)
 
-    return run_with_settings(args, import_rules)
+    return import_rules(args)
 
 
 def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) -> int:
-    """Reads the log in chunks, so a log of any size takes bounded memory; team rules, when given,
-    read the same chunks and then decide over the built-in answer."""
+    """Reads the log (`-`: standard input) in chunks, so a log of any size takes bounded memory;
+    team rules, when given, read the same chunks and then decide over the built-in answer. Exit
+    status 1 when the log shows a failure, 0 when it does not, 2 when a file cannot be read."""
     import json
     from dataclasses import replace
 
@@ -96,14 +105,21 @@ def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) ->
         print(f"launchdeck: rules file {rules_path}: {exc}", file=sys.stderr)
         return 2
     analyzer, scanner = Analyzer(), RuleScanner(rules)
+
+    def feed(log: BinaryIO) -> None:
+        while chunk := log.read(1 << 20):
+            analyzer.feed_bytes(chunk)
+            scanner.feed_bytes(chunk)
+
     try:
-        with open(path, "rb") as log:
-            while chunk := log.read(1 << 20):
-                analyzer.feed_bytes(chunk)
-                scanner.feed_bytes(chunk)
+        if path == "-":
+            feed(sys.stdin.buffer)
+        else:
+            with open(path, "rb") as log:
+                feed(log)
     except OSError as exc:
-        print(f"launchdeck: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        print(f"launchdeck: cannot read {_named(path)}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     found, decision = stored(analyzer.finish()).decided_by(scanner)
     for warning in scanner.warnings:
         print(f"launchdeck: warning: {warning}", file=sys.stderr)
@@ -112,9 +128,10 @@ def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) ->
     as_kept = found.to_json()
     keys = (*CLI_KEYS, "rule", "built_in") if rules_path is not None else CLI_KEYS
     result = {key: as_kept.get(key) for key in keys}
+    status = 1 if shows_failure(found) else 0
     if as_json:
         print(json.dumps(result, indent=2))
-        return 0
+        return status
     if found.rule is not None:
         print(f"{'team rule:':13} {found.rule.title}{f' (by {found.rule.author})' if found.rule.author else ''}")
     if found.stage_percent is not None:
@@ -135,7 +152,21 @@ def diagnose_file(path: str, *, as_json: bool, rules_path: str | None = None) ->
         for seen in found.observations:
             weighed = f"[{seen.points_to} +{seen.weight}] " if seen.points_to else ""
             print(f"  {weighed}{seen.says}")
-    return 0
+    return status
+
+
+def shows_failure(found: StoredDiagnosis) -> bool:
+    """Whether the answer is a failure: any class but healthy, except for input that is no SGLang
+    log at all (class `other`, unrecognised, with no error line in it), which shows none."""
+    from app.states import FailureClass
+
+    if found.failure_class == FailureClass.HEALTHY:
+        return False
+    return found.recognised or found.root_error is not None or found.fingerprint is not None
+
+
+def _named(path: str) -> str:
+    return "standard input" if path == "-" else path
 
 
 def _read_rules(path: str) -> tuple[Rule, ...]:

@@ -1,5 +1,6 @@
-"""What the command groups share: how a command that needs the dashboard's settings is run, so
-that each group's commands load them, log and fail in the same way.
+"""What the command groups share: how a command that needs the dashboard's settings, or a client
+of the running dashboard, is run, so that each group's commands load them, log and fail in the
+same way; and how a listing is printed.
 
 Only the standard library is imported here at first: building the parser imports this module,
 and `launchdeck --help` and `launchdeck diagnose` should start at once."""
@@ -9,12 +10,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from app.errors import LaunchdeckError
+from app.errors import InvalidInput, LaunchdeckError
 
 if TYPE_CHECKING:
+    from app.cli.remote import ApiClient
     from app.config import Settings
 
     Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -24,8 +26,10 @@ if TYPE_CHECKING:
     Check: TypeAlias = Callable[[argparse.Namespace], str | None]
     SettingsCommand: TypeAlias = Callable[[Settings, argparse.Namespace], int]
     AsyncSettingsCommand: TypeAlias = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
+    ClientCommand: TypeAlias = Callable[[ApiClient, argparse.Namespace], int]
 
-URL_HELP = "dashboard URL (default from LAUNCHDECK_BIND/PORT)"
+URL_HELP = "the dashboard's URL (default: LAUNCHDECK_URL, then client.toml's url, then LAUNCHDECK_BIND/PORT)"
+JSON_HELP = "print the answer as JSON"
 
 
 def with_settings(command: SettingsCommand) -> Command:
@@ -46,6 +50,47 @@ def in_event_loop(command: AsyncSettingsCommand) -> SettingsCommand:
         return asyncio.run(command(settings, args))
 
     return run
+
+
+def with_client(command: ClientCommand) -> Command:
+    """`command` as a subcommand's `run`, given a client of the dashboard that `args.url` or the
+    client's configuration names (app.cli.remote). Exit status 2, with its sentence, when the
+    dashboard or a token cannot be found; 1 for an error the dashboard answers, or no answer."""
+
+    def run(args: argparse.Namespace) -> int:
+        from app.cli.remote import ApiClient
+
+        try:
+            client = ApiClient.configured(args.url)
+        except InvalidInput as exc:
+            print(f"launchdeck: {exc}", file=sys.stderr)
+            return 2
+        try:
+            return command(client, args)
+        except LaunchdeckError as exc:
+            print(f"launchdeck: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            client.close()
+
+    return run
+
+
+def print_json(value: object) -> None:
+    import json
+
+    print(json.dumps(value, indent=2))
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A listing's lines: each column as wide as its widest cell, two spaces apart, the last one
+    ragged; None prints as "-"."""
+    cells = [list(header), *([("-" if cell is None else str(cell)) for cell in row] for row in rows)]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
+    return [
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=False)), row[-1]]).rstrip()
+        for row in cells
+    ]
 
 
 def run_with_settings(args: argparse.Namespace, command: SettingsCommand, *, serves: bool = False) -> int:

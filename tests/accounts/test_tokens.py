@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import logging
 import re
 from datetime import timedelta
@@ -184,6 +185,16 @@ def test_tokens_cli_creates_lists_and_revokes(
         ("1", "ci", "viewer", "revoked"),
     ]
     assert rows[1][3] == secret[:12] + "…"
+    assert main(["tokens", "list", "--user", "ann", "--json"]) == 0
+    as_json = capsys.readouterr().out
+    assert secret not in as_json
+    assert [(t["id"], t["user"], t["name"], t["prefix"], t["role"], t["state"]) for t in json.loads(as_json)] == [
+        (2, "ann", "laptop", rows[0][3].removesuffix("…"), "operator", "active"),
+        (1, "ann", "ci", secret[:12], "viewer", "revoked"),
+    ]
+    assert main(["users", "list", "--json"]) == 0
+    (ann,) = json.loads(capsys.readouterr().out)
+    assert (ann["name"], ann["role"], ann["disabled"], ann["host_labels"]) == ("ann", "operator", False, None)
 
 
 async def test_the_cli_sends_the_token_from_the_environment_or_its_client_file(
@@ -199,7 +210,7 @@ async def test_the_cli_sends_the_token_from_the_environment_or_its_client_file(
     (config / "launchdeck").mkdir(parents=True)
     client_file = config / "launchdeck" / "client.toml"
     env = {"XDG_CONFIG_HOME": str(config), "LAUNCHDECK_DATA_DIR": str(tmp_path / "elsewhere")}
-    launchdeck = functools.partial(cli, env=env, unset=["LAUNCHDECK_TOKEN"], merge=True)
+    launchdeck = functools.partial(cli, env=env, unset=["LAUNCHDECK_TOKEN", "LAUNCHDECK_URL"], merge=True)
     async with served(running_app) as url:
         client_file.write_text(f'url = "{url}"\ntoken = "{secret}"\n')
         client_file.chmod(0o600)
@@ -212,7 +223,7 @@ async def test_the_cli_sends_the_token_from_the_environment_or_its_client_file(
         assert code == 1 and output.strip() == "launchdeck: 403: this needs the operator role; ann has the viewer role"
         client_file.chmod(0o644)
         code, output, _ = await launchdeck("attempts")
-        assert code == 1 and output.strip() == (
+        assert code == 2 and output.strip() == (
             f"launchdeck: {client_file} may be read by other users (mode 644): `chmod 600 {client_file}`; "
             "it was not used"
         )

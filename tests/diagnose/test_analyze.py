@@ -533,7 +533,7 @@ def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path
     log = tmp_path / "server.log"
     log.write_bytes(kv_oom_log().encode() + b"\xff\xfe garbage bytes\n")
     result = run_cli("diagnose", str(log), "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # a failure found
     answer = json.loads(result.stdout)
     contracted = {
         "stage", "stage_percent", "class", "concept", "root_error", "fingerprint", "hint", "adjustments", "recognised",
@@ -543,7 +543,8 @@ def test_cli_prints_the_contracted_json_and_refuses_missing_files(tmp_path: Path
     assert answer["class"] == "oom" and answer["root_error"] == OOM.format(size="2.00", gpu=1)
     assert answer["recognised"] is True
     missing = run_cli("diagnose", str(tmp_path / "nope.log"))
-    assert missing.returncode == 1 and "cannot read" in missing.stderr
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr == f"launchdeck: cannot read {tmp_path / 'nope.log'}: No such file or directory\n"
 
 
 def random_bytes(size: int) -> bytes:
@@ -561,7 +562,7 @@ def test_random_bytes_say_nothing_and_hide_no_error_written_after_them(tmp_path:
     assert (alone.failure_class, alone.recognised) == ("other", False)
     log = tmp_path / "server.log"
     log.write_bytes(garbage + b"\n" + kv_oom_log().encode())
-    answer = json.loads(run_cli("diagnose", str(log), "--json", check=True, text=False).stdout)
+    answer = json.loads(run_cli("diagnose", str(log), "--json", text=False).stdout)
     clean = stored(diagnose(kv_oom_log())).to_json()
     evidence, clean_evidence = answer.pop("observations"), clean.pop("observations")
     assert answer == {key: clean[key] for key in answer} and answer["class"] == "oom"
@@ -576,7 +577,7 @@ def test_a_line_that_never_ends_is_read_for_its_first_record_and_the_rest_skippe
     log = tmp_path / "server.log"
     before_the_error = kv_oom_log().split(OOM.format(size="2.00", gpu=1))[0]
     log.write_bytes((before_the_error + endless).encode())
-    answer = json.loads(run_cli("diagnose", str(log), "--json", check=True, text=False).stdout)
+    answer = json.loads(run_cli("diagnose", str(log), "--json", text=False).stdout)
     assert answer["class"] == "oom" and answer["root_error"] == endless[:MAX_RECORD].strip()
     data = log.read_bytes()
     assert fed_in_pieces(data, [100, 70_000, 70_001, 1_000_000]) == fed_in_pieces(data, []) == diagnose(data.decode())
@@ -653,13 +654,15 @@ def test_a_failure_no_rule_places_says_it_is_unrecognised(tmp_path: Path) -> Non
         '  File "/x/sglang/srt/managers/scheduler.py", line 10, in event_loop\n'
         "ValueError: the wibble of the frobnicator is out of phase\n"
     )
-    answer = json.loads(run_cli("diagnose", str(log), "--json", check=True, text=False).stdout)
+    as_json = run_cli("diagnose", str(log), "--json", text=False)
+    answer = json.loads(as_json.stdout)
+    assert as_json.returncode == 1  # unplaced, but a failure all the same
     assert (answer["class"], answer["recognised"]) == ("other", False)
     assert answer["root_error"] == "ValueError: the wibble of the frobnicator is out of phase"
     assert answer["hint"].startswith("Unrecognised failure: launchdeck has no rule for this error yet.")
     assert answer["fingerprint"] is not None  # it still groups with its like, to be taught once
-    text = run_cli("diagnose", str(log), check=True).stdout
-    assert "class:        other (unrecognised failure)\n" in text
+    text = run_cli("diagnose", str(log))
+    assert text.returncode == 1 and "class:        other (unrecognised failure)\n" in text.stdout
     placed = diagnose(log.read_text().replace("the wibble of", "CUDA out of memory; the wibble of"))
     assert (placed.failure_class, placed.recognised) == ("oom", True)
 
@@ -746,6 +749,32 @@ def test_diagnose_says_where_a_log_with_no_error_ends_and_exits_0(tmp_path: Path
     answer = json.loads(result.stdout)
     assert result.returncode == 0 and (answer["class"], answer["stage"]) == ("healthy", "cuda graph capture")
     assert answer["root_error"] is None and answer["hint"].startswith("No error seen; the log ends during cuda graph")
+
+
+@pytest.mark.parametrize(
+    ("log", "status", "failure_class"),
+    [(kv_oom_log(), 1, "oom"), (STUCK_CAPTURE, 0, "healthy"), (NGINX_ACCESS_LOG, 0, "other")],
+    ids=["out of memory", "no error seen", "not an SGLang log"],
+)
+def test_diagnose_reads_standard_input_and_exits_1_only_for_a_failure(
+    log: str, status: int, failure_class: str
+) -> None:
+    """`kubectl logs pod | launchdeck diagnose -` in a script: the exit status says whether it failed."""
+    as_json = run_cli("diagnose", "-", "--json", input=log)
+    assert (as_json.returncode, json.loads(as_json.stdout)["class"]) == (status, failure_class), as_json.stderr
+    as_text = run_cli("diagnose", "-", input=log)
+    assert as_text.returncode == status and f"class:        {failure_class}" in as_text.stdout
+    assert as_json.stderr == as_text.stderr == ""
+
+
+def test_diagnose_usage_errors_exit_2_with_one_sentence(tmp_path: Path) -> None:
+    for args, said in (
+        ([str(tmp_path)], f"launchdeck: cannot read {tmp_path}: Is a directory\n"),
+        ([], "launchdeck diagnose: error: the following arguments are required: logfile\n"),
+    ):
+        result = run_cli("diagnose", *args, input="")
+        assert (result.returncode, result.stdout) == (2, "")
+        assert result.stderr.endswith(said) and "Traceback" not in result.stderr
 
 
 def test_an_unplaced_failure_still_says_where_it_was_raised() -> None:

@@ -219,7 +219,7 @@ def test_cli_applies_a_rules_file_in_json_and_text(tmp_path: Path) -> None:
         'hint = "Pass --mamba-scheduler-strategy extra_buffer."\nauthor = "ana"\n'
     )
     as_json = run_cli("diagnose", str(log), "--rules", str(rules), "--json")
-    assert as_json.returncode == 0, as_json.stderr
+    assert as_json.returncode == 1, as_json.stderr  # a failure, of the rule's class
     answer = json.loads(as_json.stdout)
     assert answer["class"] == "arg-override" and answer["hint"] == "Pass --mamba-scheduler-strategy extra_buffer."
     assert answer["rule"]["title"] == "Hybrid needs extra_buffer" and answer["rule"]["author"] == "ana"
@@ -250,5 +250,5 @@ def test_cli_warns_on_stderr_when_a_rule_is_skipped(tmp_path: Path) -> None:
     log.write_text(hybrid_log("ValueError: " + "a" * 50_000 + "!"))
     rules.write_text('[[rule]]\nmatch = "(a+)+$"\nregex = true\nclass = "oom"\ntitle = "Slow"\n')
     result = run_cli("diagnose", str(log), "--rules", str(rules), "--json")
-    assert result.returncode == 0 and json.loads(result.stdout)["rule"] is None
+    assert result.returncode == 1 and json.loads(result.stdout)["rule"] is None
     assert result.stderr.startswith("launchdeck: warning: rule 1 (Slow) was skipped: ")

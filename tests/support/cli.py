@@ -43,6 +43,7 @@ def run_cli(
     timeout: float | None = ...,
     check: bool = ...,
     text: Literal[True] = ...,
+    input: str | None = ...,
     stdout: int | IO[bytes] = ...,
     stderr: int | IO[bytes] = ...,
 ) -> subprocess.CompletedProcess[str]: ...
@@ -57,6 +58,7 @@ def run_cli(
     timeout: float | None = ...,
     check: bool = ...,
     text: Literal[False],
+    input: bytes | None = ...,
     stdout: int | IO[bytes] = ...,
     stderr: int | IO[bytes] = ...,
 ) -> subprocess.CompletedProcess[bytes]: ...
@@ -70,15 +72,18 @@ def run_cli(
     timeout: float | None = None,
     check: bool = False,
     text: bool = True,
+    input: str | bytes | None = None,
     stdout: int | IO[bytes] = PIPE,
     stderr: int | IO[bytes] = PIPE,
 ) -> subprocess.CompletedProcess[str] | subprocess.CompletedProcess[bytes]:
     """Runs `launchdeck ARGS...` to its end with `env` set over this environment (see cli_env);
-    its output is captured (as text unless `text` is false) unless `stdout`/`stderr` say where."""
+    its output is captured (as text unless `text` is false) unless `stdout`/`stderr` say where.
+    `input`, when given, is its standard input."""
     return subprocess.run(
         cli_argv(*args),
         cwd=cwd,
         env=cli_env(env, unset=unset),
+        input=input,
         stdout=stdout,
         stderr=stderr,
         text=text,

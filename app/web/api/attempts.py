@@ -241,6 +241,7 @@ class AttemptSummary(AttemptListed):
 
     failure_class: str | None
     fingerprint: str | None
+    root_error: str | None  # the failure's root error line, as it stands in the log
 
     @classmethod
     def of(cls, attempt: Attempt, failure: signatures.Failure | None) -> AttemptSummary:
@@ -248,6 +249,7 @@ class AttemptSummary(AttemptListed):
             **cls.fields_of(attempt),
             failure_class=failure.failure_class if failure else None,
             fingerprint=failure.fingerprint if failure else None,
+            root_error=failure.root_error if failure else None,
         )
 
 
