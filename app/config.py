@@ -141,6 +141,11 @@ def http_url_problem(url: str) -> str | None:
     return None
 
 
+def _networks(listed: str | None) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """A comma-separated list of addresses or networks (checked by `addresses_are_networks`)."""
+    return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in listed.split(",")) if listed else ()
+
+
 class Settings(BaseSettings):
     # Inputs stay out of error messages: the token and the webhook URL are secrets.
     model_config = SettingsConfigDict(env_prefix="LAUNCHDECK_", extra="ignore", hide_input_in_errors=True)
@@ -153,6 +158,12 @@ class Settings(BaseSettings):
     )
     bind: str = Field("127.0.0.1", description="Address the dashboard listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Port the dashboard listens on.")
+    log_format: str = Field(
+        "text",
+        pattern="^(text|json)$",
+        description="How the dashboard logs: `text`, or `json`, one object per line with the request id, attempt "
+        "id and host as fields where known (uvicorn's access log too).",
+    )
     token: SecretStr | None = Field(
         None,
         description="API token accepted as given (at least 32 characters); default one generated into "
@@ -222,6 +233,16 @@ class Settings(BaseSettings):
         "the bind address, the machine's name and the public URL's host.",
     )
     public_docs: bool = Field(False, description="Serve /api/docs and the OpenAPI schema without a login.")
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="Bearer token a Prometheus scraper sends for /metrics (at least 32 characters); its own, "
+        "apart from people's API tokens.",
+    )
+    metrics_allowed: str | None = Field(
+        None,
+        description="Comma-separated addresses or networks that may read /metrics without a token (e.g. the "
+        "Prometheus server's); with neither this nor LAUNCHDECK_METRICS_TOKEN, /metrics answers 403.",
+    )
     public_url: str | None = Field(
         None,
         description="The dashboard's address as people open it, for the links in notifications; "
@@ -275,7 +296,7 @@ class Settings(BaseSettings):
             raise PydanticUseDefault()
         return value
 
-    @field_validator("token")
+    @field_validator("token", "metrics_token")
     @classmethod
     def token_is_long(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
@@ -300,7 +321,7 @@ class Settings(BaseSettings):
             raise ValueError(f"{value!r} is no HTTP header name; give one like X-Forwarded-User")
         return value.strip() if value is not None else None
 
-    @field_validator("auth_proxy_addresses")
+    @field_validator("auth_proxy_addresses", "metrics_allowed")
     @classmethod
     def addresses_are_networks(cls, value: str | None) -> str | None:
         if value is not None:
@@ -317,9 +338,11 @@ class Settings(BaseSettings):
 
     def resolved_forwarding_proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         """The proxies whose X-Forwarded-For gives the client's address."""
-        if not self.auth_proxy_addresses:
-            return ()
-        return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in self.auth_proxy_addresses.split(","))
+        return _networks(self.auth_proxy_addresses)
+
+    def resolved_metrics_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """The scrapers that read /metrics without a token."""
+        return _networks(self.metrics_allowed)
 
     def webhook_destinations(self) -> Destinations:
         return Destinations.of(self.webhook_allowed)

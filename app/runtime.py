@@ -34,12 +34,13 @@ from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
+from app.metrics import DashboardMetrics
 from app.perf.runner import Benchmarks
 from app.perf.sweeps import Sweeps
 from app.perf.workloads import ensure_built_in
 from app.ssh import HostSpec, SSHManager, SSHOptions
 from app.ssh.registry import register_hosts
-from app.states import ServerRole
+from app.states import AttemptStatus, ServerRole
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class Runtime:
     logs: LogStore
     mirrors: Mirrors
     fanout: Fanout
+    metrics: DashboardMetrics
     grep_limits: GrepLimits
     htmx_version: str
     htmx_sse_version: str
@@ -192,7 +194,15 @@ async def running(
             rediagnosis = Rediagnosis(sessions, logs, attempts.signatures)
             services.push_async_callback(rediagnosis.close)
             attempts.on_followed = rediagnosis.attempt_ended
-            attempts.on_status = notifier.status_changed
+            fanout = Fanout(logs)
+            metrics = DashboardMetrics(sessions, ssh, gpus, mirrors, fanout)
+            services.push_async_callback(metrics.close)
+
+            def status_changed(attempt_id: int, status: AttemptStatus) -> None:
+                notifier.status_changed(attempt_id, status)
+                metrics.attempt_became(attempt_id, status)
+
+            attempts.on_status = status_changed
             if controller:
                 gpus.start()
                 await attempts.start()
@@ -214,7 +224,8 @@ async def running(
                 gpus=gpus,
                 logs=logs,
                 mirrors=mirrors,
-                fanout=Fanout(logs),
+                fanout=fanout,
+                metrics=metrics,
                 grep_limits=GrepLimits(
                     seconds=settings.grep_timeout_seconds,
                     memory_bytes=settings.grep_memory_mib << 20,

@@ -19,6 +19,7 @@ LAYERS: dict[str, int] = {
     "credentials": 0,
     "resources": 0,
     "backoff": 0,
+    "logging_setup": 0,
     "diagnose": 1,  # pure functions over text
     "disk": 1,
     "db": 2,
@@ -34,6 +35,7 @@ LAYERS: dict[str, int] = {
     "launch": 6,
     "perf": 7,
     "demo": 8,
+    "metrics": 8,  # reads the services the runtime composes
     "runtime": 9,  # the composition root
     "web": 10,
     "cli": 11,

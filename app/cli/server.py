@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.cli.shared import in_event_loop, run_with_settings
 from app.errors import InvalidInput
+from app.logging_setup import use_format, uvicorn_log_config
 
 if TYPE_CHECKING:
     from app.cli.shared import Subcommands
@@ -94,6 +95,7 @@ def serve(settings: Settings) -> int:
     from app.runtime import access_token
     from app.web.app import create_app
 
+    use_format(settings.log_format)
     _check_port(settings)
     os.umask(PRIVATE)
     setup_link, secret = SetupLink.issue()
@@ -127,13 +129,17 @@ def serve(settings: Settings) -> int:
 def _server_options(settings: Settings) -> dict[str, Any]:
     """How uvicorn serves the dashboard, for `serve` and `demo` alike. Told to stop, it gives the
     requests in flight DRAIN_SECONDS and then cancels them: by default it would wait for each to
-    end, and a download to a reader who stopped reading does not."""
-    return {
+    end, and a download to a reader who stopped reading does not. Its access log is written as ours
+    is with LAUNCHDECK_LOG_FORMAT=json, and as uvicorn writes it by default otherwise."""
+    options: dict[str, Any] = {
         "host": settings.bind,
         "port": settings.port,
         "proxy_headers": False,  # the dashboard reads X-Forwarded-For itself, from its proxies only
         "timeout_graceful_shutdown": DRAIN_SECONDS,
     }
+    if settings.log_format == "json":
+        options["log_config"] = uvicorn_log_config()
+    return options
 
 
 async def _admin_from_file(settings: Settings) -> None:
@@ -177,6 +183,7 @@ def _freeze_startup_objects() -> None:
 
 async def demo(settings: Settings) -> int:
     """Starts the simulated cluster, points the dashboard at it, and stops both on SIGTERM or Ctrl-C."""
+    use_format(settings.log_format)
     slurm = None
     if settings.demo_slurm:  # checked before the dashboard's imports, which take seconds
         from app.demo.slurm import SlurmError, demo_site, unavailable
@@ -242,6 +249,7 @@ async def demo_hosts(settings: Settings, directory: Path | None, names: list[str
     from app.demo.cluster import SimCluster
     from app.demo.inventory import parse_host_specs
 
+    use_format(settings.log_format)
     try:
         host_specs = parse_host_specs(settings.demo_hosts)
     except ValueError as exc:

@@ -167,7 +167,9 @@ class GpuMonitor:
             except ProbeUnavailable as exc:
                 if use_nvml:
                     use_nvml = False  # this host has no usable NVML: nvidia-smi from now on
-                    log.info("%s: NVML probe unavailable (%s); using nvidia-smi", host.name, exc)
+                    log.info(
+                        "%s: NVML probe unavailable (%s); using nvidia-smi", host.name, exc, extra={"host": host.name}
+                    )
                     continue
                 self._set(status, "no-gpus", f"no GPUs to watch: {exc}")
                 await asyncio.sleep(60)

@@ -450,7 +450,12 @@ class AttemptService:
                 raise
             except Exception as exc:
                 delay = backoff.next()
-                log.exception("attempt %d: following it failed; resuming in %.1f s", attempt_id, delay)
+                log.exception(
+                    "attempt %d: following it failed; resuming in %.1f s",
+                    attempt_id,
+                    delay,
+                    extra={"attempt_id": attempt_id},
+                )
                 self.tracking.interrupted(attempt_id, reason_of(exc))
                 await asyncio.sleep(delay)
 

@@ -143,7 +143,7 @@ class Notifier:
         except asyncio.CancelledError:
             raise
         except Exception:  # a notification never takes anything down with it
-            log.exception("attempt %d: could not notify of %s", attempt_id, status)
+            log.exception("attempt %d: could not notify of %s", attempt_id, status, extra={"attempt_id": attempt_id})
 
     async def _post(self, client: httpx.AsyncClient, url: str, message: dict[str, str], notice: Notice) -> None:
         """Tries again after a network error, a 429 or a 5xx; another 4xx is final (the webhook
@@ -151,7 +151,13 @@ class Notifier:
         try:
             address = await self.destinations.checked_address(url)
         except InvalidInput as exc:  # an internal address: never posted to, nor tried again
-            log.warning("attempt %d: webhook %s refused: %s", notice.attempt_id, redacted_url(url), exc)
+            log.warning(
+                "attempt %d: webhook %s refused: %s",
+                notice.attempt_id,
+                redacted_url(url),
+                exc,
+                extra={"attempt_id": notice.attempt_id, "host": notice.host},
+            )
             return
         target, headers, extensions = pinned(url, address)
         delivery = self.delivery
@@ -172,4 +178,5 @@ class Notifier:
         log.warning(
             "attempt %d: webhook %s was not told it is %s after %d tries (%s)",
             notice.attempt_id, redacted_url(url), notice.status, tries, problem,
+            extra={"attempt_id": notice.attempt_id, "host": notice.host},
         )  # fmt: skip

@@ -216,7 +216,13 @@ class AttemptRecord:
                     await change(attempt, session)
             except (SQLAlchemyError, OSError, DiskFull) as exc:
                 reason, delay = reason_of(exc), backoff.next()
-                log.warning("attempt %d: cannot record (%s); retrying in %.1f s", self.attempt_id, reason, delay)
+                log.warning(
+                    "attempt %d: cannot record (%s); retrying in %.1f s",
+                    self.attempt_id,
+                    reason,
+                    delay,
+                    extra={"attempt_id": self.attempt_id},
+                )
                 self.tracking.interrupted(self.attempt_id, reason)
                 await asyncio.sleep(delay)
                 continue

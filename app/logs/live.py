@@ -160,6 +160,10 @@ class Fanout:
         broadcaster = self._broadcasters.get(attempt_id)
         return len(broadcaster.subscribers) if broadcaster else 0
 
+    def all_viewers(self) -> int:
+        """Live-log streams open now, over every attempt."""
+        return sum(len(broadcaster.subscribers) for broadcaster in self._broadcasters.values())
+
     async def follow(
         self, attempt_id: int, offset: int, *, lag_limit: int = LAG_LIMIT, pace: float = PACE
     ) -> AsyncIterator[Event]:

@@ -134,7 +134,12 @@ class LogMerger:
                 self.log.append(tagged)
             except DiskFull as exc:
                 self.error = str(exc)
-                log.warning("attempt %d: log merge paused: %s", self.log.attempt_id, exc)
+                log.warning(
+                    "attempt %d: log merge paused: %s",
+                    self.log.attempt_id,
+                    exc,
+                    extra={"attempt_id": self.log.attempt_id},
+                )
                 await asyncio.sleep(DISK_FULL_RETRY)
                 return False
             self.error = None

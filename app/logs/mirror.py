@@ -257,6 +257,11 @@ class LogMirror:
         self.attempt_ended = False  # then failing reads are counted, and the mirror gives up
         self._progressed = False
 
+    @property
+    def _about(self) -> dict[str, object]:
+        """What this mirror's log records are about, as fields of the JSON log (app.logging_setup)."""
+        return {"attempt_id": self.log.attempt_id, "host": self.source.connection.name}
+
     def end_of_attempt(self) -> None:
         """The attempt has ended on its host: a reader that keeps failing is given up from now on."""
         self.attempt_ended = True
@@ -272,7 +277,7 @@ class LogMirror:
                 await self._read()
             except DiskFull as exc:
                 self.error, self.paused = str(exc), True
-                log.warning("attempt %d: log mirror paused: %s", self.log.attempt_id, exc)
+                log.warning("attempt %d: log mirror paused: %s", self.log.attempt_id, exc, extra=self._about)
                 await asyncio.sleep(DISK_FULL_RETRY)
             except (HostError, OSError, asyncssh.Error, asyncio.IncompleteReadError) as exc:
                 if isinstance(exc, TimeoutError):
@@ -283,7 +288,12 @@ class LogMirror:
                 if self.attempt_ended and failures >= self.give_up_after:
                     self._give_up(failures)
                     return
-                log.info("attempt %d: log mirror interrupted (%s); resuming", self.log.attempt_id, self.error)
+                log.info(
+                    "attempt %d: log mirror interrupted (%s); resuming",
+                    self.log.attempt_id,
+                    self.error,
+                    extra=self._about,
+                )
                 # A reader that got somewhere resumes after the shortest wait; one that keeps failing backs off.
                 if self._progressed:
                     retry.reset()
@@ -300,7 +310,7 @@ class LogMirror:
 
     def _give_up(self, failures: int) -> None:
         reason = f"gave up after {failures} tries without progress after the attempt ended: {self.error}"
-        log.warning("attempt %d: log mirror %s", self.log.attempt_id, reason)
+        log.warning("attempt %d: log mirror %s", self.log.attempt_id, reason, extra=self._about)
         self.log.mirror_stopped(reason)
         self.done.set()
 
@@ -377,6 +387,9 @@ class Mirrors:
         running = self._running.get(attempt_id)
         return running[0] if running else None
 
+    def running(self) -> list[tuple[int, LogMirror | LogMerger]]:
+        return [(attempt_id, writer) for attempt_id, (writer, _) in self._running.items()]
+
     def _run(self, attempt_id: int, writer: LogMirror | LogMerger, also: list[int] | None = None) -> None:
         task = asyncio.create_task(writer.run(), name=f"log-mirror-{attempt_id}")
         self._running[attempt_id] = (writer, task)
@@ -385,7 +398,9 @@ class Mirrors:
     def _ended(self, attempt_id: int, also: list[int]) -> None:
         _, task = self._running.pop(attempt_id)
         if not task.cancelled() and task.exception() is not None:
-            log.error("attempt %d: log mirror failed", attempt_id, exc_info=task.exception())
+            log.error(
+                "attempt %d: log mirror failed", attempt_id, exc_info=task.exception(), extra={"attempt_id": attempt_id}
+            )
         for done in (attempt_id, *also):
             self.store.forget(done)
 

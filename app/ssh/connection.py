@@ -126,6 +126,7 @@ class HostConnection:
         self.spec = spec
         self.options = options
         self._status = HostStatus(HostState.CONNECTING, utcnow())
+        self.connects = 0  # connections the supervisor made: 1, plus one per reconnection
         self._pool: list[_Pooled] = []
         self._slot_freed = asyncio.Condition()
         self._state_changed = asyncio.Event()
@@ -333,16 +334,17 @@ class HostConnection:
                 if isinstance(exc, HostKeyRejected):
                     backoff.to_cap()
             except Exception as exc:  # a bug must not stop the host from ever reconnecting
-                log.exception("%s: unexpected error while connecting", self.name)
+                log.exception("%s: unexpected error while connecting", self.name, extra={"host": self.name})
                 self._set_status(HostState.OFFLINE, f"unexpected error: {exc!r}")
                 backoff.to_cap()
             else:
                 self._pool.insert(0, pooled)
+                self.connects += 1
                 self._set_status(HostState.ONLINE)
                 connected_at = time.monotonic()
                 await pooled.conn.wait_closed()
                 reason = pooled.client.lost_reason or "connection closed"
-                log.warning("%s: connection lost: %s", self.name, reason)
+                log.warning("%s: connection lost: %s", self.name, reason, extra={"host": self.name})
                 self._set_status(HostState.OFFLINE, reason)
                 if time.monotonic() - connected_at >= STABLE_AFTER:
                     backoff.reset()

@@ -22,11 +22,15 @@ CREDENTIALS = "credentials"  # the login form: no credentials given, so 401 for 
 # SECRET: the one-time setup link needs its secret, not a login; here, with a wrong one, everyone
 # gets the same 404 (tests/accounts/test_setup_link.py tests the right one).
 SECRET = "secret"
+# SCRAPER: /metrics opens to a scraper's own token or address, not to logins or API tokens; here,
+# with neither set, it is closed to everyone (tests/web/test_metrics.py opens it).
+SCRAPER = "scraper"
 VIEWER, OPERATOR, ADMIN = Role.VIEWER.value, Role.OPERATOR.value, Role.ADMIN.value
 
 LEAST_ROLE: dict[tuple[str, str], str] = {
     ("GET", "/api/health"): PUBLIC,
     ("GET", "/readyz"): PUBLIC,
+    ("GET", "/metrics"): SCRAPER,
     ("GET", "/api/docs"): VIEWER,
     ("GET", "/api/openapi.json"): VIEWER,
     ("GET", "/api/hosts"): VIEWER,
@@ -168,6 +172,8 @@ def expected(least: str, caller: str, api: bool, bearer: bool | None = None) -> 
         return "through"
     if least == CREDENTIALS:
         return "401"
+    if least == SCRAPER:
+        return "403"
     takes_bearer = api if bearer is None else bearer
     role = {"service token": ADMIN, OPERATOR_TOKEN: VIEWER}.get(caller, caller) if takes_bearer else caller
     if role not in RANK:

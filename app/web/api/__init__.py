@@ -2,8 +2,8 @@
 
 from fastapi import APIRouter
 
-from app.web.api import attempts, diagnosis, docs, health, hosts, logs, perf, presets, rules
+from app.web.api import attempts, diagnosis, docs, health, hosts, logs, metrics, perf, presets, rules
 
 router = APIRouter()
-for module in (health, hosts, presets, attempts, perf, logs, diagnosis, rules, docs):
+for module in (health, metrics, hosts, presets, attempts, perf, logs, diagnosis, rules, docs):
     router.include_router(module.router)
