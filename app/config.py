@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import re
 import socket
 from dataclasses import dataclass
@@ -141,6 +142,13 @@ def http_url_problem(url: str) -> str | None:
     return None
 
 
+def notify_urls_of(listed: str) -> list[str]:
+    """Apprise URLs read as Apprise reads a list: split at commas and spaces, a query's commas kept."""
+    from apprise.utils.parse import parse_urls  # slow to import: only where the setting is used
+
+    return list(parse_urls(listed))  # type: ignore[no-untyped-call]
+
+
 def _networks(listed: str | None) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
     """A comma-separated list of addresses or networks (checked by `addresses_are_networks`)."""
     return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in listed.split(",")) if listed else ()
@@ -258,6 +266,12 @@ class Settings(BaseSettings):
         description="Comma-separated networks, addresses or host names that webhooks may reach although they are "
         "internal (loopback, private, link-local), e.g. 10.0.0.0/8,chat.internal; none by default.",
     )
+    notify_urls: SecretStr | None = Field(
+        None,
+        description="Apprise URLs (comma- or space-separated) told what the webhooks are told: PagerDuty, email, "
+        "Teams, Discord or any other service Apprise sends to; json://, xml:// and form:// ones go where "
+        "webhooks may.",
+    )
     auth_proxy_header: str | None = Field(
         None,
         description="Single sign-on: the request header in which a trusted proxy (e.g. oauth2-proxy) names the "
@@ -314,6 +328,26 @@ class Settings(BaseSettings):
             raise ValueError(problem)  # the URL itself stays out of the message: its path is the secret
         return value
 
+    @field_validator("notify_urls")
+    @classmethod
+    def notify_urls_are_apprise(cls, value: SecretStr | None) -> SecretStr | None:
+        """Each is a URL Apprise sends to; a wrong one is named by its place and scheme only, and
+        Apprise's own complaint, which may quote it whole, is kept out of the log."""
+        if value is None:
+            return value
+        import apprise  # slow to import: only where the setting is used
+
+        quiet = logging.getLogger("apprise")
+        was, quiet.disabled = quiet.disabled, True
+        try:
+            for place, url in enumerate(notify_urls_of(value.get_secret_value()), 1):
+                if apprise.Apprise.instantiate(url) is None:
+                    shown = f"{url.partition('://')[0]}://…" if "://" in url else "without a scheme"
+                    raise ValueError(f"URL {place} ({shown}) is no URL Apprise can send to")
+        finally:
+            quiet.disabled = was
+        return value
+
     @field_validator("auth_proxy_header")
     @classmethod
     def header_is_a_name(cls, value: str | None) -> str | None:
@@ -346,6 +380,9 @@ class Settings(BaseSettings):
 
     def webhook_destinations(self) -> Destinations:
         return Destinations.of(self.webhook_allowed)
+
+    def resolved_notify_urls(self) -> list[str]:
+        return notify_urls_of(self.notify_urls.get_secret_value()) if self.notify_urls else []
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'launchdeck.db').resolve()}"

@@ -169,6 +169,7 @@ async def running(
                 sessions,
                 public_url=settings.resolved_public_url(),
                 webhook_url=webhook,
+                notify_urls=settings.resolved_notify_urls(),
                 destinations=settings.webhook_destinations(),
             )
             services.push_async_callback(notifier.close)

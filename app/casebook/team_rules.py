@@ -14,6 +14,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+import tomli_w
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,8 +22,6 @@ from app import audit
 from app.db.models import DiagnosisRule
 from app.diagnose.rules import MAX_RULES, Rule, RuleScope, parse_rules, rule_from
 from app.errors import InvalidInput, NotFound
-
-ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 def rule_of(row: DiagnosisRule) -> Rule:
@@ -145,23 +144,7 @@ async def delete_rule(session: AsyncSession, row: DiagnosisRule, *, actor: str, 
 
 def export_toml(rules: list[Rule]) -> str:
     """The rules as a rules file; `parse_rules` reads it back to the same rules."""
-    blocks = []
-    for rule in rules:
-        lines = ["[[rule]]"]
-        for key, value in table_of(rule).items():
-            lines.append(f"{key} = {_toml_value(value)}")
-        blocks.append("\n".join(lines) + "\n")
-    return "\n".join(blocks)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
-    # A basic string: backslash, quote and control characters escaped, the rest as it is.
-    escaped = "".join(ESCAPES.get(c, c if c >= " " and c != "\x7f" else f"\\u{ord(c):04x}") for c in str(value))
-    return f'"{escaped}"'
+    return tomli_w.dumps({"rule": [table_of(rule) for rule in rules]})
 
 
 async def import_toml(session: AsyncSession, text: str, *, actor: str, remote_addr: str = "") -> list[DiagnosisRule]:

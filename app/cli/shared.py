@@ -128,6 +128,7 @@ def _configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("apprise").setLevel(logging.WARNING)  # at DEBUG it logs each URL whole, secrets included
     logging.getLogger("uvicorn.error").addFilter(_without_cut_short_requests)
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from app.errors import InvalidInput
 from app.states import HostKind
 
@@ -198,37 +200,30 @@ def load_hosts_file(path: Path) -> list[HostSpec]:
 
 
 def render_hosts(specs: list[HostSpec]) -> str:
-    """The TOML that parse_hosts reads back as `specs`."""
-    blocks = []
-    for spec in specs:
-        lines = ["[[host]]", f"name = {_toml(spec.name)}"]
-        for key in ("address", "port", "user", "known_hosts"):
-            value = getattr(spec, key)
-            if value is not None:
-                lines.append(f"{key} = {_toml(value)}")
-        if spec.labels:
-            lines.append(f"labels = [{', '.join(map(_toml, spec.labels))}]")
-        if spec.identity_files:
-            lines.append(f"identity_files = [{', '.join(map(_toml, spec.identity_files))}]")
-        if spec.trust_on_first_use:
-            lines.append("trust_on_first_use = true")
-        if spec.max_sessions != DEFAULT_MAX_SESSIONS:
-            lines.append(f"max_sessions = {spec.max_sessions}")
-        if spec.slurm is not None:
-            lines.append('kind = "slurm"')
-            for key in ("partition", "account", "time_limit", "gpus_per_node"):
-                if (value := getattr(spec.slurm, key)) is not None:
-                    lines.append(f"{key} = {_toml(value)}")
-            if spec.slurm.sbatch_options:
-                lines.append(f"sbatch_options = [{', '.join(map(_toml, spec.slurm.sbatch_options))}]")
-            if spec.slurm.output_dir != DEFAULT_OUTPUT_DIR:
-                lines.append(f"output_dir = {_toml(spec.slurm.output_dir)}")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks) + "\n"
+    """The TOML that parse_hosts reads back as `specs`, unset and default fields left out."""
+    return tomli_w.dumps({"host": [_host_table(spec) for spec in specs]})
 
 
-def _toml(value: object) -> str:
-    if isinstance(value, int):
-        return str(value)
-    text = str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def _host_table(spec: HostSpec) -> dict[str, Any]:
+    table: dict[str, Any] = {"name": spec.name}
+    for key in ("address", "port", "user", "known_hosts"):
+        if (value := getattr(spec, key)) is not None:
+            table[key] = value
+    if spec.labels:
+        table["labels"] = list(spec.labels)
+    if spec.identity_files:
+        table["identity_files"] = list(spec.identity_files)
+    if spec.trust_on_first_use:
+        table["trust_on_first_use"] = True
+    if spec.max_sessions != DEFAULT_MAX_SESSIONS:
+        table["max_sessions"] = spec.max_sessions
+    if spec.slurm is not None:
+        table["kind"] = str(HostKind.SLURM)
+        for key in ("partition", "account", "time_limit", "gpus_per_node"):
+            if (value := getattr(spec.slurm, key)) is not None:
+                table[key] = value
+        if spec.slurm.sbatch_options:
+            table["sbatch_options"] = list(spec.slurm.sbatch_options)
+        if spec.slurm.output_dir != DEFAULT_OUTPUT_DIR:
+            table["output_dir"] = spec.slurm.output_dir
+    return table

@@ -197,7 +197,8 @@ async def wait_for_pass(rediagnosis: Rediagnosis, passes: int) -> None:
 
 async def test_rules_export_and_import_round_trip_and_a_bad_file_writes_nothing(sessions: db.Sessions) -> None:
     text = (
-        '[[rule]]\nmatch = "a \\"quoted\\" \\\\ line"\nclass = "oom"\ntitle = "T1"\nhint = "see https://x.example/a?b=1"\n\n'
+        '[[rule]]\nmatch = "a \\"quoted\\" \\\\ line"\nclass = "oom"\ntitle = "T1"\n'
+        'hint = "see https://x.example/a?b=1\\n\\tthen \\u0007 retry"\n\n'
         '[[rule]]\nmatch = "Err[0-9]+"\nregex = true\nflag_aware = false\nscope = "any"\nclass = "nccl"\ntitle = "T2"\n'
         'author = "dee"\n\n[[rule]]\nclass = "oom"\ntitle = "T3"\nmerge = ["0123456789abcdef"]\n'
     )

@@ -1,12 +1,15 @@
-"""Webhook notifications, delivered to a real HTTP server on loopback: what they say, and that a
-webhook that is down or hangs is tried a few times, logged and given up, and delays nothing."""
+"""Webhook and Apprise notifications, delivered to a real HTTP server on loopback: what they say,
+that a destination that is down or hangs is tried a few times, logged and given up, and delays
+nothing, and that none hears more than its share."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,11 +19,12 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
+from pydantic import ValidationError
 
-from app.config import Destinations
+from app.config import Destinations, Settings
 from app.demo.presets import seed_demo_presets
 from app.errors import InvalidInput
-from app.launch.notifications import Delivery, Notice, slack_message
+from app.launch.notifications import Delivery, Notice, RateLimit, apprise_message, slack_message
 from app.launch.record import Pace
 from app.ssh import HostSpec
 from app.states import AttemptStatus, Role
@@ -31,6 +35,8 @@ from tests.support.hosts import end_every_attempt
 from tests.support.launching import REPLAY, launch, wait_for
 from tests.support.web import log_in
 
+# Apprise's email plugin, loaded with the others at its first URL, imports PGPy, which imports
+# imghdr, deprecated in Python 3.11 and 3.12 (Apprise puts a stand-in in its place on 3.13).
 PUBLIC_URL = "https://launchdeck.example"
 SECRET = "T0000/B0000/not-a-real-token"  # the part of a webhook URL that must stay out of logs
 
@@ -42,6 +48,7 @@ class Hook:
     port: int
     received: list[tuple[str, dict[str, Any]]]
     release: threading.Event
+    arrived: list[tuple[str, float]]  # when each post came, by time.monotonic()
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}/{SECRET}"
@@ -49,15 +56,22 @@ class Hook:
     def posts(self, path: str) -> list[dict[str, Any]]:
         return [body for where, body in self.received if where == f"{path}/{SECRET}"]
 
+    def gaps(self, path: str) -> list[float]:
+        """Seconds between one post to `path` and the next."""
+        times = [when for where, when in self.arrived if where == f"{path}/{SECRET}"]
+        return [later - earlier for earlier, later in itertools.pairwise(times)]
+
 
 @pytest.fixture
 def hook() -> Iterator[Hook]:
     found: list[tuple[str, dict[str, Any]]] = []
+    arrived: list[tuple[str, float]] = []
     release = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             assert self.headers["Content-Type"] == "application/json"
+            arrived.append((self.path, time.monotonic()))
             found.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
             if self.path.startswith("/hang"):
                 release.wait(10)
@@ -73,7 +87,7 @@ def hook() -> Iterator[Hook]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield Hook(server.server_address[1], found, release)
+        yield Hook(server.server_address[1], found, release, arrived)
     finally:
         release.set()
         server.shutdown()
@@ -274,3 +288,138 @@ async def test_a_webhook_whose_name_resolves_inside_is_never_posted_to(
         "address; webhooks go to public addresses unless LAUNCHDECK_WEBHOOK_ALLOWED names the address, its network "
         "or the host"
     ]
+
+
+def test_an_apprise_service_gets_the_same_lines_as_a_title_and_a_plain_body() -> None:
+    notice = Notice(
+        attempt_id=12, status=AttemptStatus.FAILED, preset="qwen-mtp", revision=3, host="b200-01", gpus=(0, 1),
+        failure_class="arg-conflict", root_error="ValueError: <module> needs a & b" + "x" * 600,
+        error="the server exited with 1", link=f"{PUBLIC_URL}/attempts/12",
+    )  # fmt: skip
+    title, body = apprise_message(notice)
+    assert title == "launchdeck: attempt #12 is failed"
+    where, root, error, link = body.split("\n")
+    assert where == "qwen-mtp r3 on b200-01 (GPUs 0,1)"
+    assert root.startswith("root error (arg-conflict): ValueError: <module> needs a & b") and root.endswith(" …")
+    assert len(root) < 600
+    assert (error, link) == ("the server exited with 1", f"{PUBLIC_URL}/attempts/12")
+
+
+def test_apprise_urls_are_read_as_apprise_reads_them_and_a_wrong_one_is_named_without_its_secret(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    given = f"json://127.0.0.1:9/ok/{SECRET}, mailtos://me:pw@mail.example?to=a@x.example,b@x.example  form://h/x"
+    assert Settings(_env_file=None, notify_urls=given).resolved_notify_urls() == [  # type: ignore[call-arg]
+        f"json://127.0.0.1:9/ok/{SECRET}",
+        "mailtos://me:pw@mail.example?to=a@x.example,b@x.example",
+        "form://h/x",
+    ]
+    secret = "hush-hush"  # one that Apprise's own masking of secrets in its log lets through
+    with caplog.at_level(logging.DEBUG), pytest.raises(ValidationError) as refused:
+        # A Discord URL names a webhook's id and token; this one, a single part, is no URL at all.
+        Settings(_env_file=None, notify_urls=f"json://127.0.0.1/ok discord://{secret}")  # type: ignore[call-arg]
+    assert "URL 2 (discord://…) is no URL Apprise can send to" in str(refused.value)
+    assert secret not in str(refused.value) and secret not in caplog.text
+
+
+def test_a_destination_hears_at_most_its_share_in_any_window() -> None:
+    limit, delivery = RateLimit(), Delivery(most=2, per=0.3)
+    assert [limit.allows("a", delivery) for _ in range(3)] == [True, True, False]
+    assert limit.allows("b", delivery)  # each destination has its own share
+    time.sleep(0.35)
+    assert [limit.allows("a", delivery) for _ in range(3)] == [True, True, False]
+
+
+@pytest.fixture
+async def apprise_app(tmp_path: Path, sim_specs: list[HostSpec], hook: Hook) -> AsyncIterator[FastAPI]:
+    """The team hears through its webhook and three Apprise URLs (json://, which posts to the hook):
+    one answers, one is down, one names the cloud's metadata address, which webhooks may not reach."""
+    urls = (
+        f"json://127.0.0.1:{hook.port}/ok/{SECRET}, json://127.0.0.1:{hook.port}/down/{SECRET} "
+        f"json://169.254.169.254/latest/{SECRET}"
+    )
+    settings = make_settings(
+        tmp_path, sim_specs, webhook_url=hook.url("/hook"), notify_urls=urls, public_url=PUBLIC_URL,
+        webhook_allowed="127.0.0.1",
+    )  # fmt: skip
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        runtime = app.state.runtime
+        runtime.attempts.pace = Pace(loading=0.1, serving=0.3, health_timeout=10)
+        runtime.notifier.delivery = Delivery(timeout=5, tries=3, backoff=0.2, most=2)
+        async with runtime.sessions.write() as session:
+            await seed_demo_presets(session)
+        yield app
+        async with AsyncClient(transport=ASGITransport(app=app), base_url="http://t", headers=AUTH) as api:
+            await end_every_attempt(api, runtime.ssh, runtime.ssh.get)
+
+
+async def _failed_attempt(app: FastAPI) -> dict[str, Any]:
+    async with AsyncClient(transport=ASGITransport(app=app), base_url="http://t", headers=AUTH) as api:
+        failing = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY)
+        return await wait_for(api, failing, {"failed"})
+
+
+async def _notified() -> None:
+    for _ in range(100):
+        if not any(task.get_name().startswith("notify-") for task in asyncio.all_tasks()):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("notifications still going out after 10 s")
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "app.launch.notifications"]
+
+
+async def test_apprise_services_hear_what_the_webhook_hears_and_one_that_is_down_is_tried_with_backoff(
+    apprise_app: FastAPI, hook: Hook, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        failed = await _failed_attempt(apprise_app)
+        await _notified()
+    failing = failed["id"]
+
+    [told] = hook.posts("/ok")
+    assert (told["title"], told["type"]) == (f"launchdeck: attempt #{failing} is failed", "failure")
+    where, root, error, link = told["message"].split("\n")
+    assert where == "qwen36-27b-mtp-strategy-unset r1 on rtxpro-01 (GPUs 1)"
+    assert root.startswith("root error (arg-conflict): ValueError: Speculative decoding for")
+    assert (error, link) == (f"the server exited with {failed['exit_code']}", f"{PUBLIC_URL}/attempts/{failing}")
+    [webhook] = hook.posts("/hook")  # the Slack-compatible webhook is told as before
+    assert webhook["text"].startswith(f"launchdeck: attempt #{failing} is failed · qwen36-27b")
+
+    assert hook.posts("/down") == [told] * 3
+    assert all(gap >= 0.2 for gap in hook.gaps("/down")), hook.gaps("/down")  # the backoff's shortest wait
+    down = f"json://127.0.0.1:{hook.port}/…"
+    assert _logged(caplog) == [
+        f"attempt {failing}: notify URL 3 (json://169.254.169.254/…) refused: 169.254.169.254 is 169.254.169.254, "
+        "an internal address; webhooks go to public addresses unless LAUNCHDECK_WEBHOOK_ALLOWED names the address, "
+        "its network or the host",
+        f"attempt {failing}: notify URL 2 ({down}) was not told it is failed after 3 tries (not sent; Apprise's log "
+        "says why)",
+    ]
+    assert SECRET not in caplog.text
+
+
+async def test_no_destination_hears_more_than_its_share_webhook_or_apprise(
+    apprise_app: FastAPI, hook: Hook, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two messages a minute each (the fixture's limit): the failure, then one of three repeats."""
+    with caplog.at_level(logging.WARNING):
+        failing = (await _failed_attempt(apprise_app))["id"]
+        for _ in range(3):
+            apprise_app.state.runtime.notifier.status_changed(failing, AttemptStatus.FAILED)
+        await _notified()
+
+    assert len(hook.posts("/ok")) == 2 and len(hook.posts("/hook")) == 2
+    assert len(hook.posts("/down")) == 2 * 3  # two messages, each tried three times
+    dropped = [line for line in _logged(caplog) if "was told 2 times in the last 60 s" in line]
+    shares = {line.split(" not told ")[0].split(": ", 1)[1] for line in dropped}
+    assert len(dropped) == 2 * 4 and shares == {
+        f"webhook http://127.0.0.1:{hook.port}/…",
+        f"notify URL 1 (json://127.0.0.1:{hook.port}/…)",
+        f"notify URL 2 (json://127.0.0.1:{hook.port}/…)",
+        "notify URL 3 (json://169.254.169.254/…)",
+    }
+    assert SECRET not in caplog.text
