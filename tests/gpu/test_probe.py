@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
@@ -84,22 +84,49 @@ def test_gpu_processes_are_told_apart_by_owner() -> None:
     assert classify(GpuProcess(0, 401, 10, "python train.py", 400, "/home/u/work"), owners).owner == "other"
 
 
-async def test_samples_are_thinned_after_an_hour_and_dropped_after_a_week(db_session: AsyncSession) -> None:
+def quarter(moment: datetime) -> datetime:
+    return moment.replace(minute=moment.minute - moment.minute % 15, second=0, microsecond=0)
+
+
+async def test_samples_are_thinned_after_a_day_and_dropped_after_a_week(db_session: AsyncSession) -> None:
     host = Host(name="h")
     db_session.add(host)
     await db_session.flush()
-    now = utcnow().replace(second=30, microsecond=0)
-    ages = [timedelta(minutes=5), *(timedelta(hours=2, seconds=10 * i) for i in range(12)), timedelta(days=8)]
-    for age in ages:
+    now = utcnow().replace(minute=50, second=30, microsecond=0)
+    day_old = [now - timedelta(hours=25, minutes=40) + timedelta(minutes=i) for i in range(40)]  # a minute apart
+    for taken_at in (now - timedelta(minutes=5), *day_old, now - timedelta(days=8)):
         db_session.add(
-            GpuSample(host_id=host.id, gpu_index=0, taken_at=now - age, memory_total_mib=1, memory_used_mib=0)
+            GpuSample(host_id=host.id, gpu_index=0, taken_at=taken_at, memory_total_mib=1, memory_used_mib=0)
         )
     await db_session.commit()
     boundary = await prune_samples(db_session, now, since=now - timedelta(days=30))
     times = sorted((await db_session.scalars(select(GpuSample.taken_at))).all())
-    two_hours = [t for t in times if now - t > timedelta(hours=1)]
-    assert len(times) == 1 + len(two_hours) and times[-1] == now - timedelta(minutes=5)
-    # The twelve samples span 110 s over three clock minutes: one is left in each.
-    assert len(two_hours) == len({t.replace(second=0) for t in two_hours}) == 3
-    assert boundary == now - timedelta(hours=1)
-    assert await db_session.scalar(select(func.count()).select_from(GpuSample)) == 4
+    kept = times[:-1]
+    assert times[-1] == now - timedelta(minutes=5)  # a day's samples are all kept; the 8-day-old one is gone
+    assert len(kept) == len({quarter(t) for t in kept}) and {quarter(t) for t in kept} == {quarter(t) for t in day_old}
+    assert len(kept) in (3, 4)
+    assert boundary == quarter(now - timedelta(days=1))
+
+
+async def test_a_simulated_week_of_samples_stays_within_its_bound(db_session: AsyncSession) -> None:
+    """One sample per GPU a minute for 8 days, pruned every 10 simulated minutes as the monitor does:
+    the table holds a day at one a minute and 6 more days at one a quarter hour, 2,016 rows a GPU."""
+    gpus = 2
+    host = Host(name="h")
+    db_session.add(host)
+    await db_session.flush()
+    begin = utcnow().replace(hour=0, minute=0, second=5, microsecond=0) - timedelta(days=8)
+    since = begin - timedelta(days=7)
+    for minute in range(8 * 24 * 60):
+        taken_at = begin + timedelta(minutes=minute)
+        await db_session.execute(
+            insert(GpuSample),
+            [
+                dict(host_id=host.id, gpu_index=g, taken_at=taken_at, memory_total_mib=1, memory_used_mib=0)
+                for g in range(gpus)
+            ],
+        )
+        if minute % 10 == 9:
+            since = await prune_samples(db_session, taken_at, since=since)
+    rows = await db_session.scalar(select(func.count()).select_from(GpuSample))
+    assert 2016 * gpus <= rows <= (2016 + 25) * gpus  # up to 25 minutes past a day not thinned yet
