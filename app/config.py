@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import re
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,9 +150,21 @@ def notify_urls_of(listed: str) -> list[str]:
     return list(parse_urls(listed))  # type: ignore[no-untyped-call]
 
 
-def _networks(listed: str | None) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+def _networks(listed: str | None) -> tuple[Network, ...]:
     """A comma-separated list of addresses or networks (checked by `addresses_are_networks`)."""
     return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in listed.split(",")) if listed else ()
+
+
+def address_in(address: str, networks: Iterable[Network]) -> bool:
+    """Whether the peer at `address` is in one of `networks` (a malformed address is not): a
+    proxy that may name people, a scraper that may read /metrics."""
+    try:
+        peer = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped:
+        peer = peer.ipv4_mapped
+    return any(peer in network for network in networks)
 
 
 class Settings(BaseSettings):
@@ -366,15 +379,15 @@ class Settings(BaseSettings):
                     raise ValueError(f"{item.strip()!r} is no IP address or network (such as 10.0.0.0/24)") from None
         return value
 
-    def resolved_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    def resolved_proxy_networks(self) -> tuple[Network, ...]:
         """The proxies believed when they name a person; none unless the header is set too."""
         return self.resolved_forwarding_proxies() if self.auth_proxy_header else ()
 
-    def resolved_forwarding_proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    def resolved_forwarding_proxies(self) -> tuple[Network, ...]:
         """The proxies whose X-Forwarded-For gives the client's address."""
         return _networks(self.auth_proxy_addresses)
 
-    def resolved_metrics_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    def resolved_metrics_networks(self) -> tuple[Network, ...]:
         """The scrapers that read /metrics without a token."""
         return _networks(self.metrics_allowed)
 

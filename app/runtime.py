@@ -20,10 +20,10 @@ from functools import cached_property
 from app import credentials, db, resources
 from app.accounts.limits import LoginLimiter
 from app.accounts.logins import HeldLogins, Timeouts
-from app.accounts.proxy import IgnoredHeaders, Network
+from app.accounts.proxy import IgnoredHeaders
 from app.accounts.setup import SetupLink
 from app.casebook.rediagnose import Rediagnosis
-from app.config import Settings
+from app.config import Network, Settings
 from app.db import Sessions
 from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor

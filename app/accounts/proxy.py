@@ -9,9 +9,7 @@ its local part, which could let ann@one.example sign in as ann@two.example's acc
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-from collections.abc import Iterable
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -26,19 +24,6 @@ from app.errors import AccessRefused
 from app.states import Role
 
 log = logging.getLogger(__name__)
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def from_proxy(address: str, proxies: Iterable[Network]) -> bool:
-    """Whether the peer at `address` is one of the proxies (a malformed address is not)."""
-    try:
-        peer = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped:
-        peer = peer.ipv4_mapped
-    return any(peer in network for network in proxies)
 
 
 class IgnoredHeaders:

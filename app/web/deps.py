@@ -29,8 +29,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app import audit
 from app.accounts import tokens
 from app.accounts.logins import Login, find_login
-from app.accounts.proxy import from_proxy, proxy_login
+from app.accounts.proxy import proxy_login
 from app.accounts.users import SERVICE_TOKEN
+from app.config import address_in
 from app.db.history import load_attempt
 from app.db.models import Attempt
 from app.launch.guards import LaunchPermission, launch_permission
@@ -144,7 +145,7 @@ async def _proxy_login(request: Request, runtime: Runtime) -> Login | None:
     if not header or not named:
         return None
     peer = request.client.host if request.client else ""  # the connection itself: never a forwarded address
-    if not from_proxy(peer, runtime.sign_on_proxies):
+    if not address_in(peer, runtime.sign_on_proxies):
         runtime.ignored_headers.note(header, peer)
         return None
     return await proxy_login(

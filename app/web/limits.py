@@ -21,7 +21,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.accounts.proxy import Network, from_proxy
+from app.config import Network, address_in
 
 
 class RequestLimits:
@@ -131,7 +131,7 @@ class ClientAddress:
         if scope["type"] == "http":
             peer = scope["client"][0] if scope.get("client") else ""
             address = peer
-            if self.proxies and from_proxy(peer, self.proxies):
+            if self.proxies and address_in(peer, self.proxies):
                 forwarded = dict(scope["headers"]).get(b"x-forwarded-for", b"").decode("latin-1")
                 address = forwarded.rpartition(",")[2].strip() or peer
             scope.setdefault("state", {})[CLIENT_ADDRESS] = address

@@ -5,12 +5,12 @@ people's logins and API tokens do not open it, and with neither setting it is cl
 from __future__ import annotations
 
 import hmac
-import ipaddress
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from app.config import address_in
 from app.web.deps import RuntimeDep
 from app.web.login_guard import client_address
 
@@ -25,14 +25,6 @@ async def metrics(request: Request, runtime: RuntimeDep) -> Response:
         raise HTTPException(403, "/metrics is closed: set LAUNCHDECK_METRICS_TOKEN or LAUNCHDECK_METRICS_ALLOWED")
     given = request.headers.get("authorization", "")
     by_token = token is not None and hmac.compare_digest(given.encode(), f"Bearer {token.get_secret_value()}".encode())
-    if not by_token and not _listed(client_address(request), networks):
+    if not by_token and not address_in(client_address(request), networks):
         raise HTTPException(401, "/metrics needs the bearer token LAUNCHDECK_METRICS_TOKEN, or an allowed address")
     return Response(await runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
-
-
-def _listed(address: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    return any(ip in network for network in networks)
