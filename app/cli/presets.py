@@ -1,6 +1,6 @@
 """`launchdeck presets`: the dashboard's presets, listed (`presets`, `presets list`) or one shown
 whole (`presets show NAME`) with the command its latest revision runs; and kept as files
-(`presets export DIR`, `presets apply DIR|FILE`), one TOML file per preset, in app.presets.files'
+(`presets export DIR`, `presets apply DIR|FILE`), one TOML or YAML file per preset, in app.presets.files'
 format, so that a team keeps its presets in git and applies them from CI."""
 
 from __future__ import annotations
@@ -36,9 +36,12 @@ def add_parsers(commands: Subcommands) -> None:
     show_parser.add_argument("--url", default=argparse.SUPPRESS, help=URL_HELP)
     show_parser.set_defaults(run=_show_preset)
     export_parser = actions.add_parser(
-        "export", help="write each preset's latest revision to DIR, one TOML file each (docs/presets-as-files.md)"
+        "export", help="write each preset's latest revision to DIR, one file each (docs/presets-as-files.md)"
     )
     export_parser.add_argument("directory", metavar="DIR", type=Path)
+    export_parser.add_argument(
+        "--format", choices=("toml", "yaml"), default="toml", help="the files' format (default: toml)"
+    )
     export_parser.add_argument(
         "--webhooks",
         action="store_true",
@@ -116,27 +119,28 @@ def _show_preset(api: ApiClient, args: argparse.Namespace) -> int:
 
 @with_client
 def _export_presets(api: ApiClient, args: argparse.Namespace) -> int:
-    """Every active preset to DIR/NAME.toml, written whole or not at all; files of presets the
-    dashboard no longer has are named, and left alone."""
+    """Every active preset to DIR/NAME.toml (or .yaml), each written whole or not at all; files of
+    presets the dashboard no longer has are named, and left alone."""
     from app.presets import files
 
     presets = api.call("GET", "/api/presets")
     if args.webhooks and any(preset["webhook_url"].endswith("/…") for preset in presets):
         raise LaunchdeckError("this token sees only the webhooks' hosts: export --webhooks with an operator's token")
     directory: Path = args.directory
+    suffix = files.FORMATS[args.format]
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for preset in presets:
             fields = files.fields_of(preset)
             if not args.webhooks:
                 del fields["webhook_url"]
-            path = directory / f"{preset['name']}{files.SUFFIX}"
-            _write_atomically(path, files.render_preset(fields))
+            path = directory / f"{preset['name']}{suffix}"
+            _write_atomically(path, files.render_preset(fields, suffix))
             print(f"{path}: revision {preset['revision']['number']}")
     except OSError as exc:
         raise LaunchdeckError(f"cannot write {exc.filename or directory}: {exc.strerror or exc}") from None
-    exported = {f"{preset['name']}{files.SUFFIX}" for preset in presets}
-    for stale in sorted(directory.glob(f"*{files.SUFFIX}")):
+    exported = {f"{preset['name']}{suffix}" for preset in presets}
+    for stale in sorted(directory.glob(f"*{suffix}")):
         if stale.name not in exported:
             print(f"{stale}: no such preset on the dashboard (the file is left as it is)")
     return 0

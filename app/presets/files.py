@@ -1,12 +1,14 @@
-"""Presets as files: one TOML file per preset, named after it, which `launchdeck presets export`
-writes and `presets apply` reads back, so that a team can keep its presets in git.
+"""Presets as files: one TOML (or YAML) file per preset, named after it, which `launchdeck presets
+export` writes and `presets apply` reads back, so that a team can keep its presets in git.
 
 A file holds what the API's preset body holds but the name (that is the file's): the latest
 revision's fields, the description and, where asked for, the webhook. A key left out takes the
 dashboard's default, except `webhook_url`, which then stays as the dashboard has it: the URL's path
 is a secret that a shared repository should not hold. Export writes the keys in one order and
-leaves out empty ones (webhook_url aside), so the same presets always give the same bytes and git diffs stay small.
-docs/presets-as-files.md is the format's reference.
+leaves out empty ones (webhook_url aside), so the same presets always give the same bytes and git
+diffs stay small. YAML holds the same keys with the same types (a port is a number, an argument a
+string): read with yaml.safe_load, so a file can only ever give plain data. docs/presets-as-files.md
+is the format's reference.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+import yaml
 
 from app.config import redacted_url
 from app.errors import InvalidInput
 from app.presets.revisions import NAME, PresetInput
 
 SUFFIX = ".toml"
+YAML_SUFFIXES = (".yaml", ".yml")
+FORMATS = {"toml": SUFFIX, "yaml": ".yaml"}  # what export writes
 # Each key a file may hold, in the order export writes it, with the TOML type it must have.
 KEYS: dict[str, type] = {
     "description": str,
@@ -59,36 +64,44 @@ class PresetFile:
 
 
 def preset_paths(path: Path) -> list[Path]:
-    """The preset files `path` names: itself, or the `*.toml` files in it by name. A YAML file among
-    them is refused rather than passed over, lest `--prune` archive the preset it describes."""
+    """The preset files `path` names: itself, or the `*.toml`, `*.yaml` and `*.yml` files in it by
+    name. Two files of one preset are refused: which one meant it cannot be told."""
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise InvalidInput(f"{path}: no such file or directory")
-    found = sorted(child for child in path.iterdir() if child.is_file() and child.suffix in (SUFFIX, ".yaml", ".yml"))
-    if yaml := [str(child) for child in found if child.suffix != SUFFIX]:
-        raise InvalidInput(f"{', '.join(yaml)}: presets are read from TOML files only ({SUFFIX})")
+    found = sorted(child for child in path.iterdir() if child.is_file() and child.suffix in (SUFFIX, *YAML_SUFFIXES))
     if not found:
-        raise InvalidInput(f"{path}: holds no preset files (*{SUFFIX})")
+        raise InvalidInput(f"{path}: holds no preset files (*{SUFFIX}, *.yaml, *.yml)")
+    by_name: dict[str, list[str]] = {}
+    for child in found:
+        by_name.setdefault(child.stem, []).append(child.name)
+    if twice := [names for names in by_name.values() if len(names) > 1]:
+        raise InvalidInput(f"{path}: one preset, two files: {'; '.join(' and '.join(names) for names in twice)}")
     return found
 
 
 def read_preset_file(path: Path) -> PresetFile:
     """The preset in `path`; InvalidInput naming the file and the key at fault."""
-    name = path.name.removesuffix(SUFFIX)
-    if path.suffix != SUFFIX or not NAME.fullmatch(name):
+    name = path.stem
+    if path.suffix not in (SUFFIX, *YAML_SUFFIXES) or not NAME.fullmatch(name):
         raise InvalidInput(
-            f"{path}: a preset file is named after its preset, NAME{SUFFIX}, where NAME is 1-128 letters, "
-            "digits, '.', '_' or '-', starting with a letter or digit"
+            f"{path}: a preset file is named after its preset, NAME{SUFFIX} or NAME.yaml, where NAME is 1-128 "
+            "letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     try:
-        table = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        table = tomllib.loads(text) if path.suffix == SUFFIX else yaml.safe_load(text)
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot be read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise InvalidInput(f"{path}: is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{path}: is not TOML: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{path}: is not YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(table, dict):
+        raise InvalidInput(f"{path}: must hold keys and values (model_path: ...), not {_kind(table)}")
     try:
         return PresetFile(path, name, _checked(table, name))
     except InvalidInput as exc:
@@ -122,6 +135,8 @@ def _checked(table: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _kind(value: object) -> str:
+    if value is None:
+        return "nothing (an empty value)"
     return _TOML_TYPES.get(type(value), "a date or time")
 
 
@@ -132,16 +147,18 @@ def fields_of(preset: Mapping[str, Any]) -> dict[str, Any]:
     return {"description": preset["description"], "webhook_url": preset["webhook_url"], **fields}
 
 
-def render_preset(fields: Mapping[str, Any]) -> str:
-    """The file for `fields`: keys in KEYS' order, env sorted by name, empty ones left out but for a
-    webhook_url that `fields` holds: `webhook_url = ""` says "no webhook", where leaving it out
-    says "the dashboard's"."""
+def render_preset(fields: Mapping[str, Any], suffix: str = SUFFIX) -> str:
+    """The file for `fields`, TOML or (by `suffix`) YAML: keys in KEYS' order, env sorted by name,
+    empty ones left out but for a webhook_url that `fields` holds: `webhook_url = ""` says "no
+    webhook", where leaving it out says "the dashboard's"."""
     table: dict[str, Any] = {}
     for key in KEYS:
         value = fields.get(key)
         if value is None or (value in ("", [], {}) and key != "webhook_url"):
             continue
         table[key] = dict(sorted(value.items())) if key == "env" else value
+    if suffix in YAML_SUFFIXES:
+        return str(yaml.safe_dump(table, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1 << 16))
     return tomli_w.dumps(table)
 
 
@@ -153,8 +170,9 @@ def changed_keys(current: Mapping[str, Any], wanted: PresetFile) -> list[str]:
 def diff_preset(current: Mapping[str, Any] | None, wanted: PresetFile, *, shown_as: str) -> str:
     """A unified diff from the dashboard's preset (None: there is none) to the file's, each rendered as
     export would, with webhooks shown without their secret path."""
-    before = render_preset(_shown(current, wanted)).splitlines(keepends=True) if current is not None else []
-    after = render_preset(_shown(wanted.fields, wanted)).splitlines(keepends=True)
+    suffix = wanted.path.suffix
+    before = render_preset(_shown(current, wanted), suffix).splitlines(keepends=True) if current is not None else []
+    after = render_preset(_shown(wanted.fields, wanted), suffix).splitlines(keepends=True)
     source = shown_as if current is not None else "/dev/null"
     return "".join(difflib.unified_diff(before, after, fromfile=source, tofile=str(wanted.path)))
 

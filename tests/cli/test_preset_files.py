@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import yaml
 from fastapi import FastAPI
 from httpx import AsyncClient
 
@@ -75,6 +76,32 @@ async def test_export_then_apply_finds_every_preset_unchanged_and_exports_the_sa
     assert applied == (0, "".join(f"{name}: unchanged\n" for name in sorted(before)), "")
     assert applied_with_webhooks == applied
     assert await presets_of(api) == before
+
+
+async def test_yaml_files_round_trip_as_toml_ones_do_and_an_edit_makes_one_revision(
+    api: AsyncClient, running_app: FastAPI, tmp_path: Path
+) -> None:
+    assert (await api.post("/api/presets", json=UNUSUAL)).status_code == 201
+    before = await presets_of(api)
+    folder = tmp_path / "presets"
+    async with served(running_app) as url:
+        launchdeck = functools.partial(cli, "presets", url=url, env={"LAUNCHDECK_TOKEN": TOKEN})
+        assert (await launchdeck("export", "--format", "yaml", str(folder)))[0] == 0
+        unchanged = await launchdeck("apply", str(folder))
+        edited = folder / "unusual.yaml"
+        edited.write_text(edited.read_text().replace("port: 31000", "port: 31001"))
+        dry = await launchdeck("apply", "--dry-run", str(edited))
+        applied = await launchdeck("apply", str(edited))
+    assert sorted(path.name for path in folder.iterdir()) == [f"{name}.yaml" for name in sorted(before)]
+    exported = yaml.safe_load((folder / "unusual.yaml").read_text())
+    assert exported == {key: value for key, value in UNUSUAL.items() if key not in ("name", "webhook_url")} | {
+        "port": 31001
+    }
+    assert unchanged == (0, "".join(f"{name}: unchanged\n" for name in sorted(before)), "")
+    assert "-port: 31000\n+port: 31001\n" in dry[1] and dry[0] == 0
+    assert applied[0] == 0 and outcomes(applied[1]) == {"unusual": "revised (r2)"}
+    after = await presets_of(api)
+    assert after["unusual"]["revision"]["port"] == 31001 and after["unusual"]["revision"]["number"] == 2
 
 
 async def test_an_edited_file_makes_one_revision_and_a_dry_run_shows_its_diff_first(
@@ -192,7 +219,7 @@ async def test_a_bad_file_exits_2_naming_file_and_key_and_nothing_is_applied(
         (folder / "qwen3-235b-one-host.toml").write_text('model_path = "m"\nargs = ["--tp-size", 8]\n')
         (folder / "qwen36-27b-mtp-oom.toml").write_text('model_path = "m"\nmodel = "typo"\n')
         code, out, err = await launchdeck("apply", "--prune", str(folder))
-        (folder / "zz.yaml").write_text("model_path: m\n")
+        (folder / "zz.yaml").write_text("model_path: m\nport: yes\n")  # YAML 1.1's yes is true, not a port
         yaml = await launchdeck("apply", "--prune", str(folder))
     assert (code, out) == (2, "")
     assert err.splitlines() == [
@@ -201,7 +228,10 @@ async def test_a_bad_file_exits_2_naming_file_and_key_and_nothing_is_applied(
         f"launchdeck: {folder / 'qwen36-27b-mtp-oom.toml'}: model: unknown key(s); a preset file holds description, "
         "model_path, launcher, python, port, webhook_url, args, env",
     ]
-    assert yaml == (2, "", f"launchdeck: {folder / 'zz.yaml'}: presets are read from TOML files only (.toml)\n")
+    assert (
+        yaml[:2] == (2, "")
+        and f"launchdeck: {folder / 'zz.yaml'}: port: must be a whole number, not true or false\n" in yaml[2]
+    )
     assert await presets_of(api) == before and await presets_of(api, archived=True) == {}
 
 

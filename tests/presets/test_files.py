@@ -98,13 +98,13 @@ def test_a_bad_file_is_refused_with_a_sentence_naming_it_and_the_key(
     assert str(refused.value).startswith(f"{path}: ") and says in str(refused.value)
 
 
-def test_a_folder_gives_its_toml_files_by_name_and_refuses_yaml_or_none(tmp_path: Path) -> None:
-    for name in ("b.toml", "a.toml", "README.md"):
+def test_a_folder_gives_its_toml_and_yaml_files_by_name_and_refuses_one_preset_twice(tmp_path: Path) -> None:
+    for name in ("b.toml", "a.toml", "c.yml", "README.md"):
         (tmp_path / name).write_text("")
-    assert preset_paths(tmp_path) == [tmp_path / "a.toml", tmp_path / "b.toml"]
+    assert preset_paths(tmp_path) == [tmp_path / "a.toml", tmp_path / "b.toml", tmp_path / "c.yml"]
     assert preset_paths(tmp_path / "b.toml") == [tmp_path / "b.toml"]
-    (tmp_path / "c.yml").write_text("")
-    with pytest.raises(InvalidInput, match=r"c\.yml: presets are read from TOML files only"):
+    (tmp_path / "a.yaml").write_text("")
+    with pytest.raises(InvalidInput, match=r"one preset, two files: a\.toml and a\.yaml"):
         preset_paths(tmp_path)
     (tmp_path / "empty").mkdir()
     with pytest.raises(InvalidInput, match="holds no preset files"):
