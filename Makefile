@@ -69,6 +69,7 @@ system-packages:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	[ -x /usr/sbin/slurmctld ] || missing="$$missing slurm-wlm"; \
 	[ -x /usr/sbin/munged ] || missing="$$missing munge"; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

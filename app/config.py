@@ -9,6 +9,7 @@ import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -44,6 +45,37 @@ def redacted_url(url: str) -> str:
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class GpuMetricsKind(StrEnum):
+    DCGM = "dcgm"  # each host's dcgm-exporter, its /metrics
+    PROMETHEUS = "prometheus"  # a Prometheus that scrapes them, its query API
+
+
+HOST_PLACEHOLDER = "{host}"
+
+
+@dataclass(frozen=True)
+class GpuMetricsSource:
+    """Where the GPUs' memory figures are read instead of from the SSH probe
+    (LAUNCHDECK_GPU_METRICS_URL), and the label of its series that names each host."""
+
+    kind: GpuMetricsKind
+    url: str  # for dcgm, {host} stands for each host's address
+    host_label: str = "Hostname"
+
+
+def gpu_metrics_problem(value: str) -> str | None:
+    """Why `value` names no GPU metrics source (None when it does); the URL stays out of the
+    sentence, as it may hold a password."""
+    kind, _, url = value.strip().partition(":")
+    if kind not in list(GpuMetricsKind):
+        return "begin it with dcgm: or prometheus:, e.g. prometheus:http://prometheus.example.com:9090"
+    if kind == GpuMetricsKind.PROMETHEUS and HOST_PLACEHOLDER in url:
+        return "a Prometheus answers for every host at one URL: {host} belongs in a dcgm: URL"
+    if problem := http_url_problem(url.replace(HOST_PLACEHOLDER, "host")):
+        return f"after {kind}:, {problem}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -299,6 +331,19 @@ class Settings(BaseSettings):
     auth_proxy_default_role: Role = Field(
         Role.VIEWER, description="Role of an account made for a person the proxy names for the first time."
     )
+    gpu_metrics_url: SecretStr | None = Field(
+        None,
+        description="Read the GPUs' memory from a site's dcgm-exporter or Prometheus instead of the SSH probe: "
+        "`prometheus:URL` (a Prometheus that scrapes dcgm-exporter) or `dcgm:URL` (each host's exporter, `{host}` "
+        "standing for the host's address, e.g. dcgm:http://{host}:9400/metrics). The SSH probe still reads the GPU "
+        "processes, every 5 s.",
+    )
+    gpu_metrics_host_label: str = Field(
+        "Hostname",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The label of the exporter's series that names their host, matched against each host's name "
+        "or address (dcgm-exporter's own is Hostname; `instance` when Prometheus's target address tells).",
+    )
     demo_time_scale: float = Field(
         1.0,
         gt=0,
@@ -361,6 +406,13 @@ class Settings(BaseSettings):
             quiet.disabled = was
         return value
 
+    @field_validator("gpu_metrics_url")
+    @classmethod
+    def gpu_metrics_is_a_source(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and (problem := gpu_metrics_problem(value.get_secret_value())):
+            raise ValueError(problem)
+        return value
+
     @field_validator("auth_proxy_header")
     @classmethod
     def header_is_a_name(cls, value: str | None) -> str | None:
@@ -396,6 +448,12 @@ class Settings(BaseSettings):
 
     def resolved_notify_urls(self) -> list[str]:
         return notify_urls_of(self.notify_urls.get_secret_value()) if self.notify_urls else []
+
+    def resolved_gpu_metrics(self) -> GpuMetricsSource | None:
+        if self.gpu_metrics_url is None:
+            return None
+        kind, _, url = self.gpu_metrics_url.get_secret_value().strip().partition(":")
+        return GpuMetricsSource(GpuMetricsKind(kind), url, self.gpu_metrics_host_label)
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'launchdeck.db').resolve()}"

@@ -4,7 +4,9 @@ What the database knows (attempts by status and failure class, launches and fail
 host, sweeps, benchmarks) is counted from it, at most every COUNT_EVERY seconds: the figures then
 survive restarts and agree between replicas. What lives in this process (SSH connections, GPU
 readings, log mirrors, live-log viewers) is read when scraped. Request latency and time to ready
-are observed as they happen. One registry per dashboard, so that tests can run several."""
+are observed as they happen. SGLang's own metrics of each ready attempt that serves them are
+re-exported from its last scrape (app.launch.serving) under their `sglang:` names, with attempt,
+host and preset labels. One registry per dashboard, so that tests can run several."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.db import Sessions
 from app.db.models import Attempt, Benchmark, Host, Preset, Signature, Sweep
 from app.gpu.monitor import GpuMonitor
+from app.launch.serving import ServingMetrics
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
 from app.ssh import HostState, SSHManager
@@ -38,8 +41,17 @@ REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class DashboardMetrics:
-    def __init__(self, sessions: Sessions, ssh: SSHManager, gpus: GpuMonitor, mirrors: Mirrors, fanout: Fanout):
+    def __init__(
+        self,
+        sessions: Sessions,
+        ssh: SSHManager,
+        gpus: GpuMonitor,
+        mirrors: Mirrors,
+        fanout: Fanout,
+        serving: ServingMetrics,
+    ):
         self.sessions, self.ssh, self.gpus, self.mirrors, self.fanout = sessions, ssh, gpus, mirrors, fanout
+        self.serving = serving
         self.registry = CollectorRegistry()
         self.requests = Histogram(
             "launchdeck_http_request_duration_seconds",
@@ -166,6 +178,7 @@ class _Now(Collector):
             mirrors.add_metric([state], count)
         yield from (mirrors, mirrored)
         yield GaugeMetricFamily("launchdeck_log_viewers", "Live-log streams open.", value=metrics.fanout.all_viewers())
+        yield from metrics.serving.exported()
 
     def _gpus(self) -> Iterator[Metric]:
         labels = ["host", "gpu"]

@@ -159,7 +159,7 @@ async def running(
             ssh = SSHManager(specs, options)
             services.push_async_callback(ssh.close)
             ssh.start()
-            gpus = GpuMonitor(sessions, ssh)
+            gpus = GpuMonitor(sessions, ssh, metrics_source=settings.resolved_gpu_metrics())
             services.push_async_callback(gpus.close)
             logs = LogStore(settings.data_dir / "logs", data_dir)
             mirrors = Mirrors(logs)
@@ -196,7 +196,7 @@ async def running(
             services.push_async_callback(rediagnosis.close)
             attempts.on_followed = rediagnosis.attempt_ended
             fanout = Fanout(logs)
-            metrics = DashboardMetrics(sessions, ssh, gpus, mirrors, fanout)
+            metrics = DashboardMetrics(sessions, ssh, gpus, mirrors, fanout, attempts.serving)
             services.push_async_callback(metrics.close)
 
             def status_changed(attempt_id: int, status: AttemptStatus) -> None:

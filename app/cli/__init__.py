@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from app.cli import accounts, attempts, database, diagnose, hosts, presets, server
+from app.cli import accounts, adopt, attempts, database, diagnose, hosts, presets, server
 from app.cli.accounts import cli_actor
 
 if TYPE_CHECKING:
@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="print the installed launchdeck's version and exit")
     parser.set_defaults(check=_no_problem)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (server, attempts, hosts, presets, diagnose, accounts, database):  # in the order `--help` lists them
+    # In the order `--help` lists them.
+    for group in (server, attempts, adopt, hosts, presets, diagnose, accounts, database):
         group.add_parsers(commands)
     return parser
 

@@ -252,6 +252,10 @@ class Attempt(Base):
     # A point of a sweep: the sweep, and the values this attempt tried ({"--flag": "value", "ENV": ..}).
     sweep_id: Mapped[int | None] = mapped_column(ForeignKey("sweep.id", ondelete="SET NULL"), index=True)
     sweep_point: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A server started outside launchdeck and adopted (app.launch.adopt): by whom and when, what the
+    # host's process table said of it (owner, cwd, where its output goes, secrets withheld); {}
+    # for a launched attempt.
+    adopted: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
     host: Mapped[Host] = relationship()
     revision: Mapped[PresetRevision] = relationship()
@@ -346,6 +350,18 @@ class Sweep(Base):
     @property
     def workload_name(self) -> str | None:
         return self.workload.name if self.workload else None
+
+
+class ServingSample(Base):
+    """A ready server's own figures at one scrape of its /metrics (app.launch.serving)."""
+
+    __tablename__ = "serving_sample"
+    __table_args__ = (Index("ix_serving_sample_attempt_time", "attempt_id", "taken_at"),)
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempt.id", ondelete="CASCADE"))
+    taken_at: Mapped[datetime]
+    figures: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
 class GpuSample(Base):

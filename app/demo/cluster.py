@@ -16,6 +16,7 @@ import os
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
+from app.demo.dcgm import SimDcgmExporter
 from app.demo.hostlib import simgpu
 from app.demo.inventory import DEFAULT_HOSTS, SimHostSpec, gpu_entries
 from app.demo.model_catalogue import install_models
@@ -34,6 +35,7 @@ class SimCluster:
         specs: tuple[SimHostSpec, ...] | list[SimHostSpec] = DEFAULT_HOSTS,
         *,
         time_scale: float = 1.0,
+        dcgm_exporters: bool = False,
     ):
         self.root = root
         self.specs = list(specs)
@@ -43,6 +45,8 @@ class SimCluster:
             )
             for spec in self.specs
         }
+        # Each host's dcgm-exporter, where asked: a site's GPU metrics (LAUNCHDECK_GPU_METRICS_URL).
+        self.exporters = {name: SimDcgmExporter(host) for name, host in self.hosts.items()} if dcgm_exporters else {}
         self._started: list[SimHost] = []
 
     @property
@@ -90,6 +94,11 @@ class SimCluster:
                 await self.stop()
                 raise result
         self._record_known_hosts(hosts)
+        try:
+            await asyncio.gather(*(self.exporters[host.name].start() for host in hosts if host.name in self.exporters))
+        except OSError:
+            await self.stop()
+            raise
         return [self.host_spec(spec) for spec in chosen]
 
     def host_spec(self, spec: SimHostSpec) -> HostSpec:
@@ -123,6 +132,7 @@ class SimCluster:
     async def stop(self) -> None:
         """Stops the hosts this process started (and what runs on them), not the others."""
         started, self._started = self._started, []
+        await asyncio.gather(*(self.exporters[host.name].stop() for host in started if host.name in self.exporters))
         await asyncio.gather(*(host.stop() for host in started))
 
     def _record_known_hosts(self, hosts: list[SimHost]) -> None:

@@ -70,9 +70,17 @@ DEMO_PRESETS = (
     PresetInput(
         name="qwen36-27b-mtp-newest",
         description="The same intent on the newest SGLang, whose flag is --mamba-radix-cache-strategy "
-        "(--mamba-scheduler-strategy was removed in 0.5.20): reaches ready on rtxpro-01.",
+        "(--mamba-scheduler-strategy was removed in 0.5.20): reaches ready on rtxpro-01, and serves its "
+        "figures (--enable-metrics) to the attempt page's serving panel.",
         model_path=QWEN,
-        args=[*MTP, "--mamba-radix-cache-strategy", "extra_buffer", "--mem-fraction-static", "0.95"],
+        args=[
+            *MTP,
+            "--mamba-radix-cache-strategy",
+            "extra_buffer",
+            "--mem-fraction-static",
+            "0.95",
+            "--enable-metrics",
+        ],
     ),
     PresetInput(
         name="qwen3-235b-one-host",

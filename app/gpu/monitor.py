@@ -1,6 +1,11 @@
 """Every host's GPUs, live: one streaming probe per host, restarted with backoff when it dies or
 hangs, its readings kept in memory for the views and sampled into the database for history.
 
+Where the site's dcgm-exporter or Prometheus is configured (LAUNCHDECK_GPU_METRICS_URL), the GPUs'
+memory is read from it every READ_EVERY seconds, and the probe, which alone sees processes (whose
+attempt holds a GPU, what a stopped one left), reads every PROCESS_EVERY seconds; a host the
+exporter has no figures for is shown with the probe's, and says why (see feeds.py).
+
 A Slurm cluster's login node has no GPUs worth watching: its partitions' GPUs (free and total,
 from sinfo) are read instead, with those of launchdeck's running jobs (NVML inside each job),
 every CLUSTER_EVERY seconds."""
@@ -17,15 +22,17 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.backoff import Backoff
 from app.clock import utcnow
+from app.config import GpuMetricsSource
 from app.db import Sessions
 from app.db.models import GpuSample, Host
 from app.errors import DiskFull, HostError
+from app.gpu.exporters import FETCH_TIMEOUT, Exported, GpuMetrics
+from app.gpu.feeds import HostFeeds
 from app.gpu.partitions import JobGpus, PartitionGpus, read_job_gpus, read_partitions
 from app.gpu.probe import (
     NVML_PROBE,
@@ -36,6 +43,7 @@ from app.gpu.probe import (
     parse_nvml_line,
     parse_smi_block,
 )
+from app.gpu.samples import RETENTION, SAMPLE_EVERY, prune_samples
 from app.slurm.batch import attempt_of
 from app.slurm.jobs import read_queue
 from app.ssh import HostConnection, SSHManager
@@ -45,16 +53,11 @@ log = logging.getLogger(__name__)
 BACKOFF_MAX = 30.0
 HISTORY = timedelta(minutes=30)  # kept in memory for sparklines
 HISTORY_EVERY = 5.0  # seconds between a sparkline's points
-# Stored: one sample per GPU a minute, kept for a day, then one a quarter hour, dropped after RETENTION:
-# 1,440 + 576 = 2,016 rows per GPU at most, 8.3 M at 4,096 GPUs, written at 68 rows/s
-# (tests/gpu/test_probe.py runs a simulated week). Prometheus, fed by /metrics, keeps finer history.
-SAMPLE_EVERY = 60.0
-RECENT = timedelta(days=1)
-THIN_TO_MINUTES = 15  # a divisor of 60: samples thinned to one per quarter hour of the clock
-RETENTION = timedelta(days=7)
 STORE_EVERY = 1.0  # seconds between writes of the samples due: every host's in one transaction
 LOCAL_NAME = "this machine"
 CLUSTER_EVERY = 5.0
+READ_EVERY = 2.0  # seconds between reads of the exporter or Prometheus
+PROCESS_EVERY = 5.0  # seconds between the probe's readings where those give the memory
 
 
 @dataclass
@@ -64,8 +67,9 @@ class HostGpus:
     name: str
     state: str = "starting"  # starting | ok | degraded | no-gpus
     message: str = ""
-    source: str = ""  # nvml | nvidia-smi
+    source: str = ""  # where the readings come from, in words: nvml | nvidia-smi | sinfo | Prometheus at ...
     snapshot: Snapshot | None = None
+    every: float = 1.0  # seconds between readings: older ones than two of these are not current
     since: datetime = field(default_factory=utcnow)
     history: dict[int, deque[tuple[float, int, int]]] = field(default_factory=dict)
     partitions: list[PartitionGpus] = field(default_factory=list)  # a Slurm cluster's, from sinfo
@@ -82,7 +86,8 @@ class HostGpus:
         return [process for process in processes if process.pgid == pgid]
 
     def fresh(self, max_age: float) -> bool:
-        return self.snapshot is not None and time.time() - self.snapshot.taken_at <= max_age
+        age = max(max_age, 2 * self.every)
+        return self.snapshot is not None and time.time() - self.snapshot.taken_at <= age
 
 
 class GpuMonitor:
@@ -93,12 +98,16 @@ class GpuMonitor:
         *,
         interval: float = 1.0,
         sample_every: float = SAMPLE_EVERY,
+        metrics_source: GpuMetricsSource | None = None,
     ):
         self.sessions = sessions
         self.ssh = ssh
         self.interval = interval
         self.sample_every = sample_every
-        self.hosts = {host.name: HostGpus(host.name) for host in ssh}
+        self.metrics = GpuMetrics(metrics_source) if metrics_source is not None else None
+        self.probe_every = max(interval, PROCESS_EVERY) if self.metrics is not None else interval
+        self.hosts = {host.name: HostGpus(host.name, every=self.probe_every) for host in ssh}
+        self._feeds = {host.name: HostFeeds() for host in ssh}
         self.version = 0
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -111,6 +120,8 @@ class GpuMonitor:
         self._tasks.append(asyncio.create_task(self._store_forever(), name="gpu-store"))
         self._tasks.append(asyncio.create_task(self._prune_forever(), name="gpu-prune"))
         self._tasks.append(asyncio.create_task(self._watch_local(), name="gpu-local"))
+        if self.metrics is not None:
+            self._tasks.append(asyncio.create_task(self._read_exporter_forever(), name="gpu-exporter"))
 
     async def _watch_local(self) -> None:
         """The dashboard's own GPUs, read with nvidia-ml-py here (no SSH); none on most dashboards."""
@@ -140,6 +151,8 @@ class GpuMonitor:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.metrics is not None:
+            await self.metrics.close()
 
     async def changed(self, seen: int, timeout: float) -> int:
         """Waits until the readings move past version `seen`, or `timeout`; returns the version."""
@@ -158,6 +171,53 @@ class GpuMonitor:
             host.state, host.message, host.since = state, message, utcnow()
             self._publish()
 
+    def _show(self, name: str) -> None:
+        """What the views show of a host, from what the probe and the exporter last gave."""
+        status, feeds = self.hosts[name], self._feeds[name]
+        snapshot, status.source, state, message = feeds.combined(self.probe_every)
+        # An exporter's figures are as old as a wait and a read that runs into its timeout, at most.
+        status.every = READ_EVERY + FETCH_TIMEOUT if feeds.exported is not None else self.probe_every
+        fresh = snapshot is not None and snapshot != status.snapshot
+        if snapshot is not None and fresh:
+            status.snapshot = snapshot
+            self._remember(status, snapshot)
+            if time.monotonic() - feeds.sampled_at >= self.sample_every:
+                feeds.sampled_at = time.monotonic()
+                self._due.append((name, snapshot))
+        self._set(status, state, message)
+        if fresh:
+            self._publish()  # new readings, even when the state stayed the same
+
+    def _probe_failed(self, name: str, why: str, *, state: str = "degraded") -> None:
+        self._feeds[name].probe_trouble, self._feeds[name].probe_trouble_state = why, state
+        self._show(name)
+
+    async def _read_exporter_forever(self) -> None:
+        """Every host's figures from the exporter or Prometheus, every READ_EVERY seconds; a source
+        that fails is tried again with backoff (GpuMetrics keeps it), its hosts saying why."""
+        assert self.metrics is not None
+        specs = [host.spec for host in self.ssh if host.spec.slurm is None]
+        backoff = Backoff(READ_EVERY, BACKOFF_MAX)
+        while True:
+            wait = READ_EVERY
+            try:
+                found = await self.metrics.read(specs)
+            except Exception:  # a defect, not the site's failure: the probe's figures are shown meanwhile
+                log.exception("reading the GPUs from %s failed", self.metrics.description)
+                found = {spec.name: f"{self.metrics.description} could not be read (see the log)" for spec in specs}
+                wait = backoff.next()
+            else:
+                backoff.reset()
+            now = time.time()
+            for spec in specs:
+                feeds, figures = self._feeds[spec.name], found[spec.name]
+                if isinstance(figures, Exported):
+                    feeds.exported, feeds.exported_at, feeds.exporter_trouble = figures, now, ""
+                else:
+                    feeds.exported, feeds.exporter_trouble = None, figures
+                self._show(spec.name)
+            await asyncio.sleep(wait)
+
     async def _watch(self, host: HostConnection) -> None:
         status = self.hosts[host.name]
         if host.spec.slurm is not None:
@@ -169,7 +229,7 @@ class GpuMonitor:
             started = time.monotonic()
             try:
                 await host.wait_online(3600)
-                await self._stream(host, status, nvml=use_nvml)
+                await self._stream(host, nvml=use_nvml)
             except ProbeUnavailable as exc:
                 if use_nvml:
                     use_nvml = False  # this host has no usable NVML: nvidia-smi from now on
@@ -177,12 +237,12 @@ class GpuMonitor:
                         "%s: NVML probe unavailable (%s); using nvidia-smi", host.name, exc, extra={"host": host.name}
                     )
                     continue
-                self._set(status, "no-gpus", f"no GPUs to watch: {exc}")
+                self._probe_failed(host.name, f"no GPUs to watch: {exc}", state="no-gpus")
                 await asyncio.sleep(60)
                 continue
             except (HostError, OSError, TimeoutError) as exc:
                 reason = str(exc).removeprefix(f"{host.name}: ") or type(exc).__name__
-                self._set(status, "degraded", f"GPU probe restarting: {reason}")
+                self._probe_failed(host.name, f"GPU probe restarting: {reason}")
             if time.monotonic() - started > 60:
                 backoff.reset()
             await asyncio.sleep(backoff.next())
@@ -204,32 +264,20 @@ class GpuMonitor:
                 self._publish()
             await asyncio.sleep(CLUSTER_EVERY)
 
-    async def _stream(self, host: HostConnection, status: HostGpus, *, nvml: bool) -> None:
+    async def _stream(self, host: HostConnection, *, nvml: bool) -> None:
         """Reads the probe until it ends; raises when it stops answering."""
         if nvml:
-            argv = ["python3", "-c", NVML_PROBE, str(self.interval)]
+            argv = ["python3", "-c", NVML_PROBE, str(self.probe_every)]
         else:
-            argv = ["sh", "-c", SMI_PROBE, "sh", str(self.interval)]
-        hang = max(3 * self.interval, 10.0)
-        last_sample = 0.0
+            argv = ["sh", "-c", SMI_PROBE, "sh", str(self.probe_every)]
+        hang = max(3 * self.probe_every, 10.0)
+        feeds = self._feeds[host.name]
         async with host.stream(argv) as process:
             while True:
                 async with asyncio.timeout(hang):
                     snapshot = await self._read(process, nvml)
-                status.source = "nvml" if nvml else "nvidia-smi"
-                status.snapshot = snapshot
-                self._remember(status, snapshot)
-                if not snapshot.gpus:
-                    self._set(status, "no-gpus", "this host reports no GPUs")
-                elif any(gpu.error for gpu in snapshot.gpus):
-                    lost = ", ".join(f"GPU {gpu.index}: {gpu.error}" for gpu in snapshot.gpus if gpu.error)
-                    self._set(status, "degraded", lost)
-                else:
-                    self._set(status, "ok")
-                self._publish()  # new readings, even when the state stayed the same
-                if time.monotonic() - last_sample >= self.sample_every:
-                    last_sample = time.monotonic()
-                    self._due.append((host.name, snapshot))
+                feeds.probed, feeds.probe, feeds.probe_trouble = snapshot, "nvml" if nvml else "nvidia-smi", ""
+                self._show(host.name)
 
     async def _read(self, process: object, nvml: bool) -> Snapshot:
         stdout = process.stdout  # type: ignore[attr-defined]
@@ -320,14 +368,14 @@ class GpuMonitor:
             await asyncio.sleep(600)
 
     async def snapshot_after(self, host_name: str, moment: float) -> dict[str, Any]:
-        """The host's first readings taken after `moment` (epoch seconds): what a failure left on
-        the GPUs, not a reading from before it. The latest ones if none comes within two
-        intervals (a host whose probe is down)."""
-        deadline = time.monotonic() + 2 * self.interval + 1.0
+        """The host's first readings whose processes were read after `moment` (epoch seconds): what
+        a failure left on the GPUs, not a reading from before it. The latest ones if none comes
+        within two of the probe's intervals (a host whose probe is down)."""
+        deadline = time.monotonic() + 2 * self.probe_every + 1.0
         seen = self.version
         while (left := deadline - time.monotonic()) > 0:
-            status = self.hosts.get(host_name)
-            if status is None or (status.snapshot is not None and status.snapshot.taken_at > moment):
+            feeds = self._feeds.get(host_name)
+            if feeds is None or (feeds.probed is not None and feeds.probed.taken_at > moment):
                 break
             seen = await self.changed(seen, left)
         return self.snapshot_of(host_name)
@@ -343,34 +391,3 @@ class GpuMonitor:
             "gpus": [asdict(gpu) for gpu in snapshot.gpus],
             "processes": [asdict(process) for process in snapshot.processes],
         }
-
-
-async def prune_samples(session: AsyncSession, now: datetime, *, since: datetime) -> datetime:
-    """Drops samples past retention and thins those older than RECENT to one per GPU and quarter hour.
-
-    Only rows newer than `since` (the previous run's boundary) are thinned, so each run reads
-    the last few minutes, not the week. The boundary returned is a quarter hour of the clock, so
-    that no quarter is thinned in two runs (each would keep one). Returns the new boundary."""
-    await session.execute(delete(GpuSample).where(GpuSample.taken_at < now - RETENTION))
-    boundary = _quarter_of(now - RECENT)
-    rows = await session.execute(
-        select(GpuSample.id, GpuSample.host_id, GpuSample.gpu_index, GpuSample.taken_at)
-        .where(GpuSample.taken_at >= since, GpuSample.taken_at < boundary)
-        .order_by(GpuSample.taken_at)
-    )
-    seen: set[tuple[int, int, datetime]] = set()
-    extra = []
-    for row_id, host_id, gpu_index, taken_at in rows.all():
-        key = (host_id, gpu_index, _quarter_of(taken_at))
-        if key in seen:
-            extra.append(row_id)
-        else:
-            seen.add(key)
-    for start in range(0, len(extra), 500):
-        await session.execute(delete(GpuSample).where(GpuSample.id.in_(extra[start : start + 500])))
-    await session.commit()
-    return boundary
-
-
-def _quarter_of(moment: datetime) -> datetime:
-    return moment.replace(minute=moment.minute - moment.minute % THIN_TO_MINUTES, second=0, microsecond=0)

@@ -35,11 +35,13 @@ from app.db.models import Attempt, Host, PresetRevision
 from app.diagnose.figures import Need
 from app.errors import HostError, InvalidInput, NotFound
 from app.launch import guards, remote, shapes, slurm_lifecycle
+from app.launch.adopt import AdoptedFollower, adopt_server
 from app.launch.follower import Follower, GpuReadings, NoGpuReadings
 from app.launch.group import GroupFollower
 from app.launch.owners import owners_by_host, started_by_launchdeck
 from app.launch.preflight import OwnersOf, Preflight
 from app.launch.record import AttemptRecord, Changes, Pace, Tracking, reason_of
+from app.launch.serving import ServingMetrics
 from app.launch.slurm_follower import SlurmFollower
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
 from app.presets.revisions import MAX_OVERRIDE_REASON, check_text, get_preset, latest, revision_of
@@ -80,6 +82,7 @@ class AttemptService:
         self.ssh = ssh
         self.mirrors = mirrors
         self.gpus = gpus or NoGpuReadings()
+        self.serving = ServingMetrics(sessions)
         self.stop_grace = stop_grace
         self.pace = pace or Pace()
         self.tracking = Tracking()
@@ -275,6 +278,15 @@ class AttemptService:
         shape.check(permission, self.ssh)
         return shape
 
+    async def adopt(
+        self, *, host: str, port: int, actor: str, permission: guards.LaunchPermission | None = None
+    ) -> Attempt:
+        """Records the SGLang server listening on the host's port, started outside launchdeck, as an
+        attempt (app.launch.adopt) and follows it from then on."""
+        attempt = await adopt_server(self, host=host, port=port, actor=actor, permission=permission)
+        self._follow(attempt.id)
+        return attempt
+
     async def stop(self, attempt_id: int, *, actor: str, permission: guards.LaunchPermission | None = None) -> Attempt:
         """SIGTERM to the server's process group, SIGKILL after the grace period (on Slurm, the
         same through scancel; a queued job is cancelled). `permission` must cover every host the
@@ -302,6 +314,8 @@ class AttemptService:
         connection = self.ssh.get(attempt.host.name)
         if attempt.job_id is not None:
             self._in_background(slurm_lifecycle.cancel(connection, attempt.job_id, grace=self.stop_grace))
+        elif attempt.pid is not None and attempt.pgid != attempt.pid:  # adopted: its group is someone else's
+            await self._stop_group(connection, attempt.pid, attempt.pid_start_time)
         else:
             assert attempt.pgid is not None
             await self._stop_group(connection, attempt.pgid)
@@ -377,22 +391,31 @@ class AttemptService:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _stop_group(self, connection: HostConnection, pgid: int) -> None:
-        """SIGTERM to the process group now, SIGKILL in the background once the grace period is up."""
-        await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "TERM", str(pgid)], check=False)
-        self._in_background(self._kill_after_grace(connection, pgid))
+    async def _stop_group(self, connection: HostConnection, pgid: int, start_time: int | None = None) -> None:
+        """SIGTERM to the process group now, SIGKILL in the background once the grace period is up.
+        With the start time, `pgid` is one process's pid instead (an adopted server that does not
+        lead its group), signalled only while it is that very process."""
+        await self._signal(connection, "TERM", pgid, start_time)
+        self._in_background(self._kill_after_grace(connection, pgid, start_time))
 
-    async def _kill_after_grace(self, connection: HostConnection, pgid: int) -> None:
+    async def _kill_after_grace(self, connection: HostConnection, pgid: int, start_time: int | None = None) -> None:
         for _ in range(int(self.stop_grace * 10)):
-            if not await self._group_alive(connection, pgid):
+            if not await self._group_alive(connection, pgid, start_time):
                 return
             await asyncio.sleep(0.1)
-        await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "KILL", str(pgid)], check=False)
+        await self._signal(connection, "KILL", pgid, start_time)
+
+    @classmethod
+    async def _group_alive(cls, connection: HostConnection, pgid: int, start_time: int | None = None) -> bool:
+        return await cls._signal(connection, "0", pgid, start_time)
 
     @staticmethod
-    async def _group_alive(connection: HostConnection, pgid: int) -> bool:
-        result = await connection.run(["sh", "-c", remote.SIGNAL_GROUP, "sh", "0", str(pgid)], check=False)
-        return result.exit_status == 0
+    async def _signal(connection: HostConnection, signal: str, pgid: int, start_time: int | None) -> bool:
+        if start_time is None:
+            argv = ["sh", "-c", remote.SIGNAL_GROUP, "sh", signal, str(pgid)]
+        else:
+            argv = ["sh", "-c", remote.SIGNAL_PROCESS, "sh", signal, str(pgid), str(start_time)]
+        return (await connection.run(argv, check=False)).exit_status == 0
 
     def _follow(self, attempt_id: int, *, launching: bool = False) -> None:
         if attempt_id in self._tasks:
@@ -441,6 +464,7 @@ class AttemptService:
                         if not await self._start(record, attempt):
                             return
                     follower = SlurmFollower if attempt.host.kind == HostKind.SLURM else Follower
+                    follower = AdoptedFollower if attempt.adopted else follower
                     await follower(self, record).run()
                 self.tracking.resumed(attempt_id)
                 if part_of_id is None:

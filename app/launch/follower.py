@@ -27,6 +27,7 @@ from app.diagnose.stored import StoredDiagnosis, stored
 from app.errors import HostError
 from app.launch import remote
 from app.launch.record import AttemptRecord, Pace
+from app.launch.serving import METRICS_PATH, ServingMetrics, scrapes_metrics
 from app.logs.mirror import LogMirror
 from app.logs.store import LogFile
 from app.ssh import HostConnection, SSHManager
@@ -64,6 +65,7 @@ class Dashboard(Protocol):
     pace: Pace  # read at every use: tests shorten it on a running dashboard
     ssh: SSHManager
     gpus: GpuReadings
+    serving: ServingMetrics
 
     def mirror(self, attempt: Attempt) -> LogMirror:
         """The attempt's log mirror, started unless it runs already."""
@@ -160,6 +162,8 @@ class Follower:
         # A multi-node attempt's part on a node other than node 0: it serves no HTTP, and is ready
         # once node 0's part is (this is that part's id).
         self.leader_id: int | None = None
+        # The server's own /metrics, read with each health check once it is ready, and its labels.
+        self.scrape: dict[str, str] | None = None
 
     async def _resume(self) -> tuple[Attempt, HostConnection]:
         """The attempt as stored, its host's connection, and the log watch picked up where it was."""
@@ -167,6 +171,9 @@ class Follower:
             attempt = await load_attempt(session, self.attempt_id)
         self.watch.load(attempt)
         self.seen = self.watch.seen
+        if scrapes_metrics(attempt.argv):
+            preset = attempt.revision.preset.name
+            self.scrape = {"attempt": str(attempt.id), "host": attempt.host.name, "preset": preset}
         return attempt, self.dashboard.ssh.get(attempt.host.name)
 
     async def run(self) -> None:
@@ -222,6 +229,7 @@ class Follower:
                 status = await self._until_next_probe(mirror, connection, port, status, probe)
         finally:
             self.watch.detach()
+            self.dashboard.serving.forget(self.attempt_id)
 
     async def _until_next_probe(
         self, mirror: LogMirror | None, connection: HostConnection, port: int | None, status: AttemptStatus, probe: Any
@@ -294,9 +302,9 @@ class Follower:
             return await self._follow_leader(status)
         if "ready line" not in self.seen or port is None:
             return status
-        # Becoming ready, the server is also asked which arguments it runs with.
+        # Becoming ready, the server is also asked which arguments it runs with; ready, its figures.
         paths = ("/health",) if status == AttemptStatus.READY else ("/health", "/get_server_info")
-        health, *info = await self._ask_server(connection, port, paths)
+        health, *info = await self._ask_server(connection, port, (*paths, METRICS_PATH) if self.scrape else paths)
         healthy = health is not None and health.status_code == 200
         group_complete = not self.ready_group_size or probe.group_size >= self.ready_group_size
         if status != AttemptStatus.READY and healthy and group_complete:
@@ -304,14 +312,22 @@ class Follower:
             first = {"ready_at": utcnow()} if status == AttemptStatus.LOADING else {}
             # One write: whoever sees "ready" sees the arguments the server reported too.
             await self.record.status(AttemptStatus.READY, change=_with_server_info(info[0]), error="", **first)
+            await self._record_serving(info[-1])
             return AttemptStatus.READY
         if status == AttemptStatus.READY and (not healthy or probe.group_size < self.ready_group_size):
             if await self._stop_requested():
                 return status  # a server going down because it was asked to is not unhealthy
             reason = "health check failed" if not healthy else "server processes have exited"
+            self.dashboard.serving.forget(self.attempt_id)
             await self.record.status(AttemptStatus.UNHEALTHY, error=reason)
             return AttemptStatus.UNHEALTHY
+        if status == AttemptStatus.READY:
+            await self._record_serving(info[-1] if info else None)
         return status
+
+    async def _record_serving(self, response: httpx.Response | None) -> None:
+        if self.scrape is not None and response is not None and response.status_code == 200:
+            await self.dashboard.serving.record(self.attempt_id, self.scrape, response.text)
 
     async def _stop_requested(self) -> bool:
         async with self.dashboard.sessions.read() as session:

@@ -78,6 +78,65 @@ PROCESS_ORIGIN = 'cwd=$(readlink "/proc/$1/cwd") && pgid=$(ps -o pgid= -p "$1") 
 # small ids are the rule where the host is a container.
 SIGNAL_GROUP = 'kill -s "$1" -- "-$2" 2>/dev/null'
 
+# $1: signal name, $2: pid, $3: its start time. Exits 0 when that very process (not a later one
+# with its pid) got the signal: for an adopted server that does not lead its process group, whose
+# group is someone else's.
+SIGNAL_PROCESS = r"""
+stat=$(cat "/proc/$2/stat" 2>/dev/null) || exit 1
+sig=$1 pid=$2 start=$3
+set -- ${stat##*) }; state=$1; shift 19
+[ "$state" != Z ] && [ "$1" = "$start" ] && kill -s "$sig" "$pid" 2>/dev/null
+"""
+
+# $1: a TCP port. Prints `me=UID` (this account), a `socket=INODE UID ADDRESS` line per socket
+# listening on the port (from /proc/net/tcp and tcp6: the socket's owner, its local address in
+# the kernel's hex) and a `pid=PID PPID` line per process this account can see holding one.
+# Where no process is found for a socket, its owner is another account.
+LISTENERS = r"""
+port=$(printf '%04X' "$1")
+echo "me=$(id -u)"
+sockets=$(awk -v port="$port" '$4 == "0A" { split($2, a, ":"); if (a[2] == port) print $10, $8, a[1] }' \
+  /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+[ -n "$sockets" ] || exit 0
+echo "$sockets" | sed 's/^/socket=/'
+for inode in $(echo "$sockets" | cut -d' ' -f1); do
+  find /proc/[0-9]*/fd -maxdepth 1 -lname "socket:\[$inode\]" 2>/dev/null
+done | cut -d/ -f3 | sort -un | while read -r pid; do
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+  set -- ${stat##*) }
+  echo "pid=$pid $2"
+done
+"""
+
+# $1: pid. What launchdeck keeps of a server it adopts, as key=value lines: its stat line, owner,
+# argv and environment (NUL-separated, so base64), working directory, where its stdout and stderr
+# go (for a regular file: its device:inode and size, and the device:inode its path names now), its
+# descendants (the processes whose GPUs are its) and the boot time and clock ticks its start time
+# counts from. `gone=1` when it has exited.
+PROCESS_DETAILS = r"""
+cd "/proc/$1" 2>/dev/null || { echo "gone=1"; exit 0; }
+echo "stat=$(base64 -w0 < stat)"
+echo "uid=$(stat -c %u .) $(stat -c %U .)"
+echo "clock=$(awk '/^btime/ { print $2 }' /proc/stat) $(getconf CLK_TCK 2>/dev/null)"
+echo "cmdline=$(base64 -w0 < cmdline)"
+if environ=$(base64 -w0 2>/dev/null < environ); then echo "environ=$environ"; fi
+echo "cwd=$(readlink -n cwd 2>/dev/null | base64 -w0)"
+for fd in 1 2; do
+  echo "fd$fd=$(readlink -n "fd/$fd" 2>/dev/null | base64 -w0)"
+  if [ -f "fd/$fd" ]; then
+    echo "file$fd=$(stat -L -c '%d:%i %s' "fd/$fd")"
+    echo "path$fd=$(stat -L -c '%d:%i' -- "$(readlink "fd/$fd")" 2>/dev/null)"
+  fi
+done
+echo "tree=$(ps -e -o pid= -o ppid= | awk -v root="$1" '{ parent[$1] = $2 } END {
+  for (p in parent) { q = p; while ((q in parent) && q != root) q = parent[q]; if (q == root) printf "%s ", p } }')"
+"""
+
+# $1: the adopted attempt's directory, $2: the server's pid, $3: its start time, $4: its log ("" for
+# none). The directory a launched attempt has, for the same probe and log mirror: its pid file, and
+# server.log a link to the file the server writes.
+RECORD_ADOPTED = 'mkdir -p "$1" && cd "$1" && echo "$2 $3" > pid && { [ -z "$4" ] || ln -s -- "$4" server.log; }'
+
 
 @dataclass(frozen=True)
 class ProbeResult:

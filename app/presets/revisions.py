@@ -76,6 +76,8 @@ FLAGS = (
     Flag("mamba_full_memory_ratio", "--mamba-full-memory-ratio", float),
     Flag("disable_radix_cache", "--disable-radix-cache", bool),
     Flag("trust_remote_code", "--trust-remote-code", bool),
+    # The server's own figures for the serving panel and Prometheus (on in a new preset's editor).
+    Flag("enable_metrics", "--enable-metrics", bool),
 )
 FLAG_BY_OPTION = {option: flag for flag in FLAGS for option in (flag.flag, *flag.aliases)}
 # The editor's fields by every option that fills them, a later release's name included: a field

@@ -77,3 +77,11 @@ def layout(marks: list[Mark], x_label: str, y_label: str, *, join: bool = False)
             points = sorted((m for m in marks if m.group == group), key=lambda m: m.x)
             chart.lines.append((" ".join(f"{px(m.x)},{py(m.y)}" for m in points), colour))
     return chart
+
+
+def spark(points: list[tuple[float, float]], now: float, span: float) -> str:
+    """SVG polyline points of a 100 x 20 sparkline over the last `span` seconds, scaled to the
+    largest value shown (points are (unix time, value))."""
+    shown = [(at, value) for at, value in points if now - at <= span]
+    top = max((value for _, value in shown), default=0.0) or 1.0
+    return " ".join(f"{100 * (1 - (now - at) / span):.1f},{20 - 20 * value / top:.1f}" for at, value in shown)

@@ -45,8 +45,8 @@ async def preset_input(request: Request, name: str) -> revisions.PresetInput:
 
 
 def editor_context(data: revisions.PresetInput | None, error: str | None = None) -> dict[str, Any]:
-    if data is None:
-        data = revisions.PresetInput(name="", model_path="")
+    if data is None:  # a new preset: the server's figures on, as every release launchdeck knows serves them
+        data = revisions.PresetInput(name="", model_path="", args=["--enable-metrics"])
     fields, extra = revisions.form_from_args(data.args)
     return {
         "data": data,

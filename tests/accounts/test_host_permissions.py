@@ -160,6 +160,8 @@ HOST_ACTIONS: dict[tuple[str, str], str] = {
     ("POST", "/api/attempts/{attempt_id}/stop"): "stop",
     ("POST", "/attempts/{attempt_id}/stop"): "stop",
     ("POST", "/hosts/{name}/processes/{pid}/stop"): "stop a process",
+    ("POST", "/api/hosts/{name}/adopt"): "adopt a server",
+    ("POST", "/hosts/{name}/adopt"): "adopt a server",
     ("POST", "/api/attempts/{attempt_id}/benchmarks"): "benchmark",
     ("POST", "/attempts/{attempt_id}/benchmarks"): "benchmark",
     ("POST", "/api/benchmarks/{benchmark_id}/stop"): "stop a benchmark",
@@ -247,6 +249,7 @@ async def test_every_host_action_refuses_a_host_outside_the_limit(
             "/launch": {"preset": "llama31-8b", "host": "b200-01", "gpus": "0"},
             "/attempts/{attempt_id}/edit": edited | {"max_running_requests": "4", "confirmed": "1"},
             "/attempts/{attempt_id}/benchmarks": {"workload": "tiny"},
+            "/hosts/{name}/adopt": {"port": str(served["port"])},
             "/sweeps": {"preset": "llama31-8b", "host": "b200-01", "gpus": "1", "workload": "tiny",
                         "grid": "--max-running-requests 8 16"},
         }  # fmt: skip
@@ -255,6 +258,7 @@ async def test_every_host_action_refuses_a_host_outside_the_limit(
             "/api/attempts": body,
             "/api/attempts/{attempt_id}/relaunch": {"changes": [{"flag": "--max-running-requests", "value": "4"}]},
             "/api/attempts/{attempt_id}/benchmarks": {"workload": "tiny"},
+            "/api/hosts/{name}/adopt": {"port": served["port"]},
             "/api/sweeps": sweep_body,
         }
         wrong = []

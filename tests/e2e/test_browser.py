@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -88,12 +89,11 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], timeout: float, w
     pytest.fail(f"timed out after {timeout} s waiting for {what}; demo log:\n{demo.log()}")
 
 
-async def start_lingering_session(demo: Demo) -> asyncssh.SSHClientConnection:
-    """A command on b200-01 that ignores hangups and would run for minutes, as a launched server
-    would; the demo must still leave nothing behind when it stops."""
+async def log_in_to(demo: Demo, name: str) -> asyncssh.SSHClientConnection:
+    """An SSH session on one of the demo's hosts, as a person opens one with the cluster's key."""
     cluster = demo.data_dir / "demo"
-    host = next(h for h in tomllib.loads((cluster / "hosts.toml").read_text())["host"] if h["name"] == "b200-01")
-    conn = await asyncssh.connect(
+    host = next(h for h in tomllib.loads((cluster / "hosts.toml").read_text())["host"] if h["name"] == name)
+    return await asyncssh.connect(
         "127.0.0.1",
         host["port"],
         username=os.environ.get("USER", "root"),
@@ -101,6 +101,12 @@ async def start_lingering_session(demo: Demo) -> asyncssh.SSHClientConnection:
         known_hosts=str(cluster / "known_hosts"),
         config=None,
     )
+
+
+async def start_lingering_session(demo: Demo) -> asyncssh.SSHClientConnection:
+    """A command on b200-01 that ignores hangups and would run for minutes, as a launched server
+    would; the demo must still leave nothing behind when it stops."""
+    conn = await log_in_to(demo, "b200-01")
     await conn.create_process("trap '' HUP; exec sleep 300")
     return conn
 
@@ -420,6 +426,68 @@ async def test_launch_a_demo_preset_from_the_browser_and_stop_it(tab: Tab, demo:
     await expect(page.locator("p.summary")).to_contain_text("exit code 143")
     assert simgpu.read(str(demo.gpu_state_path("rtxpro-01")))["processes"] == []
     assert tab.console_errors == [], tab.console_errors
+
+
+async def test_a_server_started_by_hand_is_adopted_from_its_host_page_followed_searched_and_stopped(
+    tab: Tab, demo: Demo
+) -> None:
+    """Someone started SGLang on rtxpro-02 over SSH, its output to a file: its GPU processes show as
+    not launchdeck's, and Adopt makes it an attempt whose log, command and health are followed."""
+    page, port = tab.page, free_port()
+    command = shlex.join(["env", "CUDA_VISIBLE_DEVICES=2", "python3", "-m", "sglang.launch_server",
+                          "--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--port", str(port)])  # fmt: skip
+    conn = await log_in_to(demo, "rtxpro-02")
+    pid = ""
+    try:
+        started = await conn.run(
+            f"mkdir -p by-hand && cd by-hand && setsid {command} > {port}.log 2>&1 < /dev/null & echo $!"
+        )
+        pid = str(started.stdout).strip()
+
+        async def serving() -> bool:
+            log = await conn.run(f"cat by-hand/{port}.log", check=False)
+            return "The server is fired up and ready to roll!" in str(log.stdout)
+
+        await wait_until(serving, 30, "the server started by hand to be ready", demo)
+
+        async def on_gpu() -> bool:
+            return bool(simgpu.read(str(demo.gpu_state_path("rtxpro-02")))["processes"])
+
+        await wait_until(on_gpu, 10, "its memory booked on GPU 2", demo)
+        await walk_in(page)
+        await page.locator("article.host[data-host='rtxpro-02'] h2").get_by_role("link", name="rtxpro-02").click()
+        await expect(page).to_have_url(re.compile(r"/hosts/rtxpro-02$"))
+        foreign = page.locator("tr.process-other").filter(has_text="sglang::scheduler")
+        await expect(foreign).to_contain_text("not launchdeck's")
+        await foreign.locator("input[name=port]").fill(str(port))
+        await foreign.get_by_role("button", name="Adopt").click()
+
+        await expect(page).to_have_url(re.compile(r"/attempts/\d+$"))
+        await expect(page.locator("#status")).to_have_text("ready", timeout=30_000)
+        await expect(page.locator("#adopted")).to_contain_text("Adopted by admin at ")
+        await expect(page.locator("p.summary")).to_contain_text("adopted by admin · GPUs 2")
+        await expect(page.locator("#adopted")).to_contain_text("Not known: its launch script (there is none")
+        await expect(page.locator("#adopted")).to_contain_text(f"/by-hand/{port}.log, mirrored from its first byte")
+        await expect(page.locator("#command-heading + pre.command")).to_have_text(
+            f"CUDA_VISIBLE_DEVICES=2 python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+            f"--port {port}"
+        )
+        await expect(page.locator("#live-lines")).to_contain_text("The server is fired up and ready to roll!")
+        await page.get_by_label("pattern").fill("fired up")
+        await page.get_by_role("button", name="Grep").click()
+        await expect(page.locator("#grep-results .ln.mark").first).to_contain_text("ready to roll")
+        await page.screenshot(path=str(demo.root / "adopted.png"), full_page=True)
+
+        page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # "Stop attempt N? …"
+        await page.get_by_role("button", name="Stop").click()
+        await expect(page.locator("#status")).to_have_text("stopped", timeout=30_000)
+        gone = await conn.run(f"kill -0 {pid}", check=False)
+        assert gone.exit_status != 0, "the adopted server still runs after its stop"
+        assert tab.console_errors == [], tab.console_errors
+    finally:
+        if pid:
+            await conn.run(f"kill -KILL {pid}", check=False)
+        conn.close()
 
 
 async def test_a_person_clicks_from_the_home_page_to_a_live_log_that_follows_counts_and_answers_keys(
@@ -1890,3 +1958,44 @@ async def test_a_sweep_fills_its_table_and_chart_live_and_its_best_point_becomes
         widths = await page.evaluate("[document.scrollingElement.scrollWidth, innerWidth]")
         assert widths[0] <= widths[1], f"{path} scrolls sideways at 390 px: {widths}"
     assert not tab.console_errors, tab.console_errors
+
+
+async def serve_load(demo: Demo, host: str, port: int, requests: int, tokens: int) -> None:
+    """Requests to a server as its users send them, on the host (through an SSH forward of its port)."""
+    async with await log_in_to(demo, host) as conn:
+        listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{listener.get_port()}", timeout=120) as client:
+            body = {"text": "the of and " * 40, "sampling_params": {"max_new_tokens": tokens}}
+            replies = await asyncio.gather(*(client.post("/generate", json=body) for _ in range(requests)))
+        listener.close()
+    assert all(reply.status_code == 200 for reply in replies)
+
+
+async def test_a_ready_mtp_server_s_serving_panel_fills_from_its_own_metrics(tab: Tab, demo: Demo) -> None:
+    """The demo's MTP preset on the newest SGLang runs with --enable-metrics: its page, reached by
+    clicks, shows the server's own figures (read from its /metrics) as requests are served."""
+    page = tab.page
+    preset = "qwen36-27b-mtp-newest"
+    async with httpx.AsyncClient(base_url=demo.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        hosts = {host["name"]: host for host in (await api.get("/api/hosts")).json()}
+        gpu = next(g["index"] for g in hosts["rtxpro-01"]["gpus"] if not g["memory_used_mib"])
+        body = {"preset": preset, "host": "rtxpro-01", "gpus": [gpu], "port": (port := free_port())}
+        attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
+        try:
+            await walk_in(page)
+            await open_attempt(page, attempt_id, preset)
+            await expect(page.locator("#status")).to_have_text("ready", timeout=60_000)
+            panel = page.locator("#serving")
+            await expect(panel.locator("h2")).to_have_text("Serving")
+            await serve_load(demo, "rtxpro-01", port, requests=16, tokens=400)
+            accept = panel.locator("tr[data-figure='accept_length'] .figure")
+            await expect(accept).to_have_text(re.compile(r"^[1-4]\.\d\d$"), timeout=40_000)
+            throughput = panel.locator("tr[data-figure='gen_throughput'] .figure")
+            await expect(throughput).to_have_text(re.compile(r"tok/s$"))
+            await expect(panel.locator("tr[data-figure='ttft_p99'] polyline")).to_have_attribute(
+                "points", re.compile(r"\d")
+            )
+            if shots := os.environ.get("LAUNCHDECK_SHOTS"):
+                await panel.screenshot(path=str(Path(shots) / "serving-panel.png"))
+        finally:
+            await api.post(f"/api/attempts/{attempt_id}/stop")

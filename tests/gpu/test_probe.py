@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.clock import utcnow
 from app.db.models import GpuSample, Host
-from app.gpu.monitor import prune_samples
 from app.gpu.probe import GpuProcess, ProbeUnavailable, parse_nvml_line, parse_smi_block
+from app.gpu.samples import prune_samples
 from app.launch.owners import Owner, classify
 from app.states import AttemptStatus
 

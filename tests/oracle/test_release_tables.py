@@ -9,9 +9,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from tests.oracle import derive_metric_tables
 from tests.oracle.compare import VERSION_ENV
 from tests.oracle.derive_release_tables import TABLES, derive
 from tests.oracle.environment import ORACLE_VERSIONS, OracleEnvironment
@@ -29,6 +31,18 @@ def test_the_simulators_flags_and_fields_are_the_real_releases(version: str, sgl
     assert not stale, (
         f"{', '.join(stale)} differ from sglang {version}: run python -m tests.oracle.derive_release_tables"
     )
+
+
+@pytest.mark.parametrize("version", ORACLE_VERSIONS)
+def test_the_simulators_metrics_are_the_real_releases(version: str, sglang_oracle: OracleEnvironment) -> None:
+    """The /metrics families the simulated server serves (names, types, help, labels, buckets)."""
+    committed = json.loads((TABLES / f"{version}-metrics.json").read_text())
+    derived = json.loads(json.dumps(derive_metric_tables.derive(Path(sglang_oracle.pythonpath(version)), version)))
+    assert committed == derived, f"sglang {version}'s metrics moved: run python -m tests.oracle.derive_metric_tables"
+    names = {m["name"] for m in derived["scheduler"] + derived["tokenizer"] if not m["conditional"]}
+    # What the serving panel reads, in every release the simulator plays.
+    assert {"sglang:num_running_reqs", "sglang:gen_throughput", "sglang:time_to_first_token_seconds"} <= names
+    assert {"sglang:inter_token_latency_seconds", "sglang:spec_accept_length", "sglang:token_usage"} <= names
 
 
 # A value of each argument type that the type takes.

@@ -96,14 +96,14 @@ def test_sglang_serve_runs_next_to_the_presets_python() -> None:
 
 def test_editor_fields_and_extra_arguments_round_trip() -> None:
     fields = {"tp_size": "2", "mem_fraction_static": "0.9", "disable_radix_cache": "on", "speculative_algorithm": ""}
-    args = revisions.args_from_form(fields, "--enable-metrics --served-model-name 'my model'")
+    args = revisions.args_from_form(fields, "--log-requests --served-model-name 'my model'")
     assert args == [
         "--tp-size", "2", "--mem-fraction-static", "0.9", "--disable-radix-cache",
-        "--enable-metrics", "--served-model-name", "my model",
+        "--log-requests", "--served-model-name", "my model",
     ]  # fmt: skip
     assert revisions.form_from_args(args) == (
         {"tp_size": "2", "mem_fraction_static": "0.9", "disable_radix_cache": "on"},
-        "--enable-metrics --served-model-name 'my model'",
+        "--log-requests --served-model-name 'my model'",
     )
     with pytest.raises(revisions.InvalidInput, match="extra_args: No closing quotation"):
         revisions.args_from_form({}, "--served-model-name 'unclosed")

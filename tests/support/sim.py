@@ -30,6 +30,7 @@ class Server:
     host: HostConnection
     workdir: str
     pgid: int
+    pid: int = 0  # its own: the group's id where it leads its group
 
     async def log(self) -> str:
         return (await self.host.run(["cat", f"{self.workdir}/server.log"])).stdout.decode()
@@ -74,12 +75,27 @@ class Launcher:
         log = (await self.host.run(["cat", f"{workdir}/server.log"])).stdout.decode()
         return int(result.stdout), log
 
-    async def start(self, args: list[str], env: dict[str, str] | None = None) -> Server:
+    async def start(
+        self,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        *,
+        own_group: bool = True,
+        output: str = "server.log",
+        beside: str = "",
+    ) -> Server:
+        """The server with its output in `output` (in its working directory), in a session of its own,
+        or (`own_group` False) as `nohup ... &` leaves it: in the group of the shell that started it,
+        with the command `beside` (started first, by the same shell) if one is given."""
         workdir = f"attempts/{uuid.uuid4().hex}"
         command = self.command(args, env or {})
-        script = f"mkdir -p {workdir} && cd {workdir} && setsid {command} > server.log 2>&1 < /dev/null & echo $!"
+        start = "setsid" if own_group else "nohup"
+        first = f"{beside} > /dev/null 2>&1 < /dev/null & " if beside else ""
+        script = f"mkdir -p {workdir} && cd {workdir} && {first}{start} {command} > {output} 2>&1 < /dev/null & echo $!"
         result = await self.host.run(["sh", "-c", script])
-        server = Server(self.host, workdir, int(result.stdout))
+        pid = int(result.stdout)
+        pgid = pid if own_group else int((await self.host.run(["ps", "-o", "pgid=", "-p", str(pid)])).stdout)
+        server = Server(self.host, workdir, pgid, pid)
         self.started.append(server)
         return server
 

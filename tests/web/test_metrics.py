@@ -3,6 +3,7 @@ the dashboard holds, what the database counts and how requests went."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -66,10 +67,20 @@ async def test_a_launch_shows_in_the_counts_the_hosts_gpus_and_requests(running_
 
 
 async def test_every_metric_the_grafana_dashboard_plots_exists(running_app: FastAPI, api: AsyncClient) -> None:
+    """Its launchdeck_ names as this dashboard exposes them, its sglang: names as a ready attempt run
+    with --enable-metrics has them re-exported (the simulated server serves the release's own)."""
     open_to(running_app, metrics_allowed="127.0.0.1")
-    exposed = {family.name for family in text_string_to_metric_families((await api.get("/metrics")).text)}
+    attempt = await launch(api, "qwen36-27b-mtp-newest", "rtxpro-01", [0])
+    await wait_for(api, attempt, {"ready"}, timeout=60)
+    for _ in range(100):
+        text = (await api.get("/metrics")).text
+        if f'attempt="{attempt}"' in text:
+            break
+        await asyncio.sleep(0.1)
+    exposed = {family.name for family in text_string_to_metric_families(text)}
     exposed |= {f"{name}_{suffix}" for name in exposed for suffix in ("bucket", "count", "sum", "total")}
     dashboard = json.loads(GRAFANA.read_text())
     queries = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
-    named = {name for query in queries for name in re.findall(r"\blaunchdeck_[a-z_]+", query)}
-    assert len(named) >= 10 and named <= exposed, sorted(named - exposed)
+    named = {name for query in queries for name in re.findall(r"\b(?:launchdeck_|sglang:)[a-z_]+", query)}
+    assert len([n for n in named if n.startswith("sglang:")]) >= 6
+    assert len(named) >= 16 and named <= exposed, sorted(named - exposed)

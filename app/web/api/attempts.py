@@ -192,6 +192,9 @@ class AttemptPublic(AttemptListed):
     # A sweep's point: the sweep, and the values this attempt tried; null and {} elsewhere.
     sweep: int | None
     sweep_point: dict[str, Any]
+    # A server started outside launchdeck and adopted (POST /api/hosts/{name}/adopt): by whom, when,
+    # and what its host said of it (owner, cwd, log, where its output goes, withheld names); {} else.
+    adopted: dict[str, Any]
 
     @classmethod
     def of(
@@ -212,6 +215,7 @@ class AttemptPublic(AttemptListed):
             performance=performance,
             sweep=attempt.sweep_id,
             sweep_point=attempt.sweep_point,
+            adopted=attempt.adopted,
             parts=[PartPublic.of(part) for part in parts or []],
             part_of=attempt.part_of_id,
             node_rank=attempt.node_rank,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from fastapi import APIRouter
-from pydantic import BaseModel
+from fastapi import APIRouter, status
+from pydantic import BaseModel, Field
 
+from app.db.history import load_attempt
 from app.gpu.overview import HostOverview, current_overview
-from app.states import HostKind
-from app.web.deps import ApiViewer, HostDep, RuntimeDep
+from app.states import AttemptStatus, HostKind
+from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, HostDep, RuntimeDep
+from app.web.params import Int64
 
 router = APIRouter(prefix="/api")
 FRESH = 5.0  # seconds a GPU probe reading is served as current
@@ -75,3 +77,46 @@ async def list_hosts(runtime: RuntimeDep, _user: ApiViewer) -> list[HostPublic]:
 @router.get("/hosts/{name}")
 async def get_host(_user: ApiViewer, host: HostDep, runtime: RuntimeDep) -> HostPublic:
     return HostPublic.from_overview(await current_overview(host, runtime.gpus.hosts[host.name], FRESH))
+
+
+class AdoptIn(BaseModel):
+    port: Int64 = Field(description="The TCP port the SGLang server listens on, on the host.")
+
+
+class Adopted(BaseModel):
+    """The attempt an adopted server became; GET /api/attempts/{id} has the rest."""
+
+    id: int
+    status: AttemptStatus  # ready (its /health answered 200) or loading
+    preset: str
+    revision: int
+    pid: int | None
+    gpus: list[int]
+    argv: list[str]  # as the host's process table has it, values of secret options withheld
+    log: str | None  # the file its output goes to, mirrored as the attempt's log; null: none
+
+
+class Refusal(BaseModel):
+    detail: str
+
+
+@router.post(
+    "/hosts/{name}/adopt",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        404: {"model": Refusal, "description": "Nothing listens on that port."},
+        409: {"model": Refusal, "description": "The server is an attempt's already."},
+        422: {"model": Refusal, "description": "Not an SGLang server, or launchdeck's account may not read it."},
+    },
+)
+async def adopt(name: str, body: AdoptIn, user: ApiOperator, may: ApiLauncher, runtime: RuntimeDep) -> Adopted:
+    """Records the SGLang server listening on `port`, started outside launchdeck, as an attempt:
+    its argv, environment and log read from the host, its health, log and GPUs followed from then
+    on, and a stop stops it."""
+    adopted = await runtime.attempts.adopt(host=name, port=body.port, actor=user.name, permission=may)
+    async with runtime.sessions.read() as db:
+        attempt = await load_attempt(db, adopted.id)
+    return Adopted(
+        id=attempt.id, status=attempt.status, preset=attempt.revision.preset.name, revision=attempt.revision.number,
+        pid=attempt.pid, gpus=attempt.gpus, argv=attempt.argv, log=attempt.adopted.get("log"),
+    )  # fmt: skip

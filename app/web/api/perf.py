@@ -9,9 +9,10 @@ from fastapi import APIRouter, Response, status
 from pydantic import BaseModel, Field
 
 from app.db.models import Benchmark, Workload
+from app.launch import serving
 from app.perf import runner, sweeps, workloads
-from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, ReadDb, RuntimeDep, WriteDb
-from app.web.params import Int64
+from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, AttemptDep, ReadDb, RuntimeDep, WriteDb
+from app.web.params import Int64, moment
 
 router = APIRouter(prefix="/api", tags=["performance"])
 
@@ -88,6 +89,27 @@ async def start_benchmark(
 async def list_benchmarks(attempt_id: Int64, db: ReadDb, _user: ApiViewer) -> list[BenchmarkPublic]:
     """The attempt's benchmarks, newest first (at most 20)."""
     return [BenchmarkPublic.of(row) for row in await runner.benchmarks_of(db, attempt_id)]
+
+
+class ServingPublic(BaseModel):
+    """A ready server's own figures, read from its /metrics with each health check (every 10 s)
+    while it runs with --enable-metrics; kept 6 hours. Latencies are milliseconds over the interval
+    since the previous reading; a figure the server did not report is null."""
+
+    enabled: bool = Field(description="Whether the attempt runs with --enable-metrics.")
+    samples: list[dict[str, Any]] = Field(description="Oldest first: `at`, then each figure by name.")
+
+
+@router.get("/attempts/{attempt_id}/serving")
+async def serving_figures(
+    attempt_id: Int64, db: ReadDb, _user: ApiViewer, attempt: AttemptDep, since: str | None = None
+) -> ServingPublic:
+    """`since` (ISO 8601, UTC without an offset) leaves out older samples."""
+    rows = await serving.samples_of(db, attempt_id, moment(since, "since"))
+    return ServingPublic(
+        enabled=serving.scrapes_metrics(attempt.argv),
+        samples=[{"at": row.taken_at, **row.figures} for row in rows],
+    )
 
 
 @router.get("/benchmarks/{benchmark_id}")

@@ -11,16 +11,18 @@ from functools import partial
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field, field_validator
 from sse_starlette import EventSourceResponse
 
+from app.errors import InvalidInput, LaunchdeckError
 from app.gpu.overview import HostFilter, HostView, filter_hosts, host_view, labels_of, local_view
 from app.launch.owners import classify, owners_by_host
 from app.runtime import Runtime
 from app.web.deps import Launcher, Operator, RuntimeDep, Viewer, session_login
-from app.web.params import Int64
+from app.web.errors import status_of
+from app.web.params import INT64_MAX, Int64
 from app.web.templating import render, render_block
 
 router = APIRouter(include_in_schema=False)
@@ -127,3 +129,22 @@ async def host_page(request: Request, name: str, runtime: RuntimeDep, user: View
 async def stop_process(name: str, pid: Int64, runtime: RuntimeDep, user: Operator, may: Launcher) -> Response:
     await runtime.attempts.stop_process(host=name, pid=pid, actor=user.name, permission=may)
     return RedirectResponse(f"/hosts/{name}", status_code=303)
+
+
+@router.post("/hosts/{name}/adopt")
+async def adopt_server(
+    request: Request, name: str, runtime: RuntimeDep, user: Operator, may: Launcher, port: Annotated[str, Form()] = ""
+) -> Response:
+    """Adopts the SGLang server on the port, then shows its attempt; a refusal shows the host page
+    again with its sentence beside the form."""
+    runtime.ssh.get(name)  # 404 for an unknown host
+    try:
+        number = port.strip()
+        if not number.isdigit() or int(number) > INT64_MAX:
+            raise InvalidInput(f"port: {number!r} is not a port number" if number else "port: give the server's port")
+        attempt = await runtime.attempts.adopt(host=name, port=int(number), actor=user.name, permission=may)
+    except LaunchdeckError as exc:
+        (view,) = await host_views(runtime, name)
+        context = {"host": view, "user": user, "adopt_error": str(exc), "adopt_port": port}
+        return render(request, "host.html", context, status_code=status_of(exc))
+    return RedirectResponse(f"/attempts/{attempt.id}", status_code=303)

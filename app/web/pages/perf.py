@@ -3,17 +3,22 @@ comes, and a form to run one with a stored workload."""
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.clock import utcnow
 from app.db.history import load_attempt
 from app.errors import LaunchdeckError
+from app.launch import serving
 from app.perf import runner, workloads
 from app.runtime import Runtime
 from app.states import AttemptStatus, BenchmarkStatus
+from app.web.charts import spark
 from app.web.deps import Launcher, Operator, ReadDb, RuntimeDep, Viewer
 from app.web.errors import status_of
 from app.web.params import Int64
@@ -67,6 +72,36 @@ async def performance_panel(
 ) -> Response:
     context = await panel_context(runtime, db, attempt_id)
     return render(request, "_performance.html", context | {"user": user})
+
+
+SERVING_SPAN = 1800.0  # seconds of the serving panel's sparklines
+
+
+@router.get("/attempts/{attempt_id}/serving", response_class=HTMLResponse)
+async def serving_panel(request: Request, attempt_id: Int64, db: ReadDb, user: Viewer) -> Response:
+    """The server's own figures (SGLang's /metrics), the latest and the last half hour of each."""
+    attempt = await load_attempt(db, attempt_id)
+    rows = await serving.samples_of(db, attempt_id, utcnow() - timedelta(seconds=SERVING_SPAN))
+    now = time.time()
+    # The sparklines span the readings there are, from a minute up to the half hour kept on screen.
+    span = min(max(now - rows[0].taken_at.timestamp(), 60.0), SERVING_SPAN) if rows else SERVING_SPAN
+    figures = []
+    for key, heading, unit, decimals in serving.FIGURES:
+        points = [(row.taken_at.timestamp(), row.figures[key]) for row in rows if row.figures.get(key) is not None]
+        latest = rows[-1].figures.get(key) if rows else None
+        figures.append({"key": key, "heading": heading, "unit": unit, "decimals": decimals, "latest": latest,
+                        "spark": spark(points, now, span)})  # fmt: skip
+    context = {
+        "attempt": attempt,
+        "user": user,
+        "enabled": serving.scrapes_metrics(attempt.argv),
+        "ready": attempt.status is AttemptStatus.READY,
+        "figures": figures,
+        "last": rows[-1].taken_at if rows else None,
+        "count": len(rows),
+        "span_minutes": max(1, round(span / 60)),
+    }
+    return render(request, "_serving.html", context)
 
 
 @router.post("/attempts/{attempt_id}/benchmarks", response_class=HTMLResponse)

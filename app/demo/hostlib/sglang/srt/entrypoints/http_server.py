@@ -34,6 +34,7 @@ from urllib.request import Request, urlopen
 import sglang
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.managers.scheduler import CONTROL_FD_ENV
+from sglang.srt.observability.metrics_collector import MetricsCollector
 from sglang.srt.utils import configure_logger, kill_process_tree, pause, time_scale
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class Engine:
         self.lock = threading.Lock()
         self.last_heartbeat = time.time()
         self.warmed_up = False  # /health answers 503 until the warmup request has run
+        self.metrics = MetricsCollector(server_args) if getattr(server_args, "enable_metrics", False) else None
 
     def launch_schedulers(self) -> None:
         """One scheduler per TP rank of this node: node i of n runs ranks i*tp/n to (i+1)*tp/n - 1."""
@@ -126,6 +128,8 @@ class Engine:
                 message = json.loads(line)
                 self.last_heartbeat = time.time()
                 self.internal_stats.update(message.get("stats", {}))
+                if self.metrics is not None and "metrics" in message:
+                    self.metrics.scheduler_stats(message["metrics"])
                 for update in message.get("updates", [message]):
                     with self.lock:
                         stream = self.streams.get(update.get("rid", ""))
@@ -152,9 +156,11 @@ class Engine:
 
     def generate(self, prompt_tokens: int, max_new_tokens: int, timeout: float | None = None) -> dict[str, Any] | None:
         """The whole output of one request, or None (and the request aborted) after `timeout` seconds."""
+        arrived = time.time()
         rid, stream = self.submit(prompt_tokens, max_new_tokens)
         deadline = None if timeout is None else time.monotonic() + timeout
         result: dict[str, Any] = {"id": rid, "output_ids": []}
+        chunks: list[tuple[float, int]] = []
         while True:
             try:
                 update = stream.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -162,9 +168,16 @@ class Engine:
                 self.abort(rid)
                 return None
             result["output_ids"] += update["ids"]
+            chunks.append((time.time(), len(update["ids"])))
             result.update(verify_ct=update["verify_ct"], accepted_drafts=update["accepted_drafts"])
             if update["finished"]:
+                self.finished(prompt_tokens, arrived, chunks, streaming=False)
                 return result
+
+    def finished(self, prompt_tokens: int, arrived: float, chunks: list[tuple[float, int]], *, streaming: bool) -> None:
+        """A request's counts and latencies, for /metrics: `chunks` are its outputs' (time, new tokens)."""
+        if self.metrics is not None:
+            self.metrics.request_finished(prompt_tokens, arrived, [chunk for chunk in chunks if chunk[1]], streaming)
 
     def flush_cache(self) -> bool:
         """SGLang's cache flush, refused by the scheduler while requests are queued or running."""
@@ -380,6 +393,13 @@ def make_handler(
                 )
             elif path == "/ping":
                 self.reply(200)
+            elif path == "/metrics" and engine.metrics is not None:
+                body = engine.metrics.render().encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
             elif path == "/flush_cache":
                 self.flush_cache()
             else:
@@ -437,10 +457,12 @@ def make_handler(
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
             ids: list[int] = []
+            chunks: list[tuple[float, int]] = []
             try:
                 while True:
                     update = updates.get()
                     ids += update["ids"]
+                    chunks.append((time.time(), len(update["ids"])))
                     self.send_event(json.dumps(request.output(ids, update, update["finished"], update["ids"])))
                     if update["finished"]:
                         break
@@ -449,6 +471,7 @@ def make_handler(
                     self.send_event(json.dumps({**request.output(ids, update, True, []), "choices": []}))
                 self.send_event("[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
+                engine.finished(request.prompt_tokens, request.started, chunks, streaming=True)
             except OSError:
                 engine.abort(request.rid)
 

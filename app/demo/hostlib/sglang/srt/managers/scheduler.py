@@ -95,6 +95,8 @@ class Scheduler:
         self.spec_accepted = self.spec_verified = 0  # since the last decode log line
         self.cum_spec_accepted = self.cum_spec_verified = 0  # since start, for /get_server_info
         self.last_gen_throughput = 0.0
+        self.logged_stats: dict[str, float] = {}  # the figures of the last logged batch, for /metrics
+        self.last_spec: dict[str, float] = {}
         self.tic = time.perf_counter()
         self.generated_since_log = 0
         self.buffer = b""
@@ -231,13 +233,33 @@ class Scheduler:
             )  # fmt: skip
         if step.decode and self.forward_ct % self.server_args.decode_log_interval == 0:
             self.log_decode_stats()
-        self.send({"event": "step", "updates": updates, "stats": self.stats()})
+        if not self.running and not self.waiting:  # idle: SGLang's idle check logs the empty batch
+            self.log_stats(0, gen_throughput=0.0)
+        message = {"event": "step", "updates": updates, "stats": self.stats()}
+        if self.logged_stats:
+            message["metrics"], self.logged_stats = self.logged_stats, {}
+        self.send(message)
 
     def stats(self) -> dict[str, Any]:
         stats: dict[str, Any] = {"last_gen_throughput": self.last_gen_throughput}
         if self.spec and self.cum_spec_verified:
             stats["avg_spec_accept_length"] = self.cum_spec_accepted / self.cum_spec_verified
         return stats
+
+    def log_stats(self, tokens: int, **figures: float) -> None:
+        """The gauges SGLang's scheduler sets where it logs a batch's stats."""
+        self.logged_stats = {
+            "num_running_reqs": len(self.running),
+            "num_queue_reqs": len(self.waiting),
+            "num_used_tokens": tokens,
+            "token_usage": tokens / max(self.max_total_num_tokens, 1),
+            "full_token_usage": tokens / max(self.max_total_num_tokens, 1),
+            "max_total_num_tokens": self.max_total_num_tokens,
+            "is_cuda_graph": float(not self.server_args.disable_cuda_graph),
+            "gen_throughput": self.last_gen_throughput,
+            **self.last_spec,  # kept, as the gauges are, until the next decode batch sets them
+            **figures,
+        }
 
     def token_count(self) -> int:
         return sum(r.prompt_tokens + len(r.ids) for r in self.running.values())
@@ -249,6 +271,7 @@ class Scheduler:
             f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, cuda graph: False, "
             f"input throughput (token/s): {tokens / seconds:.2f}"
         )
+        self.log_stats(self.token_count())
 
     def log_decode_stats(self) -> None:
         elapsed = time.perf_counter() - self.tic  # decoding runs in real time, whatever the time scale
@@ -261,12 +284,14 @@ class Scheduler:
         if self.spec:
             accept_len = self.spec_accepted / max(self.spec_verified, 1)
             message += f"accept len: {accept_len:.2f}, accept rate: {accept_len / self.spec.draft_tokens:.2f}, "
+            self.last_spec = {"spec_accept_length": accept_len, "spec_accept_rate": accept_len / self.spec.draft_tokens}
             self.spec_accepted = self.spec_verified = 0
         message += (
             f"cuda graph: {not self.server_args.disable_cuda_graph}, "
             f"gen throughput (token/s): {self.last_gen_throughput:.2f}, #queue-req: {len(self.waiting)}"
         )
         logger.info(message)
+        self.log_stats(tokens)
         self.tic = time.perf_counter()
         self.generated_since_log = 0
 
