@@ -248,6 +248,23 @@ class Settings(BaseSettings):
         description="Seconds a launch that is still loading may go without a new log line, its process alive, "
         "before it is reported hung (failure class timeout).",
     )
+    lease_seconds: float = Field(
+        9.0,
+        ge=1,
+        description="With several controllers on PostgreSQL: how long a controller's lease on a host lasts "
+        "unrenewed; a dead controller's hosts are taken within this and a third of it.",
+    )
+    controller_pins: str | None = Field(
+        None,
+        description="Host labels this controller is pinned to (comma-separated, e.g. site-a): it owns only hosts "
+        "with one of them. Empty: any host.",
+    )
+    slurm_poll_seconds: float = Field(
+        5.0,
+        ge=1,
+        description="Seconds between two looks at a Slurm cluster's queue: one squeue, for every job launchdeck "
+        "follows there; its partitions (sinfo) and the pending jobs' places are read every 12 looks.",
+    )
     grep_timeout_seconds: float = Field(
         10.0, gt=0, description="Seconds one log search may run before grep is stopped and its hits so far shown."
     )
@@ -445,6 +462,9 @@ class Settings(BaseSettings):
 
     def webhook_destinations(self) -> Destinations:
         return Destinations.of(self.webhook_allowed)
+
+    def resolved_controller_pins(self) -> frozenset[str]:
+        return frozenset(label.strip() for label in (self.controller_pins or "").split(",") if label.strip())
 
     def resolved_notify_urls(self) -> list[str]:
         return notify_urls_of(self.notify_urls.get_secret_value()) if self.notify_urls else []

@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 
+from sqlalchemy.engine import make_url
+
 from app import credentials, db, resources
+from app.accounts import setup
 from app.accounts.limits import LoginLimiter
 from app.accounts.logins import HeldLogins, Timeouts
 from app.accounts.proxy import IgnoredHeaders
@@ -30,14 +33,17 @@ from app.gpu.monitor import GpuMonitor
 from app.launch.attempts import AttemptService
 from app.launch.notifications import Notifier
 from app.launch.record import Pace
+from app.leases import Beat, LeaseKeeper
 from app.logs.grep import GrepLimits
 from app.logs.live import Fanout
 from app.logs.mirror import Mirrors
+from app.logs.replicas import LogAnnouncer, LogListener
 from app.logs.store import LogStore
 from app.metrics import DashboardMetrics
 from app.perf.runner import Benchmarks
 from app.perf.sweeps import Sweeps
 from app.perf.workloads import ensure_built_in
+from app.slurm.poller import SlurmPollers
 from app.ssh import HostSpec, SSHManager, SSHOptions
 from app.ssh.registry import register_hosts
 from app.states import AttemptStatus, ServerRole
@@ -72,7 +78,6 @@ class Runtime:
     login_limits: LoginLimiter = field(default_factory=LoginLimiter)
     held_logins: HeldLogins = field(default_factory=HeldLogins)  # begun while the data dir was full
     ignored_headers: IgnoredHeaders = field(default_factory=IgnoredHeaders)
-    setup_link: SetupLink | None = None  # while the dashboard started with no accounts
     roles: frozenset[ServerRole] = frozenset(ServerRole)
 
     def mirror_note(self, attempt_id: int) -> str:
@@ -128,6 +133,38 @@ async def closing_within(seconds: float) -> AsyncIterator[AsyncExitStack]:
             log.warning("the services did not all stop within %g s; going on without them", seconds)
 
 
+def lease_keeper(settings: Settings, sessions: db.Sessions, specs: list[HostSpec]) -> LeaseKeeper | None:
+    """Leases where several controllers may share the hosts (PostgreSQL); None on SQLite, whose one
+    process owns every host."""
+    if make_url(settings.resolved_database_url()).get_backend_name() != "postgresql":
+        return None
+    hosts = {spec.name: spec.labels for spec in specs}
+    return LeaseKeeper(sessions, hosts, pins=settings.resolved_controller_pins(), lease_seconds=settings.lease_seconds)
+
+
+def owner_of_hosts(gpus: GpuMonitor, attempts: AttemptService) -> Callable[[Beat], None]:
+    """What a controller does as leases come and go: a host taken is watched and its attempts
+    followed; a host lost is let go of (another controller does both now)."""
+    pending: set[asyncio.Task[None]] = set()
+
+    def changed(beat: Beat) -> None:
+        async def apply() -> None:
+            if beat.lost:
+                await gpus.unwatch(beat.lost)
+                await attempts.let_go(beat.lost)
+            if beat.gained:
+                gpus.watch(list(beat.gained))
+                await attempts.follow_hosts(list(beat.gained))
+
+        if beat.lost or beat.gained:
+            log.info("leases: taken %s, given up %s", sorted(beat.gained) or "none", beat.lost or "none")
+            task = asyncio.create_task(apply(), name="lease-change")
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    return changed
+
+
 @asynccontextmanager
 async def running(
     settings: Settings,
@@ -150,6 +187,8 @@ async def running(
                 await register_hosts(session, specs)
             async with sessions.write.begin() as session:
                 await ensure_built_in(session)
+                if setup_link is not None:  # printed: good on every replica from now on
+                    await setup.offer(session, setup_link)
             options = SSHOptions(
                 known_hosts=settings.known_hosts.expanduser(),
                 ssh_config=settings.ssh_config,
@@ -159,7 +198,11 @@ async def running(
             ssh = SSHManager(specs, options)
             services.push_async_callback(ssh.close)
             ssh.start()
-            gpus = GpuMonitor(sessions, ssh, metrics_source=settings.resolved_gpu_metrics())
+            leases = lease_keeper(settings, sessions, specs) if controller else None
+            # Each Slurm cluster's poller: it polls while a follower or the GPU view here wants it.
+            slurm = SlurmPollers(ssh, every=settings.slurm_poll_seconds)
+            services.push_async_callback(slurm.close)
+            gpus = GpuMonitor(sessions, ssh, metrics_source=settings.resolved_gpu_metrics(), slurm=slurm)
             services.push_async_callback(gpus.close)
             logs = LogStore(settings.data_dir / "logs", data_dir)
             mirrors = Mirrors(logs)
@@ -180,6 +223,9 @@ async def running(
                 stop_grace=settings.stop_grace_seconds,
                 pace=Pace(hang=settings.hang_seconds),
                 gpus=gpus,
+                ownership=leases,
+                controller=controller,
+                slurm=slurm,
             )
             services.push_async_callback(attempts.close)
             benchmarks = Benchmarks(
@@ -204,9 +250,23 @@ async def running(
                 metrics.attempt_became(attempt_id, status)
 
             attempts.on_status = status_changed
+            if make_url(settings.resolved_database_url()).get_backend_name() == "postgresql":
+                # Replicas may share this database: live logs are announced and listened for across them.
+                if controller:
+                    announcer = LogAnnouncer(settings.resolved_database_url(), mirrors)
+                    services.push_async_callback(announcer.close)
+                    announcer.start()
+                if ServerRole.WEB in roles:
+                    listener = LogListener(settings.resolved_database_url(), logs, own=mirrors)
+                    services.push_async_callback(listener.close)
+                    listener.start()
             if controller:
-                gpus.start()
+                gpus.start([name for name in (spec.name for spec in specs) if leases is None or leases.owns(name)])
                 await attempts.start()
+                if leases is not None:
+                    services.push_async_callback(leases.close)
+                    leases.on_change = owner_of_hosts(gpus, attempts)
+                    leases.start()
                 await benchmarks.start()
                 await sweeps.start()
                 rediagnosis.start()
@@ -235,7 +295,6 @@ async def running(
                 ),
                 htmx_version=versions["htmx.org"],
                 htmx_sse_version=versions["htmx-ext-sse"],
-                setup_link=setup_link,
                 roles=frozenset(roles),
             )
     finally:

@@ -138,3 +138,10 @@ class FailureClass(StrEnum):
     TIMEOUT = "timeout"
     OTHER = "other"  # no rule knows the error yet
     HEALTHY = "healthy"  # no failure: the server came up
+
+
+class LimitedBy(StrEnum):
+    """What a failed-login limit counts against (app.accounts.limits)."""
+
+    ADDRESS = "address"
+    ACCOUNT = "account"

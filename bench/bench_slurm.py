@@ -4,7 +4,11 @@ An attempt waits in the queue behind a job that holds every GPU of its partition
 cancelled, Slurm starts the attempt's job at once (batch_sched_delay=0), and the time is taken
 until the attempt's page says RUNNING. Anchor: the same change seen by `squeue` on the login node,
 asked every 20 ms over an open connection: the earliest anyone could know it. Goal: the page
-within 1 s of the change. Needs Debian's slurm-wlm and munge (the local cluster of app/demo/slurm.py).
+within one poll period and 1 s of the change. The dashboard asks Slurm once per cluster every
+LAUNCHDECK_SLURM_POLL_SECONDS (5 s by default; `slurm_poll` measures what that saves the cluster's
+controller), so a change is seen at the next poll: up to a period after it, here at worst, since
+the blocking job is cancelled just after a poll. Needs Debian's slurm-wlm and munge (the local
+cluster of app/demo/slurm.py).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ ROUNDS, SMOKE_ROUNDS = 5, 2
 TOKEN = "bench-token-0123456789abcdef0123456789"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 POLL = 0.02
-GOAL_S = 1.0
+GOAL_S = Settings.model_fields["slurm_poll_seconds"].default + 1.0
 
 
 def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
@@ -44,7 +48,7 @@ def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
             "anchor": "squeue on the login node, asked every 20 ms",
             "anchor_value": round(anchor_s, 3),
             "ratio": round(ours_s / anchor_s, 2) if anchor_s else None,
-            "goal": f"<= {GOAL_S:g} s from the change in Slurm to the page",
+            "goal": f"<= {GOAL_S:g} s from the change in Slurm to the page (one poll period and 1 s)",
             "met": ours_s <= GOAL_S,
         }
     }

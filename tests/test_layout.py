@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "config": 3,
     "audit": 3,
     "ssh": 3,
+    "leases": 3,  # which controller owns which host (PostgreSQL leases, fencing)
     "accounts": 4,
     "logs": 4,
     "slurm": 4,

@@ -24,12 +24,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app import audit
 from app.accounts import users
-from app.accounts.limits import Burst
 from app.accounts.passwords import verify_password
 from app.accounts.users import BUILT_IN_ADMIN
 from app.clock import utcnow
 from app.db import Sessions
-from app.db.models import AuditEvent, LoginSession, User
+from app.db.models import LoginSession, User
 from app.errors import DiskFull, InvalidInput
 from app.states import Role
 
@@ -296,32 +295,3 @@ async def change_own_password(
     if not await asyncio.to_thread(verify_password, current, user.password_hash):
         raise InvalidInput("the current password is wrong")
     await users.set_password(session, name, new, keep_login=_id_hash(login_id), actor=name, remote_addr=remote_addr)
-
-
-async def record_failed_logins(session: AsyncSession, burst: Burst) -> None:
-    """One row per burst of failed logins: the first failure adds it, later ones bring its counts
-    up to date, so an attack of any length leaves one row."""
-    detail = {
-        "summary": burst.summary(),
-        "failures": burst.failures,
-        "refused": burst.refused,
-        "seconds": round(burst.last - burst.first, 1),
-    }
-    if burst.record_id is None:
-        event = AuditEvent(
-            actor=burst.account or "anonymous",  # the account tried: whose login is under attack
-            action="login-failed",
-            target=burst.account or "",
-            remote_addr=burst.address,
-            detail=detail,
-        )
-        session.add(event)
-        burst.record_id = 0  # being written: a concurrent failure must not add a second row
-        try:
-            await session.flush()
-        except BaseException:
-            burst.record_id = None
-            raise
-        burst.record_id = event.id
-    elif burst.record_id:
-        await session.execute(update(AuditEvent).where(AuditEvent.id == burst.record_id).values(detail=detail))

@@ -13,9 +13,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.engine import make_url
+
 from app.cli.shared import in_event_loop, run_with_settings
 from app.errors import InvalidInput
 from app.logging_setup import use_format, uvicorn_log_config
+from app.states import ServerRole
 
 if TYPE_CHECKING:
     from app.cli.shared import Subcommands
@@ -32,6 +35,13 @@ PRIVATE = 0o077
 
 def add_parsers(commands: Subcommands) -> None:
     serve_parser = commands.add_parser("serve", help="run the dashboard (settings from LAUNCHDECK_* variables)")
+    serve_parser.add_argument(
+        "--role",
+        choices=("all", "web", "controller"),
+        default="all",
+        help="all (the default): one process does everything; web: pages, the API and live logs; controller: the "
+        "hosts and everything that talks to them. Several processes need PostgreSQL (docs/deploy.md#replicas)",
+    )
     serve_parser.set_defaults(run=_run_serve)
     demo_parser = commands.add_parser("demo", help="run the dashboard with a simulated GPU cluster")
     demo_parser.add_argument(
@@ -59,7 +69,19 @@ def _demo_problem(args: argparse.Namespace) -> str | None:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    return run_with_settings(args, lambda settings, _: serve(settings), serves=True)
+    return run_with_settings(args, lambda settings, _: serve(settings, role=args.role), serves=True)
+
+
+def roles_of(role: str, settings: Settings) -> frozenset[ServerRole]:
+    """The roles `--role` names; InvalidInput where one process of several would run on SQLite."""
+    if role == "all":
+        return frozenset(ServerRole)
+    if make_url(settings.resolved_database_url()).get_backend_name() != "postgresql":
+        raise InvalidInput(
+            f"--role {role} is one of several processes, which share one PostgreSQL database "
+            "(LAUNCHDECK_DATABASE_URL=postgresql://...); SQLite is one process's: run `launchdeck serve` alone"
+        )
+    return frozenset({ServerRole(role)})
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -88,7 +110,7 @@ def _check_port(settings: Settings) -> None:
         ) from None
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, role: str = "all") -> int:
     import asyncio
 
     from app.accounts.setup import SetupLink
@@ -96,10 +118,15 @@ def serve(settings: Settings) -> int:
     from app.web.app import create_app
 
     use_format(settings.log_format)
+    try:
+        roles = roles_of(role, settings)
+    except InvalidInput as exc:  # the settings and the role disagree: a usage error
+        print(f"launchdeck: {exc}", file=sys.stderr)
+        return 2
     _check_port(settings)
     os.umask(PRIVATE)
     setup_link, secret = SetupLink.issue()
-    app = create_app(settings, setup_link=setup_link)
+    app = create_app(settings, setup_link=setup_link, roles=roles)
     if settings.admin_password_file is not None:
         try:
             asyncio.run(_admin_from_file(settings))

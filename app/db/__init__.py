@@ -17,7 +17,9 @@ request's, a follower's) gets the same error without knowing where it came from.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import fcntl
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,11 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from app import resources
 from app.disk import is_disk_full
@@ -146,13 +149,48 @@ def alembic_config(url: str) -> Config:
     return config
 
 
+# The PostgreSQL advisory lock that `upgrade` holds while it migrates (any fixed 64-bit number that
+# nothing else locks: "launchdk" in ASCII).
+MIGRATION_LOCK = 0x6C61756E6368646B
+
+
+@contextmanager
+def _migrating(url: str) -> Iterator[None]:
+    """Holds the database's migration lock, so that replicas started together migrate one after
+    another: the first migrates, the others find the schema at head and do nothing. On PostgreSQL
+    it is the session advisory lock MIGRATION_LOCK, taken on a connection of its own around
+    Alembic's (the server drops it if this process dies); on SQLite, an flock on `<database>.lock`
+    beside the file, since SQLite's own locking covers single transactions and Alembic checks the
+    version in one and migrates in others. An in-memory database has one user."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        engine = create_sync_engine(sync_url(url), poolclass=NullPool, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as connection:
+                connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+                try:
+                    yield
+                finally:
+                    connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+        finally:
+            engine.dispose()
+    elif parsed.get_backend_name() == "sqlite" and not _in_memory(url):
+        with open(f"{parsed.database}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file closes, or the process ends
+            yield
+    else:
+        yield
+
+
 def upgrade(url: str) -> None:
-    """Migrates the database at `url` to the latest schema (creating a SQLite file's folder)."""
+    """Migrates the database at `url` to the latest schema (creating a SQLite file's folder), under
+    the migration lock."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and not _in_memory(url):
         Path(str(parsed.database)).parent.mkdir(parents=True, exist_ok=True)
     try:
-        command.upgrade(alembic_config(url), "head")
+        with _migrating(url):
+            command.upgrade(alembic_config(url), "head")
     except SQLAlchemyError as exc:
         where = parsed.render_as_string(hide_password=True)
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]

@@ -27,7 +27,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
 from app.clock import utcnow
-from app.states import AttemptStatus, BenchmarkStatus, HostKind, Role, SweepMode, SweepStatus
+from app.states import AttemptStatus, BenchmarkStatus, HostKind, LimitedBy, Role, SweepMode, SweepStatus
 
 State = TypeVar("State", bound=StrEnum)
 
@@ -352,6 +352,28 @@ class Sweep(Base):
         return self.workload.name if self.workload else None
 
 
+class Controller(Base):
+    """A process that owns hosts (app.leases): alive while its heartbeat is recent."""
+
+    __tablename__ = "controller"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    pins: Mapped[list[Any]] = mapped_column(default=list)  # host labels it is pinned to; [] for any host
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime]
+
+
+class HostLease(Base):
+    """Which controller owns a host (or a Slurm cluster), until when, under which fencing token."""
+
+    __tablename__ = "host_lease"
+
+    host: Mapped[str] = mapped_column(String(128), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(128), default="")
+    token: Mapped[int] = mapped_column(BigInt, default=0)  # grows with every change of owner
+    expires_at: Mapped[datetime]
+
+
 class ServingSample(Base):
     """A ready server's own figures at one scrape of its /metrics (app.launch.serving)."""
 
@@ -458,6 +480,42 @@ class LoginSession(Base):
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     user: Mapped[User | None] = relationship()
+
+
+class LoginLimit(Base):
+    """Failed logins of one address or one account (app.accounts.limits), shared by every replica.
+    Times are Unix seconds. An address's row also carries its current burst of failed logins, for
+    the burst's one audit row."""
+
+    __tablename__ = "login_limit"
+    __table_args__ = (UniqueConstraint("kind", "name"),)
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True)
+    kind: Mapped[LimitedBy] = mapped_column(StateType(LimitedBy))
+    name: Mapped[str] = mapped_column(String(128))
+    recent: Mapped[list[Any]] = mapped_column(default=list)  # failure times within the window
+    strikes: Mapped[int] = mapped_column(default=0)  # locks so far
+    locked_until: Mapped[float] = mapped_column(Float, default=0.0)
+    last_failure: Mapped[float] = mapped_column(Float, default=0.0)
+    # The last failure or refusal: beyond the table's bound, the longest quiet rows go first.
+    last_at: Mapped[float] = mapped_column(Float, index=True)
+    burst_account: Mapped[str | None] = mapped_column(String(128))
+    burst_first: Mapped[float | None] = mapped_column(Float)
+    burst_last: Mapped[float | None] = mapped_column(Float)
+    burst_failures: Mapped[int] = mapped_column(default=0)
+    burst_refused: Mapped[int] = mapped_column(default=0)
+    burst_audit_id: Mapped[int | None] = mapped_column(BigInt)  # the burst's audit row, once written
+
+
+class SetupLinkDigest(Base):
+    """A setup link that `launchdeck serve` printed (app.accounts.setup): the sha256 of its secret,
+    never the secret, so that any replica honours it."""
+
+    __tablename__ = "setup_link"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    expires_at: Mapped[datetime]
 
 
 class ApiToken(Base):

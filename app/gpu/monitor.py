@@ -7,8 +7,8 @@ attempt holds a GPU, what a stopped one left), reads every PROCESS_EVERY seconds
 exporter has no figures for is shown with the probe's, and says why (see feeds.py).
 
 A Slurm cluster's login node has no GPUs worth watching: its partitions' GPUs (free and total,
-from sinfo) are read instead, with those of launchdeck's running jobs (NVML inside each job),
-every CLUSTER_EVERY seconds."""
+from the sinfo its poller reads, app.slurm.poller) are shown instead, with those of the running
+jobs launchdeck follows there (NVML inside each job), read each time the poller reads sinfo."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from app.db.models import GpuSample, Host
 from app.errors import DiskFull, HostError
 from app.gpu.exporters import FETCH_TIMEOUT, Exported, GpuMetrics
 from app.gpu.feeds import HostFeeds
-from app.gpu.partitions import JobGpus, PartitionGpus, read_job_gpus, read_partitions
+from app.gpu.partitions import JobGpus, PartitionGpus, parse_sinfo, read_job_gpus
 from app.gpu.probe import (
     NVML_PROBE,
     SMI_PROBE,
@@ -44,8 +44,7 @@ from app.gpu.probe import (
     parse_smi_block,
 )
 from app.gpu.samples import RETENTION, SAMPLE_EVERY, prune_samples
-from app.slurm.batch import attempt_of
-from app.slurm.jobs import read_queue
+from app.slurm.poller import SlurmPollers
 from app.ssh import HostConnection, SSHManager
 
 log = logging.getLogger(__name__)
@@ -55,7 +54,6 @@ HISTORY = timedelta(minutes=30)  # kept in memory for sparklines
 HISTORY_EVERY = 5.0  # seconds between a sparkline's points
 STORE_EVERY = 1.0  # seconds between writes of the samples due: every host's in one transaction
 LOCAL_NAME = "this machine"
-CLUSTER_EVERY = 5.0
 READ_EVERY = 2.0  # seconds between reads of the exporter or Prometheus
 PROCESS_EVERY = 5.0  # seconds between the probe's readings where those give the memory
 
@@ -99,9 +97,11 @@ class GpuMonitor:
         interval: float = 1.0,
         sample_every: float = SAMPLE_EVERY,
         metrics_source: GpuMetricsSource | None = None,
+        slurm: SlurmPollers | None = None,
     ):
         self.sessions = sessions
         self.ssh = ssh
+        self.slurm = slurm  # the Slurm clusters' pollers, whose sinfo gives their partitions
         self.interval = interval
         self.sample_every = sample_every
         self.metrics = GpuMetrics(metrics_source) if metrics_source is not None else None
@@ -111,17 +111,31 @@ class GpuMonitor:
         self.version = 0
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._watching: dict[str, asyncio.Task[None]] = {}  # a task per host watched
         self._pruned_until = utcnow() - RETENTION
         self._due: list[tuple[str, Snapshot]] = []  # samples waiting for the next write
         self.local: HostGpus | None = None  # this machine's GPUs, when it has any
 
-    def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._watch(host), name=f"gpu-{host.name}") for host in self.ssh]
+    def start(self, hosts: list[str] | None = None) -> None:
+        """Watches `hosts` (default: every host); with leases, each host is watched by its owner."""
+        self.watch(hosts if hosts is not None else [host.name for host in self.ssh])
         self._tasks.append(asyncio.create_task(self._store_forever(), name="gpu-store"))
         self._tasks.append(asyncio.create_task(self._prune_forever(), name="gpu-prune"))
         self._tasks.append(asyncio.create_task(self._watch_local(), name="gpu-local"))
         if self.metrics is not None:
             self._tasks.append(asyncio.create_task(self._read_exporter_forever(), name="gpu-exporter"))
+
+    def watch(self, hosts: list[str]) -> None:
+        for name in hosts:
+            if name not in self._watching:
+                self._watching[name] = asyncio.create_task(self._watch(self.ssh.get(name)), name=f"gpu-{name}")
+
+    async def unwatch(self, hosts: list[str]) -> None:
+        """Stops watching `hosts` (another controller owns them now); their readings go stale."""
+        tasks = [task for name in hosts if (task := self._watching.pop(name, None)) is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch_local(self) -> None:
         """The dashboard's own GPUs, read with nvidia-ml-py here (no SSH); none on most dashboards."""
@@ -148,6 +162,7 @@ class GpuMonitor:
                 await process.wait()
 
     async def close(self) -> None:
+        await self.unwatch(list(self._watching))
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -210,6 +225,8 @@ class GpuMonitor:
                 backoff.reset()
             now = time.time()
             for spec in specs:
+                if spec.name not in self._watching:  # another controller's: it stores that host's readings
+                    continue
                 feeds, figures = self._feeds[spec.name], found[spec.name]
                 if isinstance(figures, Exported):
                     feeds.exported, feeds.exported_at, feeds.exporter_trouble = figures, now, ""
@@ -248,21 +265,28 @@ class GpuMonitor:
             await asyncio.sleep(backoff.next())
 
     async def _watch_cluster(self, host: HostConnection, status: HostGpus) -> None:
+        """The partitions as the cluster's poller last read them, and the GPUs of the followed jobs
+        that run there, read inside each job as often; a dashboard that polls no cluster says so."""
+        if self.slurm is None:
+            self._set(status, "degraded", "partitions unknown: this dashboard polls no Slurm cluster")
+            return
+        poller = self.slurm.get(host.name)
+        seen = 0
         while True:
+            overview = await poller.overview_after(seen)
+            seen = overview.number
+            if overview.error:
+                self._set(status, "degraded", f"partitions unknown: {overview.error}")
+                continue
+            partitions = parse_sinfo(overview.sinfo)
+            running = [job for job in poller.latest.jobs.values() if job.running]
             try:
-                await host.wait_online(3600)
-                partitions = await read_partitions(host)
-                running = [job for job in (await read_queue(host)).jobs.values() if job.running]
-                ours = [job for job in running if attempt_of(job.name) is not None]
-                jobs = list(await asyncio.gather(*(read_job_gpus(host, job) for job in ours)))
-            except (HostError, OSError, TimeoutError) as exc:
-                reason = str(exc).removeprefix(f"{host.name}: ") or type(exc).__name__
-                self._set(status, "degraded", f"partitions unknown: {reason}")
-            else:
-                status.partitions, status.jobs, status.source = partitions, jobs, "sinfo"
-                self._set(status, "ok" if partitions else "no-gpus", "" if partitions else "sinfo lists no partition")
-                self._publish()
-            await asyncio.sleep(CLUSTER_EVERY)
+                status.jobs = list(await asyncio.gather(*(read_job_gpus(host, job) for job in running)))
+            except (HostError, OSError, TimeoutError) as exc:  # the jobs' GPUs shown stay those read before
+                log.info("%s: the jobs' GPUs not read: %s", host.name, exc, extra={"host": host.name})
+            status.partitions, status.source = partitions, "sinfo"
+            self._set(status, "ok" if partitions else "no-gpus", "" if partitions else "sinfo lists no partition")
+            self._publish()
 
     async def _stream(self, host: HostConnection, *, nvml: bool) -> None:
         """Reads the probe until it ends; raises when it stops answering."""

@@ -1,12 +1,12 @@
 """A Slurm cluster's GPUs, per partition: how many its nodes have and how many no job holds; and
 for each running job of launchdeck's, its GPUs as NVML sees them inside the job.
 
-Partitions are read from the login node's `sinfo --json`, whose node records carry each node's
-configured GRES (`gpu:b200:8`) and what jobs use of it (`gpu:b200:2(IDX:0-1)`). A node that is
-down, drained or failing offers none of its GPUs: they count in the total, not in what is free.
-A job's GPUs are read by the NVML probe run once on each of its nodes, in a step that shares the
-job's allocation (`srun --overlap`): the login node cannot see them, and the job's own devices
-are what matters to its server.
+Partitions are read from the login node's `sinfo --json` (which the cluster's poller runs,
+app.slurm.poller), whose node records carry each node's configured GRES (`gpu:b200:8`) and what
+jobs use of it (`gpu:b200:2(IDX:0-1)`). A node that is down, drained or failing offers none of its
+GPUs: they count in the total, not in what is free. A job's GPUs are read by the NVML probe run
+once on each of its nodes, in a step that shares the job's allocation (`srun --overlap`): the
+login node cannot see them, and the job's own devices are what matters to its server.
 """
 
 from __future__ import annotations
@@ -63,14 +63,6 @@ class PartitionGpus:
     @property
     def gpu_types(self) -> list[str]:
         return sorted({node.gpu_type for node in self.nodes if node.gpu_type})
-
-
-async def read_partitions(connection: HostConnection) -> list[PartitionGpus]:
-    result = await connection.run(["sinfo", "--json"], check=False)
-    if result.exit_status != 0:
-        said = result.stderr.decode(errors="replace").strip().splitlines() or ["no answer"]
-        raise HostError(connection.name, f"sinfo did not answer: {said[-1]}")
-    return parse_sinfo(result.stdout.decode(errors="replace"))
 
 
 def parse_sinfo(text: str) -> list[PartitionGpus]:

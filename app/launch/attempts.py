@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
@@ -43,9 +43,11 @@ from app.launch.preflight import OwnersOf, Preflight
 from app.launch.record import AttemptRecord, Changes, Pace, Tracking, reason_of
 from app.launch.serving import ServingMetrics
 from app.launch.slurm_follower import SlurmFollower
+from app.leases import LeaseLost, Ownership, SoleOwner
 from app.logs.mirror import LogMirror, Mirrors, MirrorSource
 from app.presets.revisions import MAX_OVERRIDE_REASON, check_text, get_preset, latest, revision_of
 from app.slurm import batch as slurm_batch
+from app.slurm.poller import SlurmPollers
 from app.ssh import HostConnection, SSHManager
 from app.states import ACTIVE_STATUSES, FINISHED_STATUSES, AttemptStatus, HostKind
 
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 
 # Finished attempts whose log mirror a restart resumes.
 RESUME_MIRRORS_DAYS = 7
+# The stage of a launch a web process recorded for the controller that owns its host to claim and start.
+HANDED_OVER = "waiting for its controller"
 
 
 @dataclass(frozen=True)
@@ -77,9 +81,17 @@ class AttemptService:
         stop_grace: float = 15.0,
         pace: Pace | None = None,
         gpus: GpuReadings | None = None,
+        ownership: Ownership | None = None,
+        controller: bool = True,
+        slurm: SlurmPollers | None = None,
     ):
         self.sessions = sessions
+        # Which hosts this process follows and launches on (app.leases); a web process, none: its
+        # launches wait for the controller that owns their host.
+        self.ownership = ownership or SoleOwner()
+        self.controller = controller
         self.ssh = ssh
+        self.slurm = slurm or SlurmPollers(ssh)  # each Slurm cluster's poller (app.slurm.poller)
         self.mirrors = mirrors
         self.gpus = gpus or NoGpuReadings()
         self.serving = ServingMetrics(sessions)
@@ -88,6 +100,7 @@ class AttemptService:
         self.tracking = Tracking()
         self.changes = Changes()
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._host_of: dict[int, str] = {}  # each followed attempt's host, to let go of a host's
         self._background: set[asyncio.Task[None]] = set()
         self.signatures = asyncio.Lock()  # one attempt at a time files its failure under a signature
         # Told of each attempt whose following ended (the lifespan sets it: re-diagnosis with the
@@ -98,10 +111,21 @@ class AttemptService:
 
     async def start(self) -> None:
         """Resumes following every attempt a previous run left unfinished, and mirroring the logs
-        of recently finished ones that were not completely mirrored."""
+        of recently finished ones that were not completely mirrored, on every host this process
+        owns now; with leases, `follow_hosts` does the same for each host as its lease is taken.
+        Launches handed over by web processes are claimed as they come."""
+        await self.follow_hosts([host.name for host in self.ssh if self.ownership.owns(host.name)])
+        self._background.add(asyncio.create_task(self._claim_forever(), name="attempt-claims"))
+
+    async def follow_hosts(self, hosts: list[str]) -> None:
+        """Follows the unfinished attempts on `hosts` (and resumes their recent logs' mirrors)."""
+        if not hosts:
+            return
         since = utcnow() - timedelta(days=RESUME_MIRRORS_DAYS)
+        on_hosts = Attempt.host_id.in_(select(Host.id).where(Host.name.in_(hosts)))
         async with self.sessions.read() as session:
-            ids = (await session.scalars(select(Attempt.id).where(Attempt.status.in_(ACTIVE_STATUSES)))).all()
+            unfinished = select(Attempt.id).where(Attempt.status.in_(ACTIVE_STATUSES), on_hosts)
+            ids = (await session.scalars(unfinished.where(Attempt.stage != HANDED_OVER))).all()
             query = (
                 select(Attempt)
                 .options(selectinload(Attempt.host), selectinload(Attempt.revision))
@@ -109,6 +133,7 @@ class AttemptService:
                     Attempt.status.not_in(ACTIVE_STATUSES),
                     or_(Attempt.pid.is_not(None), Attempt.job_id.is_not(None)),
                     Attempt.ended_at >= since,
+                    on_hosts,
                 )
             )
             finished = (await session.scalars(query)).all()
@@ -117,7 +142,10 @@ class AttemptService:
             groups = (
                 await session.scalars(
                     select(Attempt.id).where(
-                        Attempt.status.not_in(ACTIVE_STATUSES), Attempt.ended_at >= since, Attempt.id.in_(has_parts)
+                        Attempt.status.not_in(ACTIVE_STATUSES),
+                        Attempt.ended_at >= since,
+                        Attempt.id.in_(has_parts),
+                        on_hosts,
                     )
                 )
             ).all()
@@ -129,6 +157,47 @@ class AttemptService:
         for attempt_id in groups:
             if not self.mirrors.store.is_complete(attempt_id):
                 self._follow(attempt_id)
+
+    async def let_go(self, hosts: list[str]) -> None:
+        """Stops following the attempts on `hosts`, whose leases this process lost: another
+        controller follows them now (their logs' mirrors too)."""
+        gone = [attempt_id for attempt_id, host in self._host_of.items() if host in hosts]
+        tasks = [self._tasks[attempt_id] for attempt_id in gone if attempt_id in self._tasks]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for attempt_id in gone:
+            await self.mirrors.stop(attempt_id)
+
+    async def _claim_forever(self) -> None:
+        """Launches handed over by web processes, on hosts this process owns, each claimed once."""
+        while True:
+            try:
+                await self._claim()
+            except Exception:  # the database away: claimed on a later round
+                log.exception("claiming handed-over launches failed")
+            await asyncio.sleep(self.pace.loading)
+
+    async def _claim(self) -> None:
+        async with self.sessions.read() as session:
+            waiting = await session.execute(
+                select(Attempt.id, Host.name)
+                .join(Host, Attempt.host_id == Host.id)
+                .where(Attempt.status == AttemptStatus.PENDING, Attempt.stage == HANDED_OVER)
+            )
+            mine = [(attempt_id, host) for attempt_id, host in waiting if self.ownership.owns(host)]
+        for attempt_id, host in mine:
+            fence = self.ownership.fence(host)
+            async with self.sessions.write.begin() as session:
+                if fence is not None:
+                    await fence.check(session)
+                claimed = await session.execute(
+                    update(Attempt)
+                    .where(Attempt.id == attempt_id, Attempt.stage == HANDED_OVER)
+                    .values(stage=AttemptStatus.PENDING.value)
+                )
+            if claimed.rowcount == 1:  # type: ignore[attr-defined]
+                self._follow(attempt_id, launching=True)
 
     def mirror(self, attempt: Attempt) -> LogMirror:
         """The attempt's log mirror, started unless it runs already. A Slurm job's log ends with the
@@ -198,12 +267,16 @@ class AttemptService:
                 sweep=sweep,
             )
             attempt.gpu_snapshot = {"at_launch": self.gpus.snapshot_of(shape.hosts[0])}
+            here = self.controller and self.ownership.owns(shape.hosts[0])
+            if not here:  # the controller that owns the host claims it (_claim)
+                attempt.stage = HANDED_OVER
             session.add(attempt)
             await session.flush()
             await shape.add_rows(session, attempt, vetted.host_ids, self.gpus)
             detail = {"preset": preset, "revision": shape.revision.number, **shape.audit_detail}
             _audit_launch(session, actor, attempt.id, detail, override_reason, vetted.preflight, vetted.past)
-        self._follow(attempt.id, launching=True)
+        if here:
+            self._follow(attempt.id, launching=True)
         return attempt
 
     async def vet(
@@ -418,11 +491,18 @@ class AttemptService:
         return (await connection.run(argv, check=False)).exit_status == 0
 
     def _follow(self, attempt_id: int, *, launching: bool = False) -> None:
-        if attempt_id in self._tasks:
+        """Follows the attempt in the background; a web process follows none, and a controller
+        whose lease on the attempt's host is not current stops at once (LeaseLost)."""
+        if attempt_id in self._tasks or not self.controller:
             return
         task = asyncio.create_task(self._run(attempt_id, launching), name=f"attempt-{attempt_id}")
         self._tasks[attempt_id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(attempt_id, None))
+
+        def ended(_: object) -> None:
+            self._tasks.pop(attempt_id, None)
+            self._host_of.pop(attempt_id, None)
+
+        task.add_done_callback(ended)
 
     async def _run(self, attempt_id: int, launching: bool) -> None:
         """Follows the attempt until its host shows it ended. The dashboard's own error is never
@@ -440,9 +520,11 @@ class AttemptService:
                         )
                     ).all()
                 part_of_id = attempt.part_of_id
+                self._host_of[attempt_id] = attempt.host.name
                 record = AttemptRecord(
                     self.sessions,
                     attempt_id,
+                    fence=self.ownership.fence(attempt.host.name),
                     mirrors=self.mirrors,
                     tracking=self.tracking,
                     changes=self.changes,
@@ -472,6 +554,9 @@ class AttemptService:
                 return
             except asyncio.CancelledError:
                 raise
+            except LeaseLost as exc:  # another controller follows it now
+                log.info("attempt %d: no longer followed here: %s", attempt_id, exc, extra={"attempt_id": attempt_id})
+                return
             except Exception as exc:
                 delay = backoff.next()
                 log.exception(

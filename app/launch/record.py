@@ -31,6 +31,7 @@ from app.db import Sessions
 from app.db.models import Attempt
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import DiskFull
+from app.leases import Fence
 from app.logs.mirror import Mirrors
 from app.states import FINISHED_STATUSES, AttemptStatus
 
@@ -121,6 +122,7 @@ class AttemptRecord:
         signatures: asyncio.Lock,
         on_status: Callable[[int, AttemptStatus], None] = lambda attempt_id, status: None,
         part_of: int | None = None,
+        fence: Fence | None = None,
     ):
         self.sessions = sessions
         self.attempt_id = attempt_id
@@ -131,6 +133,9 @@ class AttemptRecord:
         self.signatures = signatures  # one attempt at a time files its failure under a signature
         self.on_status = on_status  # told of each status once it is written
         self.part_of = part_of  # a multi-node attempt's part: its attempt's page shows this row too
+        # The host's lease as the follower began (app.leases): every write checks it is still
+        # this process's, so a controller that stalled and woke writes nothing (LeaseLost).
+        self.fence = fence
 
     async def update(self, **changes: Any) -> None:
         async def write(attempt: Attempt, _session: AsyncSession) -> None:
@@ -211,6 +216,8 @@ class AttemptRecord:
         while True:
             try:
                 async with lock or contextlib.nullcontext(), self.sessions.write.begin() as session:
+                    if self.fence is not None:
+                        await self.fence.check(session)
                     attempt = await session.get(Attempt, self.attempt_id)
                     assert attempt is not None, f"attempt {self.attempt_id} is gone"
                     await change(attempt, session)

@@ -1,12 +1,13 @@
 """Following an attempt on a Slurm cluster: its job through the queue, then its server.
 
-The job's state comes from the login node's squeue (then accounting, once squeue forgot it);
-what the scheduler says (state, reason, queue position, nodes) is written to the attempt's
+The job's state comes from its cluster's poller (app.slurm.poller), which asks squeue for every
+followed job at once (then accounting, once squeue forgot one); the follower never asks Slurm for
+it. What the scheduler says (state, reason, queue position, nodes) is written to the attempt's
 `scheduler` as it changes, so the page shows a queued job honestly. Once the job runs, the log,
-its stages and the readiness check are those of any attempt (the base Follower's), with the
-server asked for its health inside the job's allocation (`srun --overlap`), where its port is.
-A scheduler that does not answer (slurmctld restarting) changes nothing: it is noted on the
-attempt and asked again. Only Slurm's final state ends the attempt (see outcomes.py).
+its stages and the readiness check are those of any attempt (the base Follower's), between two
+polls, with the server asked for its health inside the job's allocation (`srun --overlap`),
+where its port is. A poll that failed (slurmctld restarting) changes nothing: it is noted on the
+attempt until a poll answers. Only Slurm's final state ends the attempt (see outcomes.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -23,14 +24,14 @@ from app.clock import utcnow
 from app.db.history import load_attempt
 from app.errors import HostError
 from app.launch import slurm_lifecycle
-from app.launch.follower import Follower
+from app.launch.follower import Dashboard, Follower
+from app.launch.record import AttemptRecord
+from app.logs.mirror import LogMirror
 from app.slurm import jobs
 from app.slurm.outcomes import outcome_of
+from app.slurm.poller import ClusterPoller, SlurmPollers
 from app.ssh import HostConnection
 from app.states import UNSTARTED_STATUSES, AttemptStatus
-
-# The longest wait between two looks at a queued job: a job that starts shows within this.
-QUEUE_POLL = 0.5
 
 # Run on the job's first node: GETs each path of the server on its port, prints [[status, body], ...]
 # (status 0 where the request failed). argv: timeout, port, paths...
@@ -57,10 +58,19 @@ class _Group:
     group_size: int = 1
 
 
+class SlurmDashboard(Dashboard, Protocol):
+    slurm: SlurmPollers  # each cluster's poller
+
+
 class SlurmFollower(Follower):
     job_id = ""
     first_node = ""
     unreached = ""  # why the last health check could not run inside the job, if it could not
+
+    def __init__(self, dashboard: SlurmDashboard, record: AttemptRecord):
+        super().__init__(dashboard, record)
+        self.pollers = dashboard.slurm
+        self.check_at = 0.0  # when readiness is next checked (loop time)
 
     async def run(self) -> None:
         attempt, connection = await self._resume()
@@ -73,17 +83,23 @@ class SlurmFollower(Follower):
             )
             return
         self.job_id = job_id
+        poller = self.pollers.get(attempt.host.name)
+        poller.follow(job_id)
+        if "reason" not in scheduler:  # just submitted: its place in the queue is wanted now
+            poller.poll_now()
         mirror = None
         loop = asyncio.get_running_loop()
-        quiet_since, size = loop.time(), -1
+        quiet_since, size, seen = loop.time(), -1, 0
         try:
             while True:
+                poll = await poller.answer(job_id, after=seen)
+                seen = poll.number
                 try:
-                    await connection.wait_online(3600)
-                    job = await jobs.job_state(connection, job_id)
+                    job = poll.job(job_id)
                 except HostError as exc:
                     scheduler = await self._note(scheduler, str(exc))
-                    await asyncio.sleep(QUEUE_POLL)
+                    if mirror is not None:  # the server is watched meanwhile, as ever
+                        status = await self._until_next_poll(mirror, connection, port, status, poller, seen)
                     continue
                 if job is None:
                     error = f"Slurm no longer knows job {job_id} (neither its queue nor its accounting)"
@@ -94,7 +110,6 @@ class SlurmFollower(Follower):
                     if status not in UNSTARTED_STATUSES:  # requeued: its server starts again when it runs
                         await self.record.stage("requeued", AttemptStatus.PENDING)
                         status = AttemptStatus.PENDING
-                    await asyncio.sleep(min(QUEUE_POLL, self.dashboard.pace.loading))
                     continue
                 self.first_node = job.nodes[0] if job.nodes else ""
                 if status in UNSTARTED_STATUSES:
@@ -114,10 +129,47 @@ class SlurmFollower(Follower):
                     await self._record_log_progress(mirror, hung=hung and mirror.log.size == size, final=True)
                     await self._finish_job(connection, directory, job)
                     return
-                status = await self._check_readiness(connection, port, status, _Group())
-                status = await self._until_next_probe(mirror, connection, port, status, _Group())
+                status = await self._until_next_poll(mirror, connection, port, status, poller, seen)
         finally:
+            poller.forget(job_id)
             self.watch.detach()
+
+    async def _until_next_poll(
+        self,
+        mirror: LogMirror,
+        connection: HostConnection,
+        port: int | None,
+        status: AttemptStatus,
+        poller: ClusterPoller,
+        seen: int,
+    ) -> AttemptStatus:
+        """Watches the running job's server until the poller answers again: the log's news is
+        written as soon as it is read (the page shows it at once), a ready line has the server
+        asked at once, and readiness is checked at the dashboard's pace, as on any host."""
+        pace = self.dashboard.pace
+        loop = asyncio.get_running_loop()
+        while poller.latest.number <= seen:
+            if loop.time() >= self.check_at:
+                status = await self._check_readiness(connection, port, status, _Group())
+                self.check_at = loop.time() + (pace.serving if status == AttemptStatus.READY else pace.loading)
+                continue
+            if await self._log_news_before_poll(poller, self.check_at - loop.time()):
+                self.live.news.clear()
+                await self._record_log_progress(mirror)
+                if status != AttemptStatus.READY:
+                    status = await self._check_readiness(connection, port, status, _Group())
+        return status
+
+    async def _log_news_before_poll(self, poller: ClusterPoller, timeout: float) -> bool:
+        """Whether news came from the log, before the poller's next answer and the timeout."""
+        news = asyncio.ensure_future(self.live.news.wait())
+        polled = asyncio.ensure_future(poller.changed.wait())
+        try:
+            await asyncio.wait([news, polled], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            news.cancel()
+            polled.cancel()
+        return self.live.news.is_set()
 
     async def _submitted(self, connection: HostConnection, directory: str) -> str | None:
         """The job sbatch queued before the dashboard could record it, if it got that far."""

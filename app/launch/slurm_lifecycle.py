@@ -92,8 +92,10 @@ async def find_submitted(connection: HostConnection, directory: str) -> str | No
 
 async def cancel(connection: HostConnection, job_id: str, *, grace: float) -> None:
     """A queued job is cancelled; a running one gets SIGTERM (the batch script and every step, so
-    the server can shut down and its exit status be written), then after the grace period SIGKILL
-    and the job's end."""
+    the server can shut down and its exit status be written), then after the grace period, if it
+    still runs, SIGKILL and the job's end. The job is asked for alone, twice: this runs where a
+    stop was asked for, which may be a dashboard that polls no cluster, and its follower learns
+    of the end from the cluster's poller."""
     job = await jobs.job_state(connection, job_id)
     if job is None or job.final:
         return
@@ -101,13 +103,10 @@ async def cancel(connection: HostConnection, job_id: str, *, grace: float) -> No
         await connection.run(["scancel", job_id], check=False)
         return
     await connection.run(["scancel", "--full", "--signal=TERM", job_id], check=False)
-    loop = asyncio.get_running_loop()
-    until = loop.time() + grace
-    while loop.time() < until:
-        await asyncio.sleep(min(0.2, grace))
-        job = await jobs.job_state(connection, job_id)
-        if job is None or job.final:
-            return
+    await asyncio.sleep(grace)
+    job = await jobs.job_state(connection, job_id)
+    if job is None or job.final:
+        return
     await connection.run(["scancel", "--full", "--signal=KILL", job_id], check=False)
     await connection.run(["scancel", job_id], check=False)
 

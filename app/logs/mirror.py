@@ -37,6 +37,7 @@ import asyncio
 import json
 import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncssh
@@ -359,6 +360,8 @@ class Mirrors:
         self.retry_max = retry_max  # for the mirrors started from now on; the tests shorten these
         self.give_up_after = give_up_after
         self._running: dict[int, tuple[LogMirror | LogMerger, asyncio.Task[None]]] = {}
+        # Told of every log's growth and end (size): the announcer of live logs to other replicas.
+        self.on_append: Callable[[int, int], None] | None = None
 
     def start(self, attempt_id: int, source: MirrorSource) -> LogMirror:
         """The attempt's mirror, started unless it runs already."""
@@ -383,6 +386,12 @@ class Mirrors:
         self._run(attempt_id, merger, also=[part.attempt_id for part in parts])
         return merger
 
+    async def stop(self, attempt_id: int) -> None:
+        """Stops the attempt's mirror, if it runs: another controller mirrors it now."""
+        if (running := self._running.get(attempt_id)) is not None:
+            running[1].cancel()
+            await asyncio.gather(running[1], return_exceptions=True)
+
     def get(self, attempt_id: int) -> LogMirror | LogMerger | None:
         running = self._running.get(attempt_id)
         return running[0] if running else None
@@ -391,9 +400,22 @@ class Mirrors:
         return [(attempt_id, writer) for attempt_id, (writer, _) in self._running.items()]
 
     def _run(self, attempt_id: int, writer: LogMirror | LogMerger, also: list[int] | None = None) -> None:
+        announce = self.on_append
+
+        def appended(offset: int, data: bytes) -> None:
+            if announce is not None:
+                announce(attempt_id, offset + len(data))
+
+        if announce is not None:
+            writer.log.watchers.add(appended)
         task = asyncio.create_task(writer.run(), name=f"log-mirror-{attempt_id}")
         self._running[attempt_id] = (writer, task)
-        task.add_done_callback(lambda _: self._ended(attempt_id, also or []))
+
+        def ended(_: object) -> None:
+            writer.log.watchers.discard(appended)
+            self._ended(attempt_id, also or [])
+
+        task.add_done_callback(ended)
 
     def _ended(self, attempt_id: int, also: list[int]) -> None:
         _, task = self._running.pop(attempt_id)

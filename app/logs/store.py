@@ -156,6 +156,41 @@ class LogFile:
         for watcher in list(self.watchers):
             watcher(start, data)
 
+    def written_elsewhere(self, size: int) -> None:
+        """Takes in what another process's mirror appended to this log on the shared data dir, up
+        to `size` (its own index checkpoints, written there, are read back), and its restarts and
+        end: watchers (live viewers) get the new bytes as from a mirror of this process's own."""
+        if self.path.exists() and size > self.size:
+            with open(self.path, "rb") as f:
+                f.seek(self.size)
+                data = f.read(size - self.size)
+            start = self.size
+            self._index(start, data)
+            self._new_checkpoints = array("Q")  # the writer keeps the index file: its checkpoints are read
+            self._read_new_checkpoints()
+            for watcher in list(self.watchers):
+                watcher(start, data)
+        if self.meta_path.exists():
+            meta = Meta(**json.loads(self.meta_path.read_text()))
+            self.meta.segments.extend(meta.segments[len(self.meta.segments) :])  # in place, as mark_restart
+            if meta.complete and not self.meta.complete and self.size >= size:
+                self.meta.complete, self.meta.verification = True, meta.verification
+                for watcher in list(self.watchers):
+                    watcher(self.size, b"")
+
+    def _read_new_checkpoints(self) -> None:
+        if not self.index_path.exists():
+            return
+        with open(self.index_path, "rb") as f:
+            f.seek((len(self.checkpoints) - 2) * 8)  # the file lacks the leading (0, 0)
+            more = f.read()
+        found = array("Q")
+        found.frombytes(more[: len(more) // 16 * 16])
+        for i in range(0, len(found), 2):
+            if found[i + 1] > self.size:
+                break
+            self.checkpoints.extend(found[i : i + 2])
+
     def mark_restart(self, reason: str) -> None:
         """The host's file was truncated or replaced: what follows starts at its offset 0."""
         segment = {"at": self.size, "reason": reason, "time": utcnow().isoformat()}
@@ -395,6 +430,10 @@ class LogStore:
     def is_open(self, attempt_id: int) -> bool:
         """Whether the attempt's log is held in memory."""
         return attempt_id in self._open
+
+    def held(self, attempt_id: int) -> LogFile | None:
+        """The attempt's log if it is held in memory (someone reads or watches it), else None."""
+        return self._open.get(attempt_id)
 
 
 class LogLoan:

@@ -1,17 +1,19 @@
 """Where a Slurm job stands, as the login node's `squeue` and `sacct` tell it.
 
-`squeue --json` knows a job from its submission until a few minutes after it ended (MinJobAge);
-after that only accounting does: `sacct`, or `sacct -c` (the job-completion log) on a cluster
-without slurmdbd. The JSON differs between Slurm releases (a state is a string in 22.05 and a
-list later; numbers may come as {"set", "number"}); both shapes are read here. squeue's exit
-status is the raw wait status (a signal in the low byte, the exit code above it).
+squeue is asked for launchdeck's jobs by id, in text (`--Format`, each field followed by `|`):
+its `--json` dumps the whole queue in 22.05, which ignores every filter with it, and the text is
+the same in every release. It knows a job from its submission until a few minutes after it ended
+(MinJobAge); after that only accounting does: `sacct`, or `sacct -c` (the job-completion log) on a
+cluster without slurmdbd, asked once for every job squeue no longer lists. A pending job's place
+in its partition's queue needs the other users' pending jobs there: `read_pending` asks for those
+alone (id, partition, priority).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from app.errors import HostError
@@ -35,8 +37,12 @@ FINAL_STATES = frozenset(
 )
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"})
 
-# $1: job id. What accounting says of a job squeue no longer lists: with slurmdbd, or else the
-# job-completion log (JobCompType=jobcomp/filetxt).
+# squeue's fields, each whole (size 0) and followed by "|"; the name last, as it may hold a "|".
+QUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "Partition", "PriorityLong", "exit_code", "Name")
+PENDING_FIELDS = ("JobID", "Partition", "PriorityLong")
+
+# $1: job ids, comma-separated. What accounting says of jobs squeue no longer lists: with
+# slurmdbd, or else the job-completion log (JobCompType=jobcomp/filetxt).
 ACCOUNTING = (
     'sacct -X -n -P -j "$1" -o JobID,State,ExitCode,NodeList,Partition 2>/dev/null'
     ' || sacct -c -X -n -P -j "$1" -o JobID,State,ExitCode,NodeList,Partition'
@@ -81,132 +87,158 @@ class JobState:
         return shown
 
 
-@dataclass
-class Queue:
-    """The jobs squeue listed in one call."""
+@dataclass(frozen=True)
+class Pending:
+    """A pending job of anyone's, as far as its place in its partition's queue goes."""
 
-    jobs: dict[str, JobState] = field(default_factory=dict)
-
-    def find(self, job_id: str) -> JobState | None:
-        """The job, with its queue position when it is pending."""
-        job = self.jobs.get(job_id)
-        if job is None or job.state != "PENDING":
-            return job
-        ahead = [
-            other
-            for other in self.jobs.values()
-            if other.state == "PENDING"
-            and other.partition == job.partition
-            and (other.priority, -_as_int(other.job_id)) > (job.priority, -_as_int(job.job_id))
-        ]
-        return JobState(**{**job.__dict__, "position": len(ahead) + 1})
+    job_id: str
+    partition: str
+    priority: int
 
 
-async def read_queue(connection: HostConnection) -> Queue:
-    """Every job squeue lists (22.05 ignores `--jobs` with `--json`, so the queue is read whole).
-    A controller that does not answer raises HostError: the job's state is then unknown, not changed."""
-    result = await connection.run(["squeue", "--json"], check=False)
+async def read_jobs(connection: HostConnection, job_ids: Collection[str]) -> dict[str, JobState]:
+    """The jobs among `job_ids` that squeue lists, whatever their state, by id. A controller that
+    does not answer raises HostError: the jobs' states are then unknown, not changed."""
+    if not job_ids:
+        return {}
+    wanted = ",".join(sorted(job_ids, key=_as_int))
+    argv = ["squeue", "--noheader", "--states=all", f"--jobs={wanted}", _format(QUEUE_FIELDS)]
+    result = await connection.run(argv, check=False)
     if result.exit_status != 0:
-        said = result.stderr.decode(errors="replace").strip().splitlines() or ["no answer"]
-        raise HostError(connection.name, f"Slurm's controller did not answer: {said[-1]}")
-    return parse_queue(result.stdout.decode(errors="replace"))
+        said = _last_line(result.stderr)
+        if len(job_ids) == 1 and "Invalid job id" in said:  # asked for alone, a job it forgot is an error
+            return {}
+        raise HostError(connection.name, f"Slurm's controller did not answer: {said}")
+    return {job.job_id: job for job in parse_queue(result.stdout.decode(errors="replace")) if job.job_id in job_ids}
 
 
-async def read_accounting(connection: HostConnection, job_id: str) -> JobState | None:
-    """What accounting says of a finished job; None when it does not know the job."""
-    result = await connection.run(["sh", "-c", ACCOUNTING, "sh", job_id], check=False)
+async def read_accounting(connection: HostConnection, job_ids: Collection[str]) -> dict[str, JobState]:
+    """What accounting says of finished jobs, in one call, by id; a job it does not know is left out."""
+    if not job_ids:
+        return {}
+    wanted = ",".join(sorted(job_ids, key=_as_int))
+    result = await connection.run(["sh", "-c", ACCOUNTING, "sh", wanted], check=False)
     if result.exit_status != 0:
-        said = result.stderr.decode(errors="replace").strip().splitlines() or ["no answer"]
-        raise HostError(connection.name, f"Slurm's accounting did not answer: {said[-1]}")
-    return parse_accounting(result.stdout.decode(errors="replace"), job_id)
+        raise HostError(connection.name, f"Slurm's accounting did not answer: {_last_line(result.stderr)}")
+    return parse_accounting(result.stdout.decode(errors="replace"), job_ids)
+
+
+async def read_pending(connection: HostConnection, partitions: Collection[str]) -> list[Pending]:
+    """Every user's pending jobs in `partitions`: where launchdeck's own stand in their queues."""
+    argv = ["squeue", "--noheader", "--states=PENDING", f"--partition={','.join(sorted(partitions))}"]
+    result = await connection.run([*argv, _format(PENDING_FIELDS)], check=False)
+    if result.exit_status != 0:
+        raise HostError(connection.name, f"Slurm's controller did not answer: {_last_line(result.stderr)}")
+    pending = []
+    for fields in _rows(result.stdout.decode(errors="replace"), len(PENDING_FIELDS)):
+        job_id, partition, priority = fields
+        pending.append(Pending(job_id, partition, int(priority) if priority.isdigit() else 0))
+    return pending
 
 
 async def job_state(connection: HostConnection, job_id: str) -> JobState | None:
-    """The job as squeue has it, else as accounting does; None when neither knows it."""
-    found = (await read_queue(connection)).find(job_id)
-    return found if found is not None else await read_accounting(connection, job_id)
+    """One job as squeue has it, else as accounting does; None when neither knows it."""
+    found = (await read_jobs(connection, [job_id])).get(job_id)
+    return found if found is not None else (await read_accounting(connection, [job_id])).get(job_id)
 
 
-def parse_queue(text: str) -> Queue:
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return Queue()
-    queue = Queue()
-    for job in document.get("jobs", []) if isinstance(document, dict) else []:
-        parsed = _job_from_json(job)
-        queue.jobs[parsed.job_id] = parsed
-    return queue
+def positions(pending: Iterable[Pending]) -> dict[str, int]:
+    """Each pending job's place in its partition's queue (1 = next): by priority, then by age
+    (the lower id). A job that may run in several partitions ("gpu,other") waits in each, and
+    gets its best place."""
+    queues: dict[str, list[Pending]] = {}
+    for job in pending:
+        for partition in job.partition.split(","):
+            queues.setdefault(partition, []).append(job)
+    places: dict[str, int] = {}
+    for queue in queues.values():
+        queue.sort(key=lambda job: (-job.priority, _as_int(job.job_id)))
+        for place, job in enumerate(queue, start=1):
+            places[job.job_id] = min(place, places.get(job.job_id, place))
+    return places
 
 
-def _job_from_json(job: dict[str, Any]) -> JobState:
-    state = job.get("job_state", "")
-    if isinstance(state, list):  # 23.02 and later: the base state first, then flags
-        state = state[0] if state else ""
-    exit_code, signal = _exit_of(job.get("exit_code"))
-    nodes = job.get("nodes") or ""
-    reason = str(job.get("state_reason") or "")
-    return JobState(
-        job_id=str(_number(job.get("job_id"))),
-        state=str(state),
-        reason="" if reason == "None" else reason,
-        nodes=tuple(expand_hostlist(nodes)) if isinstance(nodes, str) else (),
-        partition=str(job.get("partition") or ""),
-        exit_code=exit_code,
-        signal=signal,
-        priority=_number(job.get("priority")) or 0,
-        name=str(job.get("name") or ""),
-    )
+def parse_queue(text: str) -> list[JobState]:
+    """squeue's lines of QUEUE_FIELDS."""
+    jobs = []
+    for fields in _rows(text, len(QUEUE_FIELDS)):
+        job_id, state, reason, nodes, partition, priority, exit_code, name = fields
+        code, signal = _exit_of(exit_code)
+        jobs.append(
+            JobState(
+                job_id=job_id,
+                state=state,
+                reason="" if reason == "None" else reason,
+                nodes=_nodes(nodes),
+                partition=partition,
+                exit_code=code,
+                signal=signal,
+                priority=int(priority) if priority.isdigit() else 0,
+                name=name,
+            )
+        )
+    return jobs
 
 
-def _exit_of(value: Any) -> tuple[int | None, int | None]:
-    """(exit code, signal) from a raw wait status (22.05) or a {"return_code", "signal"} object."""
-    if isinstance(value, dict):
-        code = _number(value.get("return_code"))
-        signal_value = value.get("signal")
-        signal = _number(signal_value.get("id") if isinstance(signal_value, dict) else signal_value)
-        return code, signal or None
-    status = _number(value)
-    if status is None:
+def _rows(text: str, count: int) -> Iterable[list[str]]:
+    """Each line's `count` fields, as squeue prints them with "|" after each (the last keeps any
+    "|" inside it)."""
+    for line in text.splitlines():
+        fields = line.removesuffix("|").split("|", count - 1)
+        if len(fields) == count and fields[0].strip():
+            yield [field.strip() for field in fields]
+
+
+def _nodes(text: str) -> tuple[str, ...]:
+    """A job's nodes; none for a job that never ran ("", "(null)", "None assigned")."""
+    return () if text in ("", "(null)", "None assigned") else tuple(expand_hostlist(text))
+
+
+def _format(fields: Iterable[str]) -> str:
+    return "--Format=" + ",".join(f"{field}:0|" for field in fields)
+
+
+def _exit_of(text: str) -> tuple[int | None, int | None]:
+    """(exit code, signal) from sacct's "code:signal", or from squeue's raw wait status (a signal
+    in the low byte, the exit code above it)."""
+    code, colon, signal = text.partition(":")
+    if colon:
+        return (int(code) if code.isdigit() else None), ((int(signal) or None) if signal.isdigit() else None)
+    if not text.isdigit():
         return None, None
+    status = int(text)
     return (status >> 8) & 0xFF, (status & 0x7F) or None
-
-
-def _number(value: Any) -> int | None:
-    if isinstance(value, dict):
-        return _number(value.get("number")) if value.get("set", True) else None
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
 
 
 def _as_int(job_id: str) -> int:
     return int(job_id) if job_id.isdigit() else 0
 
 
-def parse_accounting(text: str, job_id: str) -> JobState | None:
-    """sacct's `-P` line for the job: JobID|State|ExitCode|NodeList|Partition."""
+def _last_line(stderr: bytes) -> str:
+    lines = stderr.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else "no answer"
+
+
+def parse_accounting(text: str, job_ids: Collection[str]) -> dict[str, JobState]:
+    """sacct's `-P` lines for the jobs: JobID|State|ExitCode|NodeList|Partition."""
+    found: dict[str, JobState] = {}
     for line in text.splitlines():
         fields = line.split("|")
-        if len(fields) < 5 or fields[0] != job_id:
+        if len(fields) < 5 or fields[0] not in job_ids:
             continue
         words = fields[1].strip()
         state = words.split()[0] if words else ""
-        code, _, signal = fields[2].partition(":")
-        return JobState(
-            job_id=job_id,
+        code, signal = _exit_of(fields[2])
+        found[fields[0]] = JobState(
+            job_id=fields[0],
             state=state,
-            nodes=tuple(expand_hostlist(fields[3])) if fields[3] not in ("", "None assigned") else (),
+            nodes=_nodes(fields[3]),
             partition=fields[4],
-            exit_code=int(code) if code.isdigit() else None,
-            signal=(int(signal) or None) if signal.isdigit() else None,
+            exit_code=code,
+            signal=signal,
             words=words if words != state else "",
         )
-    return None
+    return found
 
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")

@@ -183,7 +183,7 @@ async def find_api_caller(request: Request, runtime: Runtime) -> Caller:
     bearer = _bearer(request)
     if bearer is not None:
         caller = await guarded_bearer(
-            runtime.login_limits, client_address(request), lambda: _bearer_caller(runtime, bearer)
+            runtime.login_limits, runtime.sessions, client_address(request), lambda: _bearer_caller(runtime, bearer)
         )
         if caller is None:
             raise HTTPException(401, "invalid API token", headers={"WWW-Authenticate": "Bearer"})

@@ -6,20 +6,15 @@ credential is read, whatever the credential is (a token today, a password as wel
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from fastapi import HTTPException, Request
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.accounts import logins
-from app.accounts.limits import Burst, LoginLimiter
-from app.errors import DiskFull
+from app.accounts.limits import LoginLimiter
+from app.db import Sessions
 from app.web.limits import CLIENT_ADDRESS
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Comparison = Callable[[], bool | Awaitable[bool]]
@@ -42,42 +37,36 @@ class LoginVerdict:
 
 
 async def guarded_login(
-    limiter: LoginLimiter, db: AsyncSession, *, address: str, account: str, compare: Comparison
+    limiter: LoginLimiter, sessions: Sessions, *, address: str, account: str, compare: Comparison
 ) -> LoginVerdict:
     """Runs `compare` unless the address or the account is locked; failures and refusals go
-    into the address's one audit row for the burst (committed here)."""
-    if (wait := limiter.check(address, account)) is not None:
-        await _audit(db, limiter.refused(address, account))
+    into the address's one audit row for the burst (each in a unit of work of its own, none open
+    while `compare` runs)."""
+    if (wait := await limiter.check(sessions, address, account)) is not None:
+        await limiter.refused(sessions, address, account)
         return LoginVerdict(accepted=False, retry_after=wait)
     outcome = compare()
     accepted = await outcome if inspect.isawaitable(outcome) else outcome
     if accepted:
-        limiter.succeeded(address, account)
+        await limiter.succeeded(sessions, address, account)
         return LoginVerdict(accepted=True)
-    await _audit(db, limiter.failed(address, account))
+    await limiter.failed(sessions, address, account)
     return LoginVerdict(accepted=False)
 
 
-async def guarded_bearer(limiter: LoginLimiter, address: str, find: Callable[[], Awaitable[T | None]]) -> T | None:
+async def guarded_bearer(
+    limiter: LoginLimiter, sessions: Sessions, address: str, find: Callable[[], Awaitable[T | None]]
+) -> T | None:
     """An API token, limited by address (a token names no account). `find` gives whom the token
     speaks for, or None for a wrong one, which counts as a failure and gets 429 while the address
     is locked. A right token goes through even then: the lock slows guessing, and a token (256
-    random bits) is not guessed, so a colleague's mistyped passwords do not stop a team's scripts."""
+    random bits) is not guessed, so a colleague's mistyped passwords do not stop a team's scripts.
+    Its failures count into the address's burst; the audit row is written by a form login's."""
     found = await find()
     if found is not None:
         return found
-    if (wait := limiter.check(address)) is not None:
-        limiter.refused(address)
+    if (wait := await limiter.check(sessions, address)) is not None:
+        await limiter.refused(sessions, address, audit=False)
         raise HTTPException(429, refusal_sentence(wait), headers={"Retry-After": str(wait)})
-    limiter.failed(address)
+    await limiter.failed(sessions, address, audit=False)
     return None
-
-
-async def _audit(db: AsyncSession, burst: Burst) -> None:
-    """A full data dir must not hide an attack from the server log, nor turn a refusal into a 500."""
-    try:
-        await logins.record_failed_logins(db, burst)
-        await db.commit()
-    except DiskFull as exc:
-        await db.rollback()
-        log.warning("audit: %s not recorded: %s", burst.summary(), exc)

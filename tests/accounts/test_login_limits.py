@@ -1,13 +1,20 @@
-"""Failed logins are limited per address and per account, with Retry-After, and audited once per burst."""
+"""Failed logins are limited per address and per account, with Retry-After, and audited once per
+burst; the limits live in the database (SQLite and PostgreSQL), bounded."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
 from fastapi import FastAPI
 from httpx import AsyncClient
 from sqlalchemy import select
 
+from app import db
 from app.accounts.limits import LoginLimiter
-from app.db.models import AuditEvent
+from app.db import Sessions
+from app.db.models import AuditEvent, LoginLimit
 from tests.support.dashboard import AUTH, TOKEN
 from tests.support.web import csrf_from
 
@@ -103,35 +110,73 @@ async def test_the_api_refuses_wrong_tokens_from_a_locked_address_but_serves_the
     assert (await app_client.get("/api/hosts", headers={"Authorization": "Bearer guess-6"})).status_code == 401
 
 
-def test_the_account_is_locked_from_every_address_and_the_address_for_every_account() -> None:
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Sessions]:
+    """Where the limits live: a fresh database of each kind."""
+    db.upgrade(database_url)
+    engine = db.create_engine(database_url)
+    yield Sessions.of(engine)
+    await engine.dispose()
+
+
+async def limit_rows(store: Sessions) -> list[str]:
+    async with store.read() as session:
+        return list(await session.scalars(select(LoginLimit.name).order_by(LoginLimit.last_at)))
+
+
+async def test_the_account_is_locked_from_every_address_and_the_address_for_every_account(store: Sessions) -> None:
     clock = Clock()
     limiter = LoginLimiter(clock=clock)
     for n in range(5):
-        assert limiter.check(f"10.0.0.{n}", "alice") is None
-        limiter.failed(f"10.0.0.{n}", "alice")
-    assert limiter.check("10.0.0.99", "alice") == 60
-    assert limiter.check("10.0.0.99", "bob") is None
+        assert await limiter.check(store, f"10.0.0.{n}", "alice") is None
+        await limiter.failed(store, f"10.0.0.{n}", "alice")
+    assert await limiter.check(store, "10.0.0.99", "alice") == 60
+    assert await limiter.check(store, "10.0.0.99", "bob") is None
     for _ in range(5):
-        limiter.failed("10.0.0.7", "bob")
-    assert limiter.check("10.0.0.7", "carol") == 60
+        await limiter.failed(store, "10.0.0.7", "bob")
+    assert await limiter.check(store, "10.0.0.7", "carol") == 60
     clock.now += 60
-    assert limiter.check("10.0.0.7", "carol") is None
+    assert await limiter.check(store, "10.0.0.7", "carol") is None
 
 
-def test_a_right_login_clears_the_failures_before_it() -> None:
+async def test_a_right_login_clears_the_failures_before_it(store: Sessions) -> None:
     limiter = LoginLimiter(clock=Clock())
     for _ in range(4):
-        limiter.failed("10.0.0.1", "alice")
-    limiter.succeeded("10.0.0.1", "alice")
+        await limiter.failed(store, "10.0.0.1", "alice")
+    await limiter.succeeded(store, "10.0.0.1", "alice")
     for _ in range(4):
-        limiter.failed("10.0.0.1", "alice")
-    assert limiter.check("10.0.0.1", "alice") is None
+        await limiter.failed(store, "10.0.0.1", "alice")
+    assert await limiter.check(store, "10.0.0.1", "alice") is None
 
 
-def test_five_failures_spread_over_more_than_a_minute_lock_nothing() -> None:
+async def test_five_failures_spread_over_more_than_a_minute_lock_nothing(store: Sessions) -> None:
     clock = Clock()
     limiter = LoginLimiter(clock=clock)
     for _ in range(20):
-        limiter.failed("10.0.0.1", "alice")
+        await limiter.failed(store, "10.0.0.1", "alice")
         clock.now += 15
-        assert limiter.check("10.0.0.1", "alice") is None
+        assert await limiter.check(store, "10.0.0.1", "alice") is None
+
+
+async def test_failures_arriving_at_once_all_count_and_leave_one_audit_row(store: Sessions) -> None:
+    """As from replicas behind a load balancer: each failure locks its rows, so none is lost and
+    the burst's audit row is added once."""
+    limiter = LoginLimiter(clock=Clock())
+    await asyncio.gather(*(limiter.failed(store, "10.0.0.9", "alice") for _ in range(20)))
+    async with store.read() as session:
+        [row] = (await session.scalars(select(AuditEvent).where(AuditEvent.action == "login-failed"))).all()
+    assert row.detail["summary"] == "20 failed logins from 10.0.0.9 in 0.0 s"
+    assert await limiter.check(store, "10.0.0.8", "alice") == 900  # 5 to lock, 15 doublings: the longest
+    assert await limiter.check(store, "10.0.0.9", "bob") == 900
+
+
+async def test_the_table_keeps_the_newest_keys_and_forgets_quiet_ones(store: Sessions) -> None:
+    clock = Clock()
+    limiter = LoginLimiter(clock=clock, max_keys=10)
+    for n in range(30):
+        await limiter.failed(store, f"10.0.1.{n}")
+        clock.now += 1
+    assert await limit_rows(store) == [f"10.0.1.{n}" for n in range(20, 30)]
+    clock.now += 3600  # a quiet hour: what those keys held counts for nothing any more
+    await limiter.failed(store, "10.0.2.1", "alice")
+    assert sorted(await limit_rows(store)) == ["10.0.2.1", "alice"]

@@ -16,11 +16,11 @@ from httpx import ASGITransport, AsyncClient
 from sqlalchemy import select
 
 from app.accounts import users
-from app.accounts.limits import LoginLimiter
 from app.config import Settings
 from app.db.models import AuditEvent, User
 from app.states import Role
 from app.web.app import create_app
+from tests.support.accounts import forget_failed_logins
 from tests.support.cli import cli_argv, cli_env, run_cli
 from tests.support.dashboard import make_settings
 from tests.support.paths import ROOT
@@ -145,7 +145,7 @@ async def test_forwarded_for_names_the_client_only_from_a_proxy(dashboard: Dashb
             for n in range(6):
                 status = await _wrong_login(direct, {"X-Forwarded-For": f"198.51.100.{n}"})
             assert status == 429  # the sixth: one address, whatever the header said
-        app.state.runtime.login_limits = LoginLimiter()  # the access-token login's account is locked too
+        await forget_failed_logins(app)  # the access-token login's account is locked too
         async with client_from(app, PROXY) as proxy:
             assert await _wrong_login(proxy, {"X-Forwarded-For": "203.0.113.7, 10.0.0.1"}) == 401
         async with app.state.runtime.sessions.read() as db:

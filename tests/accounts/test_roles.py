@@ -11,9 +11,8 @@ from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 
 from app.accounts import tokens, users
-from app.accounts.limits import LoginLimiter
 from app.states import Role
-from tests.support.accounts import PASSWORD
+from tests.support.accounts import PASSWORD, forget_failed_logins
 from tests.support.dashboard import TOKEN
 from tests.support.web import api_routes, csrf_from
 
@@ -230,7 +229,7 @@ async def test_every_route_lets_through_exactly_the_roles_its_table_entry_names(
     wrong = []
     for caller in CALLERS:
         # Each caller's empty POST /login is a failed login; test_login_limits tests where they add up.
-        running_app.state.runtime.login_limits = LoginLimiter()
+        await forget_failed_logins(running_app)
         client, csrf = await client_for(running_app, caller)
         try:
             for (method, path), least in LEAST_ROLE.items():

@@ -4,15 +4,18 @@ prints none. The password file (a compose secret): read on the first start only.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.accounts import users
 from app.config import Settings
+from app.db.models import User
 from app.states import Role
 from tests.support.accounts import PASSWORD
 from tests.support.cli import cli_env
@@ -175,3 +178,26 @@ def test_a_password_file_that_cannot_make_the_admin_is_a_sentence_and_exit_2(tmp
         assert f"launchdeck: LAUNCHDECK_ADMIN_PASSWORD_FILE: cannot read {secret}: [Errno 2]" in said
     else:
         assert "launchdeck: LAUNCHDECK_ADMIN_PASSWORD_FILE: a password has at least 8 characters" in said
+
+
+async def test_replicas_started_together_with_the_password_file_make_one_admin(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Each replica reads the file while no account exists; one makes the admin, the others find it made."""
+    from app import db
+    from app.accounts import setup
+
+    secret = tmp_path / "admin-password"
+    secret.write_text(PASSWORD + "\n")
+    db.upgrade(database_url)
+    engines = [db.create_engine(database_url) for _ in range(3)]
+    try:
+
+        async def start(engine: AsyncEngine) -> User | None:
+            async with db.session_factory(engine)() as session:
+                return await setup.admin_from_file(session, name="ops", password_file=secret)
+
+        made = await asyncio.gather(*(start(engine) for engine in engines))
+        assert [user.name for user in made if user is not None] == ["ops"]
+    finally:
+        await asyncio.gather(*(engine.dispose() for engine in engines))

@@ -1256,7 +1256,9 @@ async def test_teach_launchdeck_on_an_unrecognised_failure_and_see_the_past_and_
     await expect(match).to_have_value(re.compile(r"^RuntimeError: modelsync: the copy of "))  # the root error
     await match.fill("modelsync: the copy of")  # what every copy of this error says, whatever the model
     await form.get_by_role("button", name="Save as a team rule").click()
-    await expect(page).to_have_url(f"{demo.base_url}/attempts/{past}")
+    # Back on the attempt once the rule is saved and this attempt re-diagnosed with it (seconds under
+    # the whole suite's load on two cores).
+    await expect(page).to_have_url(f"{demo.base_url}/attempts/{past}", timeout=15_000)
 
     team_rule = page.locator("#team-rule")  # decided before the page came back: no reload needed
     await expect(team_rule).to_contain_text(f"team rule by admin: {RULE_TITLE}")

@@ -192,6 +192,20 @@ async def test_new_logins_go_on_while_the_data_dir_is_full_and_are_kept_once_the
     await until(listed, "the login was not written once there was room")
 
 
+async def test_failed_logins_are_limited_while_the_data_dir_is_full(deck: Deck) -> None:
+    """The limits live in the database; while it cannot be written they are counted in memory, so
+    a full data dir does not open the door to guessing."""
+    await add_user(deck.app, "ann", Role.VIEWER)
+    async with browser(deck.app) as guesser:
+        statuses = []
+        for n in range(6):
+            await deck.fill()
+            form = await guesser.get("/login")
+            fields = {"name": "ann", "password": f"guess {n}", "csrf_token": csrf_from(form.text)}
+            statuses.append((await guesser.post("/login", data=fields)).status_code)
+        assert statuses == [401] * 5 + [429]
+
+
 async def test_a_login_begun_while_the_data_dir_was_full_ends_with_a_new_password_or_a_disabled_account(
     deck: Deck,
 ) -> None:

@@ -15,80 +15,53 @@ from app.errors import InvalidInput
 from app.gpu.partitions import gpu_count, parse_sinfo
 from app.launch.slurm_lifecycle import gpus_per_node
 from app.slurm import batch
-from app.slurm.jobs import JobState, expand_hostlist, parse_accounting, parse_queue
+from app.slurm.jobs import JobState, Pending, expand_hostlist, parse_accounting, parse_queue, positions
 from app.slurm.outcomes import outcome_of
 from app.ssh.hosts import SlurmSettings
 from app.states import AttemptStatus
 
 
-def queue_of(*jobs: dict[str, object]) -> str:
-    return json.dumps({"jobs": list(jobs)})
+def test_pending_jobs_place_by_priority_then_age_within_their_partition() -> None:
+    pending = [
+        Pending("8", "gpu", 5),
+        Pending("9", "gpu", 5),
+        Pending("10", "gpu", 6),
+        Pending("11", "cpu", 99),
+        Pending("12", "cpu,gpu", 7),  # may run in either: its best place counts
+    ]
+    assert positions(pending) == {"12": 1, "10": 2, "8": 3, "9": 4, "11": 1}
 
 
-def test_pending_job_has_its_reason_and_position_among_its_partitions_pending_jobs() -> None:
-    queue = parse_queue(
-        queue_of(
-            {
-                "job_id": 7,
-                "job_state": "RUNNING",
-                "state_reason": "None",
-                "partition": "gpu",
-                "priority": 9,
-                "nodes": "n1",
-            },
-            {"job_id": 8, "job_state": "PENDING", "state_reason": "Resources", "partition": "gpu", "priority": 5},
-            {"job_id": 9, "job_state": "PENDING", "state_reason": "Priority", "partition": "gpu", "priority": 5},
-            {"job_id": 10, "job_state": "PENDING", "state_reason": "Priority", "partition": "gpu", "priority": 6},
-            {"job_id": 11, "job_state": "PENDING", "state_reason": "Priority", "partition": "cpu", "priority": 99},
-        )
+def test_squeue_lines_are_read_field_by_field() -> None:
+    """As `--Format` prints them, each field followed by "|"; the name last, whatever it holds; the
+    exit code a raw wait status (768: exit 3; 15: SIGTERM)."""
+    running, pending, ended, failed = parse_queue(
+        "7|RUNNING|None|gpu[01-02]|gpu|9|0|launchdeck-3-ab|\n"
+        "8|PENDING|Resources||gpu|5|0|odd|name|\n"
+        "9|TIMEOUT|TimeLimit|gpu03|gpu|0|15|launchdeck-4-cd|\n"
+        "10|FAILED|NonZeroExitCode|gpu03|gpu|0|768|x|\n"
+        "\n"
     )
-    assert queue.find("9") == JobState(
-        job_id="9", state="PENDING", reason="Priority", partition="gpu", priority=5, position=3
-    )
-    assert queue.find("10").position == 1  # type: ignore[union-attr]
-    assert queue.find("7") == JobState(job_id="7", state="RUNNING", nodes=("n1",), partition="gpu", priority=9)
-    assert queue.find("12") is None
-
-
-def test_newer_slurm_json_shapes_read_the_same() -> None:
-    """From 23.02 a state is a list and numbers are {"set", "number"} objects."""
-    [job] = parse_queue(
-        queue_of(
-            {
-                "job_id": 5,
-                "job_state": ["TIMEOUT"],
-                "state_reason": "None",
-                "partition": "gpu",
-                "priority": {"set": True, "number": 3},
-                "nodes": "gpu[01-02]",
-                "exit_code": {"status": ["SIGNALED"], "return_code": {"set": True, "number": 0}, "signal": {"id": 15}},
-            }
-        )
-    ).jobs.values()
-    assert job == JobState(
-        job_id="5", state="TIMEOUT", nodes=("gpu01", "gpu02"), partition="gpu", exit_code=0, signal=15, priority=3
-    )
-
-
-def test_raw_wait_status_is_read_as_exit_code_and_signal() -> None:
-    [cancelled, failed] = parse_queue(
-        queue_of(
-            {"job_id": 1, "job_state": "CANCELLED", "exit_code": 15},
-            {"job_id": 2, "job_state": "FAILED", "exit_code": 768},
-        )
-    ).jobs.values()
-    assert (cancelled.exit_code, cancelled.signal) == (0, 15)
+    assert running == JobState(
+        job_id="7", state="RUNNING", nodes=("gpu01", "gpu02"), partition="gpu", exit_code=0, priority=9,
+        name="launchdeck-3-ab",
+    )  # fmt: skip
+    assert (pending.state, pending.reason, pending.nodes, pending.name) == ("PENDING", "Resources", (), "odd|name")
+    assert (ended.final, ended.exit_code, ended.signal, ended.reason) == (True, 0, 15, "TimeLimit")
     assert (failed.exit_code, failed.signal) == (3, None)
 
 
-def test_accounting_line_keeps_slurms_own_words() -> None:
-    job = parse_accounting("41|CANCELLED by 0|0:15|gpu[3,5]|h200\n", "41")
-    assert job == JobState(
+def test_accounting_lines_keep_slurms_own_words() -> None:
+    found = parse_accounting(
+        "41|CANCELLED by 0|0:15|gpu[3,5]|h200\n42|PENDING|0:0|None assigned|h200\n43|CANCELLED|0:0|(null)|h200\n",
+        {"41", "42", "43"},
+    )
+    assert found["41"] == JobState(
         job_id="41", state="CANCELLED", nodes=("gpu3", "gpu5"), partition="h200", exit_code=0, signal=15,
         words="CANCELLED by 0",
     )  # fmt: skip
-    assert parse_accounting("41|PENDING|0:0|None assigned|h200\n", "41").nodes == ()  # type: ignore[union-attr]
-    assert parse_accounting("", "41") is None
+    assert found["42"].nodes == found["43"].nodes == ()
+    assert parse_accounting("43|COMPLETED|0:0|gpu3|h200\n", {"41"}) == {}
 
 
 @pytest.mark.parametrize(

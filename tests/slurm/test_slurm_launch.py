@@ -1,5 +1,6 @@
 """Launching on a real Slurm cluster through the dashboard: the attempt follows its batch job from
-the queue to ready, and every way a job ends shows as what it is, in the API and on the page."""
+the queue to ready, and every way a job ends shows as what it is, in the API and on the page. The
+dashboard polls the cluster every second here (5 s by default), once for every attempt there."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from tests.support.browser import log_in as log_in_with_token
 from tests.support.dashboard import AUTH, TOKEN
 from tests.support.served import served
 from tests.support.servers import free_port
-from tests.support.slurm import sbatch
+from tests.support.slurm import SlurmCommands, sbatch
 from tests.support.strict import require
 from tests.support.waiting import until
 from tests.support.web import log_in
@@ -79,6 +80,7 @@ async def started_app(site: SlurmSite, root: Path, **settings: Any) -> AsyncIter
             known_hosts=root / "known_hosts",
             ssh_config=root / "no-ssh-config",
             cookie_secure=False,
+            slurm_poll_seconds=1,
         )
     )
     async with app.router.lifespan_context(app):
@@ -183,6 +185,54 @@ async def test_queued_job_shows_its_reason_and_position_then_runs_to_ready_and_s
 
 async def _running(login: HostConnection, job_id: str) -> bool:
     return await squeue_state(login, job_id) == "RUNNING"
+
+
+async def test_many_queued_attempts_each_show_their_place_and_cost_one_squeue_a_poll(
+    slurm_site: SlurmSite, login: HostConnection, tmp_path: Path
+) -> None:
+    """Ten attempts wait behind a job that holds every GPU of their partition: each shows why and
+    where it waits, and the dashboard asks squeue for all ten at once, once a poll (a follower that
+    asked for its own job, as before, asked ten times as often, and twice a second), until they stop."""
+    blocker = await sbatch(login, "#!/bin/sh\nsleep 600\n", "--partition=b200", "--gres=gpu:8", "--output=/dev/null")
+    await until(lambda: _running(login, blocker), "the blocking job to run")
+    commands = SlurmCommands(slurm_site)
+    try:
+        async with dashboard(slurm_site, tmp_path) as (api, browser):
+            attempt_ids = [await launch(api) for _ in range(10)]
+
+            async def placed() -> dict[int, dict[str, Any]] | None:
+                shown = {attempt_id: (await attempt_of(api, attempt_id))["scheduler"] for attempt_id in attempt_ids}
+                places = sorted(scheduler.get("position", 0) for scheduler in shown.values())
+                return shown if places == list(range(1, 11)) else None
+
+            shown = await until(placed, "each attempt to show its place in the queue", timeout=60)
+            assert {scheduler["state"] for scheduler in shown.values()} == {"PENDING"}
+            assert {scheduler["reason"] for scheduler in shown.values()} <= {"Resources", "Priority"}
+            last = next(attempt_id for attempt_id, scheduler in shown.items() if scheduler["position"] == 10)
+            assert "position 10 in the queue of partition b200" in await page(browser, last)
+            job_ids = {scheduler["job_id"] for scheduler in shown.values()}
+
+            commands.clear()
+            await asyncio.sleep(5.0)
+            argvs = commands.argvs()
+            polls = [
+                argv for argv in argvs if argv[0] == "squeue" and f"--jobs={','.join(sorted(job_ids, key=int))}" in argv
+            ]
+            assert 3 <= len(polls) <= 7, argvs  # one a second
+            # Besides, at most one read of the partitions and one of the queue's places (every 12 polls).
+            assert len(argvs) - len(polls) <= 2, argvs
+
+            for attempt_id in attempt_ids:
+                assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+            for attempt_id in attempt_ids:
+                stopped = await reaches(api, attempt_id, ENDED)
+                assert (stopped["status"], stopped["error"], stopped["scheduler"]["state"]) == (
+                    "stopped",
+                    "",
+                    "CANCELLED",
+                )
+    finally:
+        commands.remove()
 
 
 async def test_failing_launch_shows_its_root_error(

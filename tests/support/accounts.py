@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
+from sqlalchemy import delete
 
 from app.accounts import tokens, users
+from app.db.models import LoginLimit
 from app.states import Role
 from tests.support.web import csrf_from
 
@@ -16,6 +18,13 @@ PASSWORD = "correct horse battery"
 async def add_user(app: FastAPI, name: str, role: Role) -> None:
     async with app.state.runtime.sessions.write() as session:
         await users.add_user(session, name=name, password=PASSWORD, role=role)
+
+
+async def forget_failed_logins(app: FastAPI) -> None:
+    """Clears every failed-login limit, as a quiet hour would (they live in the database)."""
+    async with app.state.runtime.sessions.write() as session:
+        await session.execute(delete(LoginLimit))
+        await session.commit()
 
 
 async def log_in(client: AsyncClient, **fields: str) -> str:

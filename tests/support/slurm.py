@@ -8,9 +8,13 @@ starts faster than two clusters, and the partitions keep the single-node and two
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+from pathlib import Path
 from typing import Any
 
 from app.demo.inventory import SimHostSpec
+from app.demo.slurm import CLIENT_COMMANDS, SlurmSite
 from app.ssh import HostConnection
 
 NODES = (
@@ -50,3 +54,32 @@ async def accounted(login: HostConnection, job_id: str) -> dict[str, str] | None
 
 async def read(login: HostConnection, path: str) -> str:
     return (await login.run(["cat", "--", path])).stdout.decode()
+
+
+class SlurmCommands:
+    """The Slurm commands run on the login node while this exists, whoever ran them, each as its
+    argv: every Slurm client command on the login node's PATH is a script that writes its
+    arguments (one line, tab-separated), then runs the command. `remove` puts the PATH back."""
+
+    def __init__(self, site: SlurmSite):
+        self.path = site.root / "slurm-commands.log"
+        self.path.write_text("")
+        self.wrappers: list[Path] = []
+        for name in CLIENT_COMMANDS:
+            program = shutil.which(name)
+            assert program is not None, f"{name} is not on the PATH"
+            wrapper = site.login.bin_dir / name
+            logged = f"printf '%s\\n' \"$(printf '%s\\t' {shlex.quote(name)} \"$@\")\" >> {shlex.quote(str(self.path))}"
+            wrapper.write_text(f'#!/bin/sh\n{logged}\nexec {shlex.quote(program)} "$@"\n')
+            wrapper.chmod(0o755)
+            self.wrappers.append(wrapper)
+
+    def clear(self) -> None:
+        self.path.write_text("")
+
+    def argvs(self) -> list[list[str]]:
+        return [line.rstrip("\t").split("\t") for line in self.path.read_text().splitlines()]
+
+    def remove(self) -> None:
+        for wrapper in self.wrappers:
+            wrapper.unlink(missing_ok=True)

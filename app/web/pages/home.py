@@ -68,18 +68,17 @@ async def login(
         return user is not None
 
     account = TOKEN_ACCOUNT if by_token else name.strip().lower()[:64]
-    async with runtime.sessions.write() as db:
-        verdict = await guarded_login(
-            runtime.login_limits, db, address=remote, account=account, compare=credentials_match
-        )
-        if verdict.retry_after is not None:
-            context = {"next": _local_path(next), "error": refusal_sentence(verdict.retry_after)}
-            response = render(request, "login.html", context, status_code=429)
-            response.headers["Retry-After"] = str(verdict.retry_after)
-            return response
-        if not verdict.accepted:
-            error = "That token is not valid." if by_token else "Wrong user name or password."
-            return render(request, "login.html", {"next": _local_path(next), "error": error}, status_code=401)
+    verdict = await guarded_login(
+        runtime.login_limits, runtime.sessions, address=remote, account=account, compare=credentials_match
+    )
+    if verdict.retry_after is not None:
+        context = {"next": _local_path(next), "error": refusal_sentence(verdict.retry_after)}
+        response = render(request, "login.html", context, status_code=429)
+        response.headers["Retry-After"] = str(verdict.retry_after)
+        return response
+    if not verdict.accepted:
+        error = "That token is not valid." if by_token else "Wrong user name or password."
+        return render(request, "login.html", {"next": _local_path(next), "error": error}, status_code=401)
     # In a unit of work of its own, none open beside it: on a full disk it is held in memory.
     login_id = await logins.start_or_hold_login(
         runtime.sessions,

@@ -1,5 +1,5 @@
-"""The setup link's form: the first admin, made by whoever holds the link `launchdeck serve`
-printed. No login is needed, only the secret; a wrong, spent or expired one is a plain 404."""
+"""The setup link's form: the first admin, made by whoever holds a link `launchdeck serve` printed
+(on any replica). No login is needed, only the secret; a wrong, spent or expired one is a plain 404."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/setup/{secret}", response_class=HTMLResponse)
-async def setup_form(request: Request, secret: str, runtime: RuntimeDep, db: ReadDb) -> Response:
-    await setup.check_link(db, runtime.setup_link, secret)
+async def setup_form(request: Request, secret: str, db: ReadDb) -> Response:
+    await setup.check_link(db, secret)
     return render(request, "setup.html", {"secret": secret, "name": "", "error": None})
 
 
@@ -35,13 +35,11 @@ async def create_first_admin(
     csrf_token: Annotated[str | None, Form()] = None,
 ) -> Response:
     """Creates the admin and logs them in; the link is spent from then on."""
-    await setup.check_link(db, runtime.setup_link, secret)  # a wrong secret is a 404 before all else
+    await setup.check_link(db, secret)  # a wrong secret is a 404 before all else
     check_csrf(request, csrf_token)
     remote = client_address(request)
     try:
-        user = await setup.create_first_admin(
-            db, runtime.setup_link, secret, name=name, password=password, again=again, remote_addr=remote
-        )
+        user = await setup.create_first_admin(db, secret, name=name, password=password, again=again, remote_addr=remote)
     except InvalidInput as exc:
         await db.rollback()
         return render(request, "setup.html", {"secret": secret, "name": name, "error": f"{exc}."}, status_code=422)

@@ -1,0 +1,220 @@
+"""Several dashboard processes on one PostgreSQL database: two controllers share the simulated hosts
+through leases, a web process hands its launches to the controller that owns their host, and a
+controller killed with SIGKILL has its hosts (and their attempts) taken by the other."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from app.demo.presets import DEMO_PRESETS
+from tests.support.faults import (
+    AUTH,
+    Dashboard,
+    HostProcess,
+    assert_status_is_true,
+    follow_events,
+    process_alive,
+)
+from tests.support.postgres import POSTGRES_ADMIN_URL, postgres_available
+from tests.support.servers import free_port
+from tests.support.strict import require
+
+pytestmark = [pytest.mark.postgres, pytest.mark.faults]
+
+TIME_SCALE = 0.05
+LEASE = 3.0  # seconds: a dead controller's hosts are taken within this and a beat
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[str]:
+    require(postgres_available(), f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL}")
+    name = f"launchdeck_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[dict[str, HostProcess]]:
+    hosts = {name: HostProcess.create(tmp_path / "cluster", name, TIME_SCALE) for name in ("fa-b200", "fa-rtx")}
+    try:
+        for host in hosts.values():
+            host.spawn()
+        for host in hosts.values():
+            host.wait_listening()
+        yield hosts
+    finally:
+        for host in hosts.values():
+            host.stop()
+
+
+def replica(tmp_path: Path, database: str, role: str, name: str) -> Dashboard:
+    """`launchdeck serve --role ROLE`; the replicas share the data dir (the mirrored logs) and the database."""
+    url = database.replace("postgresql://", "postgresql+psycopg://")
+    server = Dashboard.create(
+        tmp_path / "data",
+        tmp_path / "cluster" / "hosts.toml",
+        output=tmp_path / f"{name}.out",
+        database_url=url,
+        lease_seconds=str(LEASE),
+    )
+    server.argv = ["serve", "--role", role]
+    return server
+
+
+def owners(database: str) -> dict[str, tuple[str, int]]:
+    """Each host's current lease holder and token, as the database has them."""
+    with psycopg.connect(database) as connection:
+        rows = connection.execute("select host, owner, token from host_lease where expires_at > now()").fetchall()
+    return {host: (owner, token) for host, owner, token in rows}
+
+
+def pid_of(owner: str) -> int:
+    return int(owner.split(":")[1])
+
+
+async def until(check: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(what)
+
+
+async def start_replicas(tmp_path: Path, database: str) -> tuple[list[Dashboard], Dashboard]:
+    """Two controllers and a web process, started one by one; back once the controllers share the hosts."""
+    controllers = [replica(tmp_path, database, "controller", f"controller-{n}") for n in (1, 2)]
+    web = replica(tmp_path, database, "web", "web")
+    try:
+        for server in (*controllers, web):
+            server.start()
+
+        async def split() -> bool:
+            held = owners(database)
+            return len(held) == 2 and {pid_of(owner) for owner, _ in held.values()} == {c.pid for c in controllers}
+
+        await until(split, 30, f"the two controllers did not share the hosts: {owners(database)}")
+    except BaseException:
+        for server in (*controllers, web):
+            server.stop()
+        raise
+    return controllers, web
+
+
+async def launch_through_web(api: httpx.AsyncClient) -> int:
+    """llama31-8b on fa-b200, asked of the web process: the controller that owns the host starts it."""
+    for preset in DEMO_PRESETS:
+        assert (await api.post("/api/presets", json=vars(preset))).status_code == 201
+    body = {"preset": "llama31-8b", "host": "fa-b200", "gpus": [0], "port": free_port()}
+    launched = await api.post("/api/attempts", json=body)
+    assert launched.status_code == 202, launched.text
+    attempt_id = int(launched.json()["id"])
+
+    async def ready() -> bool:
+        return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
+
+    await until(ready, 60, "the launch handed to the host's controller did not get ready")
+    return attempt_id
+
+
+async def test_a_controller_killed_while_serving_has_its_host_and_attempt_taken_by_the_other(
+    tmp_path: Path, database: str, cluster: dict[str, HostProcess]
+) -> None:
+    controllers, web = await start_replicas(tmp_path, database)
+    by_pid = {server.pid: server for server in controllers}
+    try:
+        async with httpx.AsyncClient(base_url=web.url, headers=AUTH, timeout=30) as api:
+            attempt_id = await launch_through_web(api)
+
+            async def status(wanted: str) -> bool:
+                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == wanted)
+
+            # A viewer of the live log on the web process, which mirrors nothing itself.
+            received = bytearray()
+            viewer = asyncio.create_task(follow_events(api, attempt_id, received))
+            owner, token = owners(database)["fa-b200"]
+            victim = by_pid[pid_of(owner)]
+            survivor = next(server for server in controllers if server is not victim)
+            killed = time.monotonic()
+            victim.kill()
+
+            async def taken() -> bool:
+                holder = owners(database).get("fa-b200")
+                return holder is not None and pid_of(holder[0]) == survivor.pid
+
+            await until(taken, 4 * LEASE, f"the survivor did not take fa-b200: {owners(database)}")
+            took = time.monotonic() - killed
+            assert took <= LEASE + LEASE / 3 + 2, took
+            assert owners(database)["fa-b200"][1] == token + 1  # a new fencing token
+            attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+            assert_status_is_true(cluster["fa-b200"], attempt)
+            server_pid = attempt["pid"]
+
+            # Stopped through the web process, followed to its end by the controller that owns it now.
+            assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+            await until(lambda: status("stopped"), 30, "the stop was not followed to its end")
+            assert not process_alive(server_pid)
+            launches = list((cluster["fa-b200"].home / ".launchdeck" / "attempts").iterdir())
+            assert len(launches) == 1, launches  # started once, by one controller
+            attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+            assert_status_is_true(cluster["fa-b200"], attempt)
+            # The viewer got the whole log, each byte once, across the controller's death.
+            await asyncio.wait_for(viewer, 30)
+            assert bytes(received) == (cluster["fa-b200"].home / attempt["remote_dir"] / "server.log").read_bytes()
+    finally:
+        for server in (*controllers, web):
+            server.stop()
+
+
+async def test_a_controller_frozen_past_its_lease_wakes_to_find_its_host_taken_and_writes_nothing(
+    tmp_path: Path, database: str, cluster: dict[str, HostProcess]
+) -> None:
+    controllers, web = await start_replicas(tmp_path, database)
+    by_pid = {server.pid: server for server in controllers}
+    try:
+        async with httpx.AsyncClient(base_url=web.url, headers=AUTH, timeout=30) as api:
+            attempt_id = await launch_through_web(api)
+            owner, token = owners(database)["fa-b200"]
+            frozen = by_pid[pid_of(owner)]
+            survivor = next(server for server in controllers if server is not frozen)
+            frozen.send(signal.SIGSTOP)
+
+            async def taken() -> bool:
+                holder = owners(database).get("fa-b200")
+                return holder is not None and pid_of(holder[0]) == survivor.pid
+
+            await until(taken, 4 * LEASE, f"the survivor did not take fa-b200: {owners(database)}")
+            frozen.send(signal.SIGCONT)
+
+            # Woken, it learns at its next beat (or its next write, refused) that the host is not its own.
+            async def let_go() -> bool:
+                return "fa-b200" in frozen.tail(400) and "given up ['fa-b200']" in frozen.tail(400)
+
+            await until(let_go, 4 * LEASE, f"the woken controller did not let go:\n{frozen.tail()}")
+            holder, fencing = owners(database)["fa-b200"]
+            assert pid_of(holder) == survivor.pid and fencing == token + 1  # the frozen one took nothing back
+            attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+            assert_status_is_true(cluster["fa-b200"], attempt)
+            assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+
+            async def stopped() -> bool:
+                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "stopped")
+
+            await until(stopped, 30, "the survivor did not follow the stop to its end")
+    finally:
+        for server in (*controllers, web):
+            server.stop()

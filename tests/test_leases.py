@@ -1,0 +1,141 @@
+"""Host leases on a real PostgreSQL: controllers share the hosts, a dead one's are taken within the
+lease time, and a stalled one that wakes is fenced off every host it no longer owns."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+from sqlalchemy import select, update
+
+from app import db
+from app.db import Sessions
+from app.db.models import Attempt, HostLease
+from app.leases import LeaseKeeper, LeaseLost, lease_table
+from tests.support.postgres import POSTGRES_ADMIN_URL, postgres_available
+from tests.support.strict import require
+
+pytestmark = pytest.mark.postgres
+
+HOSTS = {f"b200-{n:02}": {"b200", "site-a" if n <= 3 else "site-b"} for n in range(1, 7)}
+LEASE = 1.0
+
+
+@pytest.fixture
+async def sessions() -> AsyncIterator[Sessions]:
+    require(postgres_available(), f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL}")
+    name = f"launchdeck_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = POSTGRES_ADMIN_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + f"/{name}"
+    try:
+        db.upgrade(url)
+        engine = db.create_engine(url)
+        yield Sessions.of(engine)
+        await engine.dispose()
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def keeper(sessions: Sessions, owner: str, **options: object) -> LeaseKeeper:
+    return LeaseKeeper(sessions, HOSTS, owner=owner, lease_seconds=LEASE, **options)  # type: ignore[arg-type]
+
+
+async def settle(*keepers: LeaseKeeper, beats: int = 4) -> None:
+    for _ in range(beats):
+        for one in keepers:
+            await one.beat()
+
+
+async def test_two_controllers_split_the_hosts_and_every_host_has_one_owner(sessions: Sessions) -> None:
+    first, second = keeper(sessions, "first"), keeper(sessions, "second")
+    beat = await first.beat()
+    assert sorted(beat.gained) == sorted(HOSTS) and all(token == 1 for token in beat.gained.values())
+    await settle(first, second)
+    assert len(first.held) == len(second.held) == 3
+    assert not set(first.held) & set(second.held)
+    async with sessions.read() as session:
+        table = {row["host"]: row for row in await lease_table(session)}
+    for host in HOSTS:
+        holder = first if host in first.held else second
+        assert table[host]["owner"] == holder.owner and table[host]["token"] == holder.held[host]
+        assert table[host]["held"] is True
+    # The hosts that changed hands carry a new token: the first owner's is no longer current.
+    moved = set(second.held)
+    assert all(second.held[host] == 2 for host in moved)
+
+
+async def test_a_dead_controller_s_hosts_are_taken_within_the_lease_time(sessions: Sessions) -> None:
+    first, second = keeper(sessions, "first"), keeper(sessions, "second")
+    await settle(first, second)
+    orphaned = dict(first.held)
+    died = time.monotonic()  # `first` beats no more
+    while set(orphaned) - set(second.held):
+        await second.beat()
+        await asyncio.sleep(LEASE / 3)
+        assert time.monotonic() - died < LEASE + LEASE / 3 + 1.0, second.held
+    assert sorted(second.held) == sorted(HOSTS)
+    assert all(second.held[host] == orphaned[host] + 1 for host in orphaned)
+
+
+async def test_a_stalled_controller_that_wakes_writes_nothing_with_its_old_token(sessions: Sessions) -> None:
+    first, second = keeper(sessions, "first"), keeper(sessions, "second")
+    await first.beat()
+    host = sorted(first.held)[0]
+    stale = first.fence(host)
+    assert stale is not None
+    async with sessions.write.begin() as session:
+        await stale.check(session)  # current: the write may go ahead
+    await asyncio.sleep(LEASE + 0.1)  # `first` stalls past its lease
+    await settle(second, beats=2)
+    assert second.held[host] == stale.token + 1
+    with pytest.raises(LeaseLost, match=f"{host}: lease 1 is no longer first's"):
+        async with sessions.write.begin() as session:
+            await stale.check(session)
+            await session.execute(update(Attempt).values(error="written by a stale controller"))
+    # Its own next beat finds it lost the host, and says so.
+    beat = await first.beat()
+    assert host in beat.lost and host not in first.held
+    async with sessions.read() as session:
+        assert await session.scalar(select(Attempt.id).where(Attempt.error != "")) is None
+
+
+async def test_a_fenced_write_holds_off_a_takeover_until_it_commits(sessions: Sessions) -> None:
+    first, second = keeper(sessions, "first"), keeper(sessions, "second")
+    await first.beat()
+    host = sorted(first.held)[0]
+    fence = first.fence(host)
+    assert fence is not None
+    async with sessions.write.begin() as session:
+        await fence.check(session)
+        await asyncio.sleep(LEASE + 0.1)  # expired meanwhile, but the row is share-locked by this write
+        takeover = asyncio.create_task(second.beat())
+        await asyncio.sleep(0.5)
+        assert not takeover.done()  # the other controller waits for the write to end
+    beat = await takeover
+    assert host in beat.gained
+
+
+async def test_a_controller_pinned_to_a_site_owns_only_its_hosts(sessions: Sessions) -> None:
+    site_a, anywhere = keeper(sessions, "site-a", pins={"site-a"}), keeper(sessions, "anywhere")
+    await settle(site_a, anywhere)
+    assert set(site_a.held) <= {host for host, labels in HOSTS.items() if "site-a" in labels}
+    assert set(site_a.held) | set(anywhere.held) == set(HOSTS)
+    assert not set(site_a.held) & set(anywhere.held)
+
+
+async def test_a_controller_that_stops_hands_its_hosts_back_at_once(sessions: Sessions) -> None:
+    first, second = keeper(sessions, "first"), keeper(sessions, "second")
+    await settle(first, second)
+    await first.close()
+    assert not first.held
+    await second.beat()  # one beat, no waiting for the lease to run out
+    assert sorted(second.held) == sorted(HOSTS)
+    async with sessions.read() as session:
+        owners = set((await session.scalars(select(HostLease.owner))).all())
+    assert owners == {"second"}
