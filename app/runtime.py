@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 
-from sqlalchemy.engine import make_url
-
 from app import credentials, db, resources
 from app.accounts import setup
 from app.accounts.limits import LoginLimiter
@@ -136,7 +134,7 @@ async def closing_within(seconds: float) -> AsyncIterator[AsyncExitStack]:
 def lease_keeper(settings: Settings, sessions: db.Sessions, specs: list[HostSpec]) -> LeaseKeeper | None:
     """Leases where several controllers may share the hosts (PostgreSQL); None on SQLite, whose one
     process owns every host."""
-    if make_url(settings.resolved_database_url()).get_backend_name() != "postgresql":
+    if not db.shared(settings.resolved_database_url()):
         return None
     hosts = {spec.name: spec.labels for spec in specs}
     return LeaseKeeper(sessions, hosts, pins=settings.resolved_controller_pins(), lease_seconds=settings.lease_seconds)
@@ -250,7 +248,7 @@ async def running(
                 metrics.attempt_became(attempt_id, status)
 
             attempts.on_status = status_changed
-            if make_url(settings.resolved_database_url()).get_backend_name() == "postgresql":
+            if db.shared(settings.resolved_database_url()):
                 # Replicas may share this database: live logs are announced and listened for across them.
                 if controller:
                     announcer = LogAnnouncer(settings.resolved_database_url(), mirrors)

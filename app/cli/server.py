@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import make_url
-
 from app.cli.shared import in_event_loop, run_with_settings
 from app.errors import InvalidInput
 from app.logging_setup import use_format, uvicorn_log_config
@@ -76,7 +74,9 @@ def roles_of(role: str, settings: Settings) -> frozenset[ServerRole]:
     """The roles `--role` names; InvalidInput where one process of several would run on SQLite."""
     if role == "all":
         return frozenset(ServerRole)
-    if make_url(settings.resolved_database_url()).get_backend_name() != "postgresql":
+    from app import db
+
+    if not db.shared(settings.resolved_database_url()):
         raise InvalidInput(
             f"--role {role} is one of several processes, which share one PostgreSQL database "
             "(LAUNCHDECK_DATABASE_URL=postgresql://...); SQLite is one process's: run `launchdeck serve` alone"

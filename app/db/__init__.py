@@ -74,6 +74,11 @@ POOL_SIZE = 20
 SQLITE_CONNECTIONS = 4
 
 
+def shared(url: str) -> bool:
+    """Whether several dashboard processes may use the database at once: PostgreSQL, not SQLite."""
+    return make_url(url).get_backend_name() == "postgresql"
+
+
 def _in_memory(url: str) -> bool:
     parsed = make_url(url)
     return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")

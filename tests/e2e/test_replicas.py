@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from app.demo.presets import DEMO_PRESETS
+from tests.support.cli import run_cli
 from tests.support.faults import (
     AUTH,
     Dashboard,
@@ -218,3 +219,14 @@ async def test_a_controller_frozen_past_its_lease_wakes_to_find_its_host_taken_a
     finally:
         for server in (*controllers, web):
             server.stop()
+
+
+def test_a_role_of_several_processes_on_sqlite_is_refused_with_a_sentence(tmp_path: Path) -> None:
+    for role in ("web", "controller"):
+        result = run_cli("serve", "--role", role, env={"LAUNCHDECK_DATA_DIR": str(tmp_path)}, timeout=60)
+        assert result.returncode == 2
+        assert result.stderr.strip() == (
+            f"launchdeck: --role {role} is one of several processes, which share one PostgreSQL database "
+            "(LAUNCHDECK_DATABASE_URL=postgresql://...); SQLite is one process's: run `launchdeck serve` alone"
+        )
+        assert not (tmp_path / "launchdeck.db").exists()  # nothing started
