@@ -62,7 +62,8 @@ wheel: install
 	rm -rf dist
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
 
-# The tests talk to a real OpenSSH sshd, drive Debian's chromium and run jobs on Debian's Slurm.
+# The tests talk to a real OpenSSH sshd, drive Debian's chromium, run jobs on Debian's Slurm, read GPU
+# figures through Debian's Prometheus and reach several dashboard processes through its haproxy.
 system-packages:
 	@missing=""; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
@@ -70,6 +71,7 @@ system-packages:
 	[ -x /usr/sbin/slurmctld ] || missing="$$missing slurm-wlm"; \
 	[ -x /usr/sbin/munged ] || missing="$$missing munge"; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	[ -x /usr/sbin/haproxy ] || missing="$$missing haproxy"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

@@ -5,7 +5,9 @@ controller killed with SIGKILL has its hosts (and their attempts) taken by the o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -230,3 +232,85 @@ def test_a_role_of_several_processes_on_sqlite_is_refused_with_a_sentence(tmp_pa
             "(LAUNCHDECK_DATABASE_URL=postgresql://...); SQLite is one process's: run `launchdeck serve` alone"
         )
         assert not (tmp_path / "launchdeck.db").exists()  # nothing started
+
+
+HAPROXY = """\
+global
+    maxconn 2000
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 1h
+    timeout server 1h
+    timeout tunnel 1h
+    retries 2
+    option redispatch
+frontend dashboard
+    bind 127.0.0.1:{port}
+    default_backend web
+backend web
+    balance roundrobin
+    option httpchk GET /readyz
+    http-check expect status 200
+    default-server inter 300ms fall 2 rise 2
+{servers}
+"""
+
+
+def load_balancer(tmp_path: Path, webs: list[Dashboard]) -> tuple[subprocess.Popen[bytes], str]:
+    """Debian's haproxy in front of the web processes, round robin, each checked at /readyz."""
+    port = free_port()
+    servers = "\n".join(f"    server web{n} 127.0.0.1:{web.port} check" for n, web in enumerate(webs, 1))
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(HAPROXY.format(port=port, servers=servers))
+    with (tmp_path / "haproxy.out").open("wb") as output:
+        process = subprocess.Popen(["/usr/sbin/haproxy", "-db", "-f", str(config)], stdout=output, stderr=output)
+    return process, f"http://127.0.0.1:{port}"
+
+
+async def test_viewers_behind_a_load_balancer_lose_no_byte_when_a_web_process_dies(
+    tmp_path: Path, database: str, cluster: dict[str, HostProcess]
+) -> None:
+    require(Path("/usr/sbin/haproxy").exists(), "haproxy is not installed (apt-get install haproxy)")
+    controller = replica(tmp_path, database, "controller", "controller")
+    webs = [replica(tmp_path, database, "web", f"web-{n}") for n in (1, 2)]
+    balancer = None
+    try:
+        for server in (controller, *webs):
+            server.start()
+        balancer, url = load_balancer(tmp_path, webs)
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=30) as api:
+
+            async def balanced() -> bool:
+                with contextlib.suppress(httpx.HTTPError):
+                    return (await api.get("/readyz")).status_code == 200
+                return False
+
+            await until(balanced, 30, "haproxy did not answer")
+            attempt_id = await launch_through_web(api)
+            attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+            server_log = cluster["fa-b200"].home / attempt["remote_dir"] / "server.log"
+            viewers = [bytearray() for _ in range(40)]
+            streams = [asyncio.create_task(follow_events(api, attempt_id, received)) for received in viewers]
+
+            async def write_lines(count: int) -> None:  # the server's log grows while the viewers watch
+                for n in range(count):
+                    with server_log.open("ab") as log:
+                        log.write(f"[viewer check] line {n} of {count}\n".encode())
+                    await asyncio.sleep(0.01)
+
+            writing = asyncio.create_task(write_lines(400))
+            await asyncio.sleep(1.0)
+            webs[0].kill()  # half the viewers lose their stream mid-line and come back through haproxy
+            await writing
+            assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+            await asyncio.wait_for(asyncio.gather(*streams), 60)
+        whole = server_log.read_bytes()
+        assert b"line 399 of 400" in whole
+        assert all(bytes(received) == whole for received in viewers), [len(r) for r in viewers]
+    finally:
+        if balancer is not None:
+            balancer.terminate()
+            balancer.wait(10)
+        for server in (controller, *webs):
+            server.stop()
