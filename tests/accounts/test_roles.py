@@ -63,6 +63,7 @@ LEAST_ROLE: dict[tuple[str, str], str] = {
     ("POST", "/api/attempts/{attempt_id}/benchmarks"): OPERATOR,
     ("GET", "/api/attempts/{attempt_id}/benchmarks"): VIEWER,
     ("GET", "/api/attempts/{attempt_id}/serving"): VIEWER,
+    ("GET", "/api/leases"): VIEWER,
     ("GET", "/api/benchmarks/{benchmark_id}"): VIEWER,
     ("GET", "/api/benchmarks/{benchmark_id}/output"): VIEWER,
     ("POST", "/api/benchmarks/{benchmark_id}/stop"): OPERATOR,

@@ -163,6 +163,9 @@ async def test_a_controller_killed_while_serving_has_its_host_and_attempt_taken_
             took = time.monotonic() - killed
             assert took <= LEASE + LEASE / 3 + 2, took
             assert owners(database)["fa-b200"][1] == token + 1  # a new fencing token
+            shown = {row["host"]: row for row in (await api.get("/api/leases")).json()}
+            assert pid_of(shown["fa-b200"]["owner"]) == survivor.pid and shown["fa-b200"]["token"] == token + 1
+            assert shown["fa-b200"]["held"] is True and set(shown) == {"fa-b200", "fa-rtx"}
             attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
             assert_status_is_true(cluster["fa-b200"], attempt)
             server_pid = attempt["pid"]
@@ -314,3 +317,9 @@ async def test_viewers_behind_a_load_balancer_lose_no_byte_when_a_web_process_di
             balancer.wait(10)
         for server in (controller, *webs):
             server.stop()
+
+
+async def test_one_process_on_sqlite_shows_no_leases(api: httpx.AsyncClient) -> None:
+    """It owns every host itself: nothing to share, so no lease is taken."""
+    assert (await api.get("/api/hosts")).status_code == 200
+    assert (await api.get("/api/leases")).json() == []

@@ -10,8 +10,9 @@ from pydantic import BaseModel, Field
 
 from app.db.history import load_attempt
 from app.gpu.overview import HostOverview, current_overview
+from app.leases import lease_table
 from app.states import AttemptStatus, HostKind
-from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, HostDep, RuntimeDep
+from app.web.deps import ApiLauncher, ApiOperator, ApiViewer, HostDep, ReadDb, RuntimeDep
 from app.web.params import Int64
 
 router = APIRouter(prefix="/api")
@@ -120,3 +121,21 @@ async def adopt(name: str, body: AdoptIn, user: ApiOperator, may: ApiLauncher, r
         id=attempt.id, status=attempt.status, preset=attempt.revision.preset.name, revision=attempt.revision.number,
         pid=attempt.pid, gpus=attempt.gpus, argv=attempt.argv, log=attempt.adopted.get("log"),
     )  # fmt: skip
+
+
+class LeasePublic(BaseModel):
+    """A host's lease: the controller that owns it (process `host:pid:random`), its fencing token
+    (raised at every change of owner) and until when, on the database's clock."""
+
+    host: str
+    owner: str
+    token: int
+    expires_at: datetime
+    held: bool = Field(description="Whether the lease is current: false once it expired or was given back.")
+
+
+@router.get("/leases")
+async def leases(db: ReadDb, _user: ApiViewer) -> list[LeasePublic]:
+    """Which controller owns each host, where several share one PostgreSQL database
+    (docs/deploy.md#replicas); none on SQLite, whose one process owns every host."""
+    return [LeasePublic.model_validate(row) for row in await lease_table(db)]
