@@ -22,10 +22,13 @@ it; the figures say the scale they ran at.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,50 +119,67 @@ async def _until(check: Any, timeout: float, what: str) -> None:
     raise RuntimeError(f"failover benchmark: timed out waiting for {what}")
 
 
-async def _failover(root: Path, database: str, lease: float) -> float:
+@dataclass
+class _Site:
+    hosts: list[HostProcess]
+    controllers: list[Dashboard]
+    webs: list[Dashboard]
+    api: httpx.AsyncClient  # of the process `_serving` was asked to serve through
+    attempt_id: int
+    server_log: Path  # the server's log on its simulated host
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    root: Path, database: str, lease: float, *, controllers: int, webs: int, through: str
+) -> AsyncIterator[_Site]:
+    """The simulated hosts, the replicas and a ready llama31-8b on fa-b200, asked of the first
+    `through` process (web or controller); on the way out the server is stopped, then everything."""
     hosts = [HostProcess.create(root / "cluster", name, 0.05) for name in ("fa-b200", "fa-rtx")]
-    controllers = [_replica(root, database, "controller", lease) for _ in range(2)]
-    web = _replica(root, database, "web", lease)
+    ours = [_replica(root, database, "controller", lease) for _ in range(controllers)]
+    theirs = [_replica(root, database, "web", lease) for _ in range(webs)]
     try:
         for host in hosts:
             host.start()
-        for server in (*controllers, web):
+        for server in (*ours, *theirs):
             server.start()
-        async with httpx.AsyncClient(base_url=web.url, headers=AUTH, timeout=30) as api:
+        entry = (theirs if through == "web" else ours)[0]
+        async with httpx.AsyncClient(base_url=entry.url, headers=AUTH, timeout=30) as api:
             for preset in DEMO_PRESETS:
                 await api.post("/api/presets", json=vars(preset))
             body = {"preset": "llama31-8b", "host": "fa-b200", "gpus": [0], "port": free_port()}
             attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
-
-            async def ready() -> bool:
-                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
-
-            await _until(ready, 60, "the server to be ready")
+            await _until(lambda: _status_is(api, attempt_id, "ready"), 60, "the server to be ready")
             remote_dir = (await api.get(f"/api/attempts/{attempt_id}")).json()["remote_dir"]
-            received = bytearray()
-            viewer = asyncio.create_task(follow_events(api, attempt_id, received))
-            server_log = hosts[0].home / remote_dir / "server.log"
-            await _until(lambda: _true(len(received) >= server_log.stat().st_size), 30, "the viewer to catch up")
-            victim = next(server for server in controllers if server.pid == _owner_pid(database, "fa-b200"))
-            marker = f"launchdeck failover marker {uuid.uuid4().hex}\n".encode()
-            killed = time.monotonic()
-            victim.kill()
-            _append(server_log, marker)  # a new line of the server's, as it would write one
-            await _until(lambda: _true(marker in received), 4 * lease + 30, "the marker line to reach the viewer")
-            seconds = time.monotonic() - killed
-            viewer.cancel()
+            yield _Site(hosts, ours, theirs, api, attempt_id, hosts[0].home / remote_dir / "server.log")
             await api.post(f"/api/attempts/{attempt_id}/stop")
-
-            async def stopped() -> bool:
-                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "stopped")
-
-            await _until(stopped, 30, "the server to stop")  # nothing left running on the hosts
-            return seconds
+            await _until(lambda: _status_is(api, attempt_id, "stopped"), 30, "the server to stop")
     finally:
-        for server in (*controllers, web):
+        for server in (*ours, *theirs):
             server.stop()
         for host in hosts:
             host.stop()
+
+
+async def _status_is(api: httpx.AsyncClient, attempt_id: int, wanted: str) -> bool:
+    return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == wanted)
+
+
+async def _failover(root: Path, database: str, lease: float) -> float:
+    async with _serving(root, database, lease, controllers=2, webs=1, through="web") as site:
+        received = bytearray()
+        viewer = asyncio.create_task(follow_events(site.api, site.attempt_id, received))
+        size = site.server_log.stat().st_size
+        await _until(lambda: _true(len(received) >= size), 30, "the viewer to catch up")
+        victim = next(server for server in site.controllers if server.pid == _owner_pid(database, "fa-b200"))
+        marker = f"launchdeck failover marker {uuid.uuid4().hex}\n".encode()
+        killed = time.monotonic()
+        victim.kill()
+        _append(site.server_log, marker)  # a new line of the server's, as it would write one
+        await _until(lambda: _true(marker in received), 4 * lease + 30, "the marker line to reach the viewer")
+        seconds = time.monotonic() - killed
+        viewer.cancel()
+        return seconds
 
 
 async def _true(value: bool) -> bool:
@@ -173,61 +193,32 @@ def _append(path: Path, data: bytes) -> None:
 
 async def _fanout(root: Path, database: str, lease: float, viewers: int, lines: int) -> tuple[float, float]:
     """p99 delivery delay (s) of appended lines to viewers on the web processes, and on the controller."""
-    hosts = [HostProcess.create(root / "cluster", name, 0.05) for name in ("fa-b200", "fa-rtx")]
-    controller = _replica(root, database, "controller", lease)
-    webs = [_replica(root, database, "web", lease) for _ in range(2)]
-    try:
-        for host in hosts:
-            host.start()
-        for server in (controller, *webs):
-            server.start()
-        async with httpx.AsyncClient(base_url=controller.url, headers=AUTH, timeout=30) as api:
-            for preset in DEMO_PRESETS:
-                await api.post("/api/presets", json=vars(preset))
-            body = {"preset": "llama31-8b", "host": "fa-b200", "gpus": [0], "port": free_port()}
-            attempt_id = (await api.post("/api/attempts", json=body)).json()["id"]
-
-            async def ready() -> bool:
-                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "ready")
-
-            await _until(ready, 60, "the server to be ready")
-            remote_dir = (await api.get(f"/api/attempts/{attempt_id}")).json()["remote_dir"]
-            server_log = hosts[0].home / remote_dir / "server.log"
-            sent: dict[str, float] = {}
-            arrivals: dict[str, list[float]] = {"web": [], "controller": []}
-            clients = [httpx.AsyncClient(base_url=s.url, headers=AUTH, timeout=None) for s in (controller, *webs)]
-            tasks = [
-                asyncio.create_task(_watch(client, attempt_id, sent, arrivals["controller" if n == 0 else "web"]))
-                for n, client in enumerate(clients)
-                for _ in range(viewers)
-            ]
-            await asyncio.sleep(2.0)  # every viewer connected and caught up
-            for n in range(lines):
-                key = f"fanout-{n:06d}"
-                sent[key] = time.monotonic()
-                _append(server_log, f"[fanout] {key}\n".encode())
-                await asyncio.sleep(1 / LINES_PER_S)
-            await asyncio.sleep(3.0)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for client in clients:
-                await client.aclose()
-            await api.post(f"/api/attempts/{attempt_id}/stop")
-
-            async def stopped() -> bool:
-                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "stopped")
-
-            await _until(stopped, 30, "the server to stop")
-        expected = lines * viewers
-        if len(arrivals["controller"]) < expected or len(arrivals["web"]) < 2 * expected:
-            raise RuntimeError(f"fanout benchmark: lines lost ({len(arrivals['controller'])}, {len(arrivals['web'])})")
-        return _p99(arrivals["web"]), _p99(arrivals["controller"])
-    finally:
-        for server in (controller, *webs):
-            server.stop()
-        for host in hosts:
-            host.stop()
+    arrivals: dict[str, list[float]] = {"web": [], "controller": []}
+    async with _serving(root, database, lease, controllers=1, webs=2, through="controller") as site:
+        sent: dict[str, float] = {}
+        processes = (*site.controllers, *site.webs)
+        clients = [httpx.AsyncClient(base_url=s.url, headers=AUTH, timeout=None) for s in processes]
+        tasks = [
+            asyncio.create_task(_watch(client, site.attempt_id, sent, arrivals["controller" if n == 0 else "web"]))
+            for n, client in enumerate(clients)
+            for _ in range(viewers)
+        ]
+        await asyncio.sleep(2.0)  # every viewer connected and caught up
+        for n in range(lines):
+            key = f"fanout-{n:06d}"
+            sent[key] = time.monotonic()
+            _append(site.server_log, f"[fanout] {key}\n".encode())
+            await asyncio.sleep(1 / LINES_PER_S)
+        await asyncio.sleep(3.0)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for client in clients:
+            await client.aclose()
+    expected = lines * viewers
+    if len(arrivals["controller"]) < expected or len(arrivals["web"]) < 2 * expected:
+        raise RuntimeError(f"fanout benchmark: lines lost ({len(arrivals['controller'])}, {len(arrivals['web'])})")
+    return _p99(arrivals["web"]), _p99(arrivals["controller"])
 
 
 async def _watch(client: httpx.AsyncClient, attempt_id: int, sent: dict[str, float], delays: list[float]) -> None:

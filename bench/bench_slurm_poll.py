@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import shlex
-import shutil
 import tempfile
 import time
 from collections import Counter
@@ -28,10 +26,11 @@ from httpx import ASGITransport, AsyncClient
 
 from app.config import Settings
 from app.demo.inventory import SimHostSpec
-from app.demo.slurm import CLIENT_COMMANDS, SlurmSite
+from app.demo.slurm import SlurmSite
 from app.ssh import HostConnection, SSHOptions, render_hosts
 from app.ssh.hosts import SlurmSettings
 from app.web.app import create_app
+from tests.support.slurm import SlurmCommands
 
 JOBS, SMOKE_JOBS = 200, 5
 WINDOW_S, SMOKE_WINDOW_S = 60.0, 5.0
@@ -72,7 +71,7 @@ async def _measure(jobs: int, *, smoke: bool) -> tuple[float, float]:
             await _hold_every_gpu(login)
             cluster = SlurmSettings(partition="gpu", gpus_per_node=1, output_dir=site.output_dir)
             (root / "hosts.toml").write_text(render_hosts([dataclasses.replace(spec, slurm=cluster)]))
-            commands = CommandLog(site, root / "commands.log")
+            commands = SlurmCommands(site)
             try:
                 return await _follow(root, commands, jobs, smoke=smoke)
             finally:
@@ -83,7 +82,7 @@ async def _measure(jobs: int, *, smoke: bool) -> tuple[float, float]:
             await site.stop()
 
 
-async def _follow(root: Path, commands: CommandLog, jobs: int, *, smoke: bool) -> tuple[float, float]:
+async def _follow(root: Path, commands: SlurmCommands, jobs: int, *, smoke: bool) -> tuple[float, float]:
     window = SMOKE_WINDOW_S if smoke else WINDOW_S
     # The default period unless smoke (set only then: a run of the code before the setting works too).
     pace: dict[str, Any] = {"slurm_poll_seconds": SMOKE_POLL_S} if smoke else {}
@@ -124,14 +123,14 @@ async def _launch(api: AsyncClient, count: int) -> list[int]:
     return ids
 
 
-async def _per_minute(api: AsyncClient, attempts: list[int], commands: CommandLog, window: float) -> float:
+async def _per_minute(api: AsyncClient, attempts: list[int], commands: SlurmCommands, window: float) -> float:
     """Slurm commands a minute over `window` seconds, once every attempt waits in the queue and
     shows why; their count by command is printed."""
     await _until_queued(api, attempts)
     commands.clear()
     began = time.monotonic()
     await asyncio.sleep(window)
-    counted = commands.read()
+    counted = Counter(argv[0] for argv in commands.argvs())
     elapsed = time.monotonic() - began
     by_command = ", ".join(f"{name} {count}" for name, count in counted.most_common())
     print(f"slurm_poll: {len(attempts)} followed jobs, {elapsed:.0f} s: {by_command or 'no command'}")
@@ -161,31 +160,3 @@ async def _hold_every_gpu(login: HostConnection) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the job holding the GPUs never ran")
         await asyncio.sleep(0.1)
-
-
-class CommandLog:
-    """Every Slurm client command run on the login node while it exists, counted by name: each one
-    on the login node's PATH is a script that logs its name, then runs the command."""
-
-    def __init__(self, site: SlurmSite, path: Path):
-        self.path = path
-        self.path.write_text("")
-        self.wrappers: list[Path] = []
-        for name in CLIENT_COMMANDS:
-            program = shutil.which(name)
-            assert program is not None, f"{name} is not on the PATH"
-            wrapper = site.login.bin_dir / name
-            log_line = f"echo {shlex.quote(name)} >> {shlex.quote(str(path))}"
-            wrapper.write_text(f'#!/bin/sh\n{log_line}\nexec {shlex.quote(program)} "$@"\n')
-            wrapper.chmod(0o755)
-            self.wrappers.append(wrapper)
-
-    def clear(self) -> None:
-        self.path.write_text("")
-
-    def read(self) -> Counter[str]:
-        return Counter(self.path.read_text().split())
-
-    def remove(self) -> None:
-        for wrapper in self.wrappers:
-            wrapper.unlink(missing_ok=True)

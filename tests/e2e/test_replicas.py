@@ -89,6 +89,16 @@ def pid_of(owner: str) -> int:
     return int(owner.split(":")[1])
 
 
+async def taken_over(database: str, host: str, survivor: Dashboard) -> None:
+    """Waits until `survivor` holds the host's lease (a few lease times at most)."""
+
+    async def taken() -> bool:
+        holder = owners(database).get(host)
+        return holder is not None and pid_of(holder[0]) == survivor.pid
+
+    await until(taken, 4 * LEASE, f"the survivor did not take {host}: {owners(database)}")
+
+
 async def until(check: object, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -155,11 +165,7 @@ async def test_a_controller_killed_while_serving_has_its_host_and_attempt_taken_
             killed = time.monotonic()
             victim.kill()
 
-            async def taken() -> bool:
-                holder = owners(database).get("fa-b200")
-                return holder is not None and pid_of(holder[0]) == survivor.pid
-
-            await until(taken, 4 * LEASE, f"the survivor did not take fa-b200: {owners(database)}")
+            await taken_over(database, "fa-b200", survivor)
             took = time.monotonic() - killed
             assert took <= LEASE + LEASE / 3 + 2, took
             assert owners(database)["fa-b200"][1] == token + 1  # a new fencing token
@@ -199,11 +205,7 @@ async def test_a_controller_frozen_past_its_lease_wakes_to_find_its_host_taken_a
             survivor = next(server for server in controllers if server is not frozen)
             frozen.send(signal.SIGSTOP)
 
-            async def taken() -> bool:
-                holder = owners(database).get("fa-b200")
-                return holder is not None and pid_of(holder[0]) == survivor.pid
-
-            await until(taken, 4 * LEASE, f"the survivor did not take fa-b200: {owners(database)}")
+            await taken_over(database, "fa-b200", survivor)
             frozen.send(signal.SIGCONT)
 
             # Woken, it learns at its next beat (or its next write, refused) that the host is not its own.
