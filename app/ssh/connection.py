@@ -15,12 +15,12 @@ import posixpath
 import shlex
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncssh
 
@@ -31,6 +31,8 @@ from app.ssh.hostkeys import describe_rejection, known_keys, record_host_key
 from app.ssh.hosts import HostSpec
 
 log = logging.getLogger(__name__)
+
+Channel = TypeVar("Channel", asyncssh.SSHClientProcess[bytes], asyncssh.SFTPClient)
 
 MAX_CONNECTIONS_PER_HOST = 8
 # How long an operation waits for a host whose first connection is still being made.
@@ -132,7 +134,9 @@ class HostConnection:
         self._state_changed = asyncio.Event()
         self._opening = False
         self._closed = False
+        self._observed = False  # its state is another process's (observe): nothing is run from here
         self._supervisor: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()  # channels whose opener was cancelled
 
     @property
     def name(self) -> str:
@@ -147,7 +151,20 @@ class HostConnection:
         return Path(self.spec.known_hosts).expanduser() if self.spec.known_hosts else self.options.known_hosts
 
     def start(self) -> None:
+        """Connects and keeps connected, until `close`; a closed connection may be started again
+        (a controller that owns the host again)."""
+        self._closed, self._observed = False, False
+        self._status = HostStatus(HostState.CONNECTING, utcnow())
         self._supervisor = asyncio.create_task(self._supervise(), name=f"ssh-supervisor:{self.name}")
+
+    def observe(self, status: HostStatus) -> None:
+        """Shows the state another process's connection has (app.host_views); this process makes
+        none to the host until started."""
+        if self.supervised:
+            return
+        self._observed = True
+        self._status = status
+        self._state_changed.set()
 
     @property
     def supervised(self) -> bool:
@@ -156,10 +173,11 @@ class HostConnection:
 
     async def close(self) -> None:
         self._closed = True
-        if self._supervisor:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
+        for task in [self._supervisor, *self._closing]:
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         pool, self._pool = self._pool, []
         for pooled in pool:
             pooled.conn.close()
@@ -181,8 +199,8 @@ class HostConnection:
     ) -> RunResult:
         """Runs argv on the host; every element arrives as one literal argument."""
         command = shlex.join(argv)
-        async with self._channel() as conn:
-            process = await conn.create_process(command, input=input, encoding=None)
+        async with self._channel() as pooled:
+            process = await self._open(pooled, pooled.conn.create_process(command, input=input, encoding=None))
             try:
                 completed = await process.wait(check=False, timeout=timeout)
             except asyncssh.TimeoutError:
@@ -209,7 +227,7 @@ class HostConnection:
         expected = hashlib.sha256(data).hexdigest()
         partial = f"{path}.partial"
         try:
-            async with self._channel() as conn, conn.start_sftp_client() as sftp:
+            async with self._channel() as pooled, await self._open(pooled, pooled.conn.start_sftp_client()) as sftp:
                 directory = posixpath.dirname(path)
                 if directory:
                     await sftp.makedirs(directory, exist_ok=True)
@@ -231,8 +249,9 @@ class HostConnection:
 
         Leaving the context stops the remote command and closes its channel.
         """
-        async with self._channel() as conn:
-            process = await conn.create_process(shlex.join(["sh", "-c", STREAM_WRAPPER, "sh", *argv]), encoding=None)
+        async with self._channel() as pooled:
+            command = shlex.join(["sh", "-c", STREAM_WRAPPER, "sh", *argv])
+            process = await self._open(pooled, pooled.conn.create_process(command, encoding=None))
             try:
                 yield process
             finally:
@@ -261,6 +280,8 @@ class HostConnection:
         await self._state_changed.wait()
 
     async def _ensure_usable(self) -> None:
+        if self._observed:
+            raise HostUnavailable(self.name, "this process does not connect to it: the controller that owns it does")
         if self._status.state is HostState.CONNECTING:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(FIRST_CONNECT_WAIT):
@@ -272,12 +293,12 @@ class HostConnection:
             raise HostUnavailable(self.name, f"{self._status.state} since {since}: {reason}")
 
     @contextlib.asynccontextmanager
-    async def _channel(self) -> AsyncIterator[asyncssh.SSHClientConnection]:
+    async def _channel(self) -> AsyncIterator[_Pooled]:
         """Holds one channel slot on a pooled connection for the duration of the block."""
         await self._ensure_usable()
         pooled = await self._acquire_slot()
         try:
-            yield pooled.conn
+            yield pooled
         except asyncssh.ChannelOpenError as exc:
             if pooled.alive:
                 # The server allows fewer sessions than assumed: remember its real limit.
@@ -288,9 +309,48 @@ class HostConnection:
         except ConnectionError as exc:
             raise HostUnavailable(self.name, _describe(exc)) from None
         finally:
-            pooled.in_use -= 1
-            async with self._slot_freed:
-                self._slot_freed.notify()
+            await self._release_slot(pooled)
+
+    async def _release_slot(self, pooled: _Pooled) -> None:
+        pooled.in_use -= 1
+        async with self._slot_freed:
+            self._slot_freed.notify()
+
+    async def _open(self, pooled: _Pooled, opening: Awaitable[Channel]) -> Channel:
+        """Opens a channel on `pooled`; a caller cancelled meanwhile returns at once, and the
+        channel is closed for it in the background.
+
+        asyncssh forgets a channel whose open was cancelled before the host confirmed it, while the
+        host keeps it open: each such channel would hold one of the connection's MaxSessions until
+        the connection ends. The background close holds a slot of its own until the host has closed
+        the channel too (or CLOSE_TIMEOUT), so the pool never counts that session as free."""
+        open_task = asyncio.ensure_future(opening)
+        try:
+            return await asyncio.shield(open_task)
+        except asyncio.CancelledError:
+            pooled.in_use += 1
+            closing = asyncio.create_task(self._close_when_open(pooled, open_task), name=f"ssh-close:{self.name}")
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+            raise
+
+    async def _close_when_open(self, pooled: _Pooled, open_task: asyncio.Future[Channel]) -> None:
+        def close(opened: asyncio.Future[Channel]) -> None:
+            if opened.cancelled() or opened.exception() is not None:
+                return
+            channel = opened.result()
+            if isinstance(channel, asyncssh.SFTPClient):
+                channel.exit()
+            else:
+                channel.close()
+
+        open_task.add_done_callback(close)  # however late the host confirms
+        try:
+            with contextlib.suppress(Exception):  # refused, lost, or no answer: nothing to wait for
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await (await asyncio.shield(open_task)).wait_closed()
+        finally:
+            await self._release_slot(pooled)
 
     async def _acquire_slot(self) -> _Pooled:
         """A connection with a free channel; opens one more (one at a time) when all are busy."""

@@ -15,17 +15,29 @@ class SSHManager:
 
     def __init__(self, specs: Iterable[HostSpec], options: SSHOptions):
         self._hosts = {spec.name: HostConnection(spec, options) for spec in specs}
+        self._started: set[str] = set()
 
-    def start(self) -> None:
-        for host in self._hosts.values():
-            host.start()
+    def start(self, names: Iterable[str] | None = None) -> None:
+        """Connects to `names` (default: every host); a controller sharing the hosts connects to
+        the ones it owns, as it takes them."""
+        for name in self._hosts if names is None else names:
+            if not self._hosts[name].supervised:
+                self._hosts[name].start()
+                self._started.add(name)
+
+    async def stop(self, names: Iterable[str]) -> None:
+        """Closes the connections to `names` (another controller owns them now)."""
+        names = [name for name in names if name in self._started]
+        self._started.difference_update(names)
+        await asyncio.gather(*(self._hosts[name].close() for name in names))
 
     async def close(self) -> None:
-        await asyncio.gather(*(host.close() for host in self._hosts.values()))
+        """At shutdown: the hosts started stay started, so that readiness names them as unsupervised."""
+        await asyncio.gather(*(self._hosts[name].close() for name in self._started))
 
     def unsupervised(self) -> list[str]:
-        """The hosts whose connection is not kept by a running task: none once started, until closed."""
-        return [name for name, host in self._hosts.items() if not host.supervised]
+        """The hosts started whose connection is not kept by a running task: none, until closed."""
+        return [name for name, host in self._hosts.items() if name in self._started and not host.supervised]
 
     def __iter__(self) -> Iterator[HostConnection]:
         return iter(self._hosts.values())

