@@ -12,8 +12,17 @@ A controller that dies stops renewing: its leases expire and the others take the
 are no longer current: every write it makes on a host's behalf runs `Fence.check` in the same
 transaction, which refuses it (LeaseLost) unless the lease still names this controller with this
 token and has not expired; the check takes a share lock on the lease row, so a takeover waits for
-the write to commit, and a write never lands after a takeover. A controller that cannot renew in
-time (the database away) drops its leases itself, before they can have expired.
+the write to commit, and a write never lands after a takeover. A writer that stalls inside its
+transaction (SIGSTOP, a long pause) would hold that lock, and so its host, for as long as it stalls:
+the check also tells the server to end the transaction, and the session, once it has sat idle for
+`lease_seconds`, so the write is rolled back and the takeover goes on. A beat takes a host only if
+no write holds its row, trying again at the next beat, so that one stalled writer never stalls
+another controller's beat, and with it the renewal of that controller's own leases. Work outside
+the database (a log mirror appending what its SSH reader took in while it stalled) asks `owns`,
+which holds only while the last renewal is younger than `lease_seconds` by this process's own
+clock (the database's expiry is later still): a controller that wakes knows before its next beat,
+and that beat lets such lapsed leases go rather than renewing them. A controller that cannot
+renew in time (the database away) drops its leases itself, before they can have expired.
 
 On SQLite there is one process, which owns every host (`SoleOwner`): nothing to share or fence.
 """
@@ -32,7 +41,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -64,9 +73,18 @@ class Fence:
     host: str
     owner: str
     token: int
+    lease_seconds: float = LEASE_SECONDS  # the longest the write's transaction may sit idle holding the lease
 
     async def check(self, session: AsyncSession) -> None:
-        """Raises LeaseLost unless the lease is still this one; run inside the write's transaction."""
+        """Raises LeaseLost unless the lease is still this one; run inside the write's transaction.
+
+        The share lock it takes holds off a takeover until the write commits; should the writer
+        stall before it does, the server ends its transaction after `lease_seconds` idle (rolling
+        the write back), so a stalled controller keeps its host no longer than a dead one."""
+        idle_ms = str(max(1, round(self.lease_seconds * 1000)))
+        await session.execute(
+            text("SELECT set_config('idle_in_transaction_session_timeout', :ms, true)"), {"ms": idle_ms}
+        )
         query = (
             select(HostLease.host)
             .where(
@@ -131,13 +149,15 @@ class LeaseKeeper(Ownership):
         self._task: asyncio.Task[None] | None = None
 
     def owns(self, host: str) -> bool:
-        return host in self.held
+        """Held, and renewed less than `lease_seconds` ago by this process's monotonic clock: the
+        renewal's expiry in the database, counted from its transaction, is later still."""
+        return host in self.held and time.monotonic() - self._renewed_at < self.lease_seconds
 
     def fence(self, host: str) -> Fence | None:
         token = self.held.get(host)
         if token is None:
             raise LeaseLost(f"{host}: not owned by {self.owner}")
-        return Fence(host, self.owner, token)
+        return Fence(host, self.owner, token, self.lease_seconds)
 
     def eligible(self, host: str, pins: Collection[str]) -> bool:
         return not pins or bool(self.hosts.get(host, frozenset()) & frozenset(pins))
@@ -190,6 +210,9 @@ class LeaseKeeper(Ownership):
         host is given back where another controller that may own it holds two fewer. Hosts so
         spread evenly, and pins (which controllers may own which host) leave none unowned."""
         started = time.monotonic()
+        # Leases that lapsed by this clock (the process stalled) are not renewed, even where the
+        # database has not expired them yet: `owns` has stopped their work, so they are let go of.
+        renewing = self.held if started - self._renewed_at < self.lease_seconds else {}
         lease = timedelta(seconds=self.lease_seconds)
         mine = sorted((h for h in self.hosts if self.eligible(h, self.pins)), key=self._order)
         async with self.sessions.write.begin() as session:
@@ -213,11 +236,11 @@ class LeaseKeeper(Ownership):
                 )
             }
             kept: dict[str, int] = {}
-            if self.held:
+            if renewing:
                 renewed = await session.execute(
                     update(HostLease)
                     .where(
-                        or_(*(and_(HostLease.host == h, HostLease.token == t) for h, t in self.held.items())),
+                        or_(*(and_(HostLease.host == h, HostLease.token == t) for h, t in renewing.items())),
                         HostLease.owner == self.owner,
                         HostLease.expires_at > func.now(),
                     )
@@ -253,9 +276,12 @@ class LeaseKeeper(Ownership):
                 least = min((counts[c] for c in rivals), default=counts[self.owner])
                 if host not in free or (counts[self.owner] > least and host not in long_free):
                     continue
+                # SKIP LOCKED: a row a fenced write holds (its writer perhaps stalled) is not waited
+                # for, which would stall this whole beat, renewals included; it is tried next beat.
+                unheld = select(HostLease.host).where(HostLease.host == host).with_for_update(skip_locked=True)
                 taken = await session.execute(
                     update(HostLease)
-                    .where(HostLease.host == host, HostLease.expires_at <= func.now())
+                    .where(HostLease.host.in_(unheld), HostLease.expires_at <= func.now())
                     .values(owner=self.owner, token=HostLease.token + 1, expires_at=func.now() + lease)
                     .returning(HostLease.token)
                 )

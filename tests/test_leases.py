@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 from sqlalchemy import select, update
+from sqlalchemy.exc import DBAPIError
 
 from app import db
 from app.db import Sessions
-from app.db.models import Attempt, HostLease
+from app.db.models import Attempt, Controller, HostLease
 from app.leases import LeaseKeeper, LeaseLost, lease_table
 from tests.support.postgres import POSTGRES_ADMIN_URL, postgres_available
 from tests.support.strict import require
@@ -105,20 +106,69 @@ async def test_a_stalled_controller_that_wakes_writes_nothing_with_its_old_token
         assert await session.scalar(select(Attempt.id).where(Attempt.error != "")) is None
 
 
+async def test_a_controller_that_wakes_past_its_lease_knows_before_its_next_beat_and_lets_go(
+    sessions: Sessions,
+) -> None:
+    """What it does outside the database (a log mirror's appends) asks `owns`, which its own clock
+    answers: nothing needs to reach the database first."""
+    first = keeper(sessions, "first")
+    await first.beat()
+    host = sorted(first.held)[0]
+    assert first.owns(host)
+    first._renewed_at -= LEASE  # as if it stalled (SIGSTOP) for its lease time after the beat
+    assert host in first.held and not first.owns(host)
+    beat = await first.beat()  # the database has not expired the leases yet: let go all the same
+    assert sorted(beat.lost) == sorted(HOSTS) and not first.held and not first.owns(host)
+    await asyncio.sleep(LEASE)
+    beat = await first.beat()  # taken afresh once free, with a new token: its work starts again
+    assert beat.gained[host] == 2 and first.owns(host)
+
+
 async def test_a_fenced_write_holds_off_a_takeover_until_it_commits(sessions: Sessions) -> None:
     first, second = keeper(sessions, "first"), keeper(sessions, "second")
     await first.beat()
     host = sorted(first.held)[0]
     fence = first.fence(host)
     assert fence is not None
+    await asyncio.sleep(LEASE / 2)
     async with sessions.write.begin() as session:
         await fence.check(session)
-        await asyncio.sleep(LEASE + 0.1)  # expired meanwhile, but the row is share-locked by this write
-        takeover = asyncio.create_task(second.beat())
-        await asyncio.sleep(0.5)
-        assert not takeover.done()  # the other controller waits for the write to end
-    beat = await takeover
+        await asyncio.sleep(LEASE / 2 + 0.2)  # expired meanwhile, but the row is share-locked by this write
+        beat = await asyncio.wait_for(second.beat(), LEASE / 3)  # not held up by the write...
+        assert host not in beat.gained and host not in second.held  # ...nor taking its host under it
+        await session.execute(update(Attempt).values(error="written under the lease"))
+    beat = await second.beat()
     assert host in beat.gained
+
+
+async def test_a_controller_stalled_inside_a_fenced_write_holds_its_host_no_longer_than_its_lease(
+    sessions: Sessions,
+) -> None:
+    """It holds the lease row (SIGSTOP, a pause) in a transaction that never ends by itself: the
+    other controllers' beats go on, renewals included, and the server ends the stalled transaction
+    after the lease time, its write rolled back, so that its host is taken as a dead controller's."""
+    stalled, other = keeper(sessions, "stalled"), keeper(sessions, "other")
+    await settle(stalled, other)
+    host = sorted(stalled.held)[0]
+    own = dict(other.held)
+    fence = stalled.fence(host)
+    assert fence is not None
+    session = sessions.write()
+    await session.begin()
+    await fence.check(session)
+    await session.execute(update(Controller).where(Controller.id == "stalled").values(pins=["written while stalled"]))
+    stalled_at = time.monotonic()  # ...and it stalls, its transaction open
+    while host not in other.held:
+        beat = await asyncio.wait_for(other.beat(), LEASE / 3)
+        assert not set(own) & set(beat.lost), beat  # its own hosts renewed all along
+        assert time.monotonic() - stalled_at < 2 * LEASE + LEASE / 3, other.held
+        await asyncio.sleep(LEASE / 6)
+    assert other.held[host] == fence.token + 1
+    with pytest.raises(DBAPIError, match="idle-in-transaction timeout"):
+        await session.commit()  # woken: its transaction was ended for it
+    await session.close()
+    async with sessions.read() as check:
+        assert await check.scalar(select(Controller.pins).where(Controller.id == "stalled")) == []
 
 
 async def test_a_controller_pinned_to_a_site_owns_only_its_hosts(sessions: Sessions) -> None:
