@@ -92,7 +92,9 @@ def create_engine(url: str, *, on_full: Callable[[], DiskFull] | None = None, **
         if not _in_memory(url):
             kwargs = {"pool_size": SQLITE_CONNECTIONS, "max_overflow": 0} | kwargs
     else:
-        kwargs = {"pool_size": POOL_SIZE, "max_overflow": POOL_SIZE} | kwargs
+        # A pooled connection checked before use: after the server restarted (or failed over), the
+        # first query of each stale connection would fail otherwise.
+        kwargs = {"pool_size": POOL_SIZE, "max_overflow": POOL_SIZE, "pool_pre_ping": True} | kwargs
     engine = create_async_engine(async_url(url), **kwargs)
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine, on_full)

@@ -8,6 +8,7 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -59,6 +60,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(LoginRequired, _login_required)
     app.add_exception_handler(UnicodeEncodeError, _not_unicode)
+    app.add_exception_handler(OperationalError, _database_away)
+    app.add_exception_handler(InterfaceError, _database_away)
     app.add_exception_handler(Exception, _unexpected_error)
 
 
@@ -109,6 +112,13 @@ async def _login_required(request: Request, exc: Exception) -> Response:
         # page; htmx turns this header into a full navigation instead.
         return Response(status_code=204, headers={"HX-Redirect": login})
     return RedirectResponse(login, status_code=303)
+
+
+async def _database_away(request: Request, exc: Exception) -> Response:
+    """The database did not answer (restarting, failing over, every connection busy): the request
+    changed nothing, and may be made again in a moment."""
+    log.warning("%s %s: the database did not answer: %s", request.method, request.url.path, exc)
+    return await _answer(request, 503, "the database does not answer now; try again in a moment")
 
 
 async def _not_unicode(request: Request, exc: Exception) -> Response:

@@ -15,18 +15,9 @@ from app import db
 from app.accounts.limits import LoginLimiter
 from app.db import Sessions
 from app.db.models import AuditEvent, LoginLimit
+from tests.support.accounts import Clock
 from tests.support.dashboard import AUTH, TOKEN
 from tests.support.web import csrf_from
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def limited(app: FastAPI) -> Clock:

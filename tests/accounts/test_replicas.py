@@ -5,6 +5,7 @@ processes of one host) and on PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -13,11 +14,12 @@ from fastapi import FastAPI
 from httpx import AsyncClient
 from sqlalchemy import select
 
+from app.accounts.limits import LoginLimiter
 from app.accounts.setup import SetupLink
 from app.db.models import AuditEvent, SetupLinkDigest, User
 from app.states import Role, ServerRole
 from app.web.app import create_app
-from tests.support.accounts import PASSWORD, add_user, browser
+from tests.support.accounts import PASSWORD, Clock, add_user, browser
 from tests.support.dashboard import make_settings
 from tests.support.web import csrf_from
 
@@ -47,6 +49,9 @@ async def post_login(client: AsyncClient, name: str, password: str) -> tuple[int
 async def test_failed_logins_on_one_replica_lock_the_login_on_the_other(tmp_path: Path, database_url: str) -> None:
     async with replicas(tmp_path, database_url) as (one, two), browser(one) as first, browser(two) as second:
         await add_user(one, "ann", Role.OPERATOR)
+        clock = Clock(time.time())  # one stopped clock: the lock's seconds cannot tick between requests
+        for app in (one, two):
+            app.state.runtime.login_limits = LoginLimiter(clock=clock)
         for n in range(5):
             assert (await post_login(first, "ann", f"guess-{n}"))[0] == 401
         status, page, retry_after = await post_login(second, "ann", PASSWORD)  # the right one, refused unread

@@ -1,5 +1,6 @@
-"""People with accounts: one added with the tests' password, a browser-like client of the app, and
-a login through the form with a user's fields (name and password, or the token)."""
+"""People with accounts: one added with the tests' password, a browser-like client of the app, a
+login through the form with a user's fields (name and password, or the token), and a hand clock for
+the login limiter."""
 
 from __future__ import annotations
 
@@ -13,6 +14,17 @@ from app.states import Role
 from tests.support.web import csrf_from
 
 PASSWORD = "correct horse battery"
+
+
+class Clock:
+    """A clock the test moves by hand, for the login limiter: a lock's remaining seconds stay what
+    the test set however slow the machine."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 async def add_user(app: FastAPI, name: str, role: Role) -> None:
