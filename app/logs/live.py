@@ -29,6 +29,7 @@ class Batch:
     start: int
     end: int  # just after the last line's newline: the viewer's next offset
     lines: list[Line]
+    log: LogFile  # whose offsets these are: a viewer's text is read from it, never from another copy
     cache: dict[str, Any] = field(default_factory=dict)
 
 
@@ -125,7 +126,7 @@ class _Broadcaster:
             position += length + 1
             self.number += 1
         self.pending, self.pending_length = data[last + 1 : last + 1 + MAX_LINE], len(data) - last - 1
-        self._publish(Batch(self.end, position, lines))
+        self._publish(Batch(self.end, position, lines, self.log))
 
     def _extend(self, data: bytes) -> None:
         room = MAX_LINE - len(self.pending)
@@ -138,7 +139,7 @@ class _Broadcaster:
             line = Line(self.number, self.end, self.pending, self.pending_length)
             self.pending, self.pending_length = b"", 0
             self.number += 1
-            self._publish(Batch(self.end, line.offset + line.length, [line]))
+            self._publish(Batch(self.end, line.offset + line.length, [line], self.log))
         self.ended = True
         for subscriber in self.subscribers:
             subscriber.wake.set()
@@ -169,6 +170,10 @@ class Fanout:
     ) -> AsyncIterator[Event]:
         """The log from `offset` on, live, until it is complete (then Ended)."""
         log = self.store.get(attempt_id)
+        if offset > log.size and log.path.exists():
+            # A viewer back from another replica, ahead of what this one took in: take in the
+            # shared file first, or it would be sent again what it has.
+            log.written_elsewhere(log.path.stat().st_size)
         broadcaster = self._broadcasters.get(attempt_id)
         if broadcaster is None:
             broadcaster = self._broadcasters[attempt_id] = _Broadcaster(log)
@@ -197,7 +202,7 @@ class Fanout:
             offset, number = start, later
         while offset < live_from:
             lines = log.lines_from(offset, number, CATCH_UP_LINES, end=live_from, max_line=MAX_LINE)
-            batch = Batch(offset, min(lines[-1].offset + lines[-1].length + 1, log.size), lines)
+            batch = Batch(offset, min(lines[-1].offset + lines[-1].length + 1, log.size), lines, log)
             for event in restarts.before(Lines([batch])):
                 yield event
             offset, number = batch.end, lines[-1].number + 1

@@ -29,21 +29,35 @@ When the data dir is full the mirror pauses: the append that failed left the loc
 was (see store.py), so the next read starts at exactly the same offset and sends the same bytes.
 It tries again every DISK_FULL_RETRY seconds (room comes back when someone frees it, not faster
 for asking) and says "log mirror paused: the data dir is full: ..." on the attempt meanwhile.
+
+Replicas share the data dir: the mirror writes only while its source is `owned` (the host's lease
+is current by this process's clock, app.leases). A controller that wakes from a stall past its
+lease may hold bytes its reader took in before it stalled, which the host's new owner mirrors too:
+it writes nothing of them, nor any metadata, and waits for its controller's next beat to decide.
+That beat either lets the host go (and its controller stops this mirror: the new owner mirrors the
+log) or renews the lease after all (a beat under way when the lease lapsed by this clock, which the
+database saw renewed in time: nobody else can have owned the host), and the mirror reads on from
+its end, which no later event would restart. The store refuses a stale append too (store.py),
+should the process stall between that check and its write; the owner whose log it so got ahead of
+takes those bytes in and resumes after them, the reader checking them against the host's file as
+after any resume.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import asyncssh
 
 from app.backoff import Backoff
 from app.errors import DiskFull, HostError, HostUnavailable
+from app.leases import LeaseLost
 from app.logs.merge import LogMerger, MergePart
 from app.logs.store import LogFile, LogStore
 from app.ssh import HostConnection
@@ -54,8 +68,13 @@ FRAME = struct.Struct(">cI")
 RETRY_MIN = 0.1
 RETRY_MAX = 10.0
 DISK_FULL_RETRY = 1.0
+OWNED_AGAIN_POLL = 0.1  # seconds: how often a mirror whose lease lapsed asks whether its beat renewed it
 # Failed reads in a row, none of which got anywhere, after which an ended attempt's mirror stops.
 GIVE_UP_AFTER = 10
+# Reads of ended attempts' logs at once, per process: a restart resumes the mirrors of a week of
+# ended attempts (thousands, at a busy team's pace), each a reader process on its host, and all at
+# once they would starve the hosts and the launches waiting on them.
+DRAINS_AT_ONCE = 4
 
 # argv: log path, offset, pid, process start time, overlap length, overlap sha256, end file (the
 # log ends when it exists; "" to end with the process instead).
@@ -236,6 +255,7 @@ class MirrorSource:
     pid: int | None
     start_time: int | None
     end_file: str | None = None
+    owned: Callable[[], bool] = lambda: True  # whether this process may write the log now (its host's lease)
 
 
 class LogMirror:
@@ -246,9 +266,11 @@ class LogMirror:
         *,
         retry_max: float = RETRY_MAX,
         give_up_after: int = GIVE_UP_AFTER,
+        drains: asyncio.Semaphore | None = None,
     ):
         self.log = log_file
         self.source = source
+        self.drains = drains or asyncio.Semaphore(DRAINS_AT_ONCE)  # shared by a process's mirrors
         self.retry_max = retry_max
         self.give_up_after = give_up_after
         self.done = asyncio.Event()  # set when the log is complete, or the mirror gave up
@@ -274,8 +296,23 @@ class LogMirror:
             try:
                 # While the attempt runs the host is waited for; after its end, a host that stays
                 # away is one more failed try.
-                await self.source.connection.wait_online(self.retry_max if self.attempt_ended else 3600)
-                await self._read()
+                async with self.drains if self.attempt_ended else contextlib.nullcontext():
+                    await self.source.connection.wait_online(self.retry_max if self.attempt_ended else 3600)
+                    await self._read()
+            except LeaseLost as exc:
+                if not self.source.owned():
+                    # The next beat decides: the host let go (its controller stops this mirror) or renewed.
+                    log.info("attempt %d: log mirror waits: %s", self.log.attempt_id, exc, extra=self._about)
+                    while not self.source.owned():
+                        await asyncio.sleep(OWNED_AGAIN_POLL)
+                    log.info(
+                        "attempt %d: log mirror resumes: the lease was renewed", self.log.attempt_id, extra=self._about
+                    )
+                    continue
+                # Its own host, written past by another process that stalled mid-append past its
+                # lease: those bytes are taken in, and checked against the host's as the reader resumes.
+                log.warning("attempt %d: log mirror resumes after %s", self.log.attempt_id, exc, extra=self._about)
+                self.log.written_elsewhere(self.log.path.stat().st_size)
             except DiskFull as exc:
                 self.error, self.paused = str(exc), True
                 log.warning("attempt %d: log mirror paused: %s", self.log.attempt_id, exc, extra=self._about)
@@ -312,8 +349,15 @@ class LogMirror:
     def _give_up(self, failures: int) -> None:
         reason = f"gave up after {failures} tries without progress after the attempt ended: {self.error}"
         log.warning("attempt %d: log mirror %s", self.log.attempt_id, reason, extra=self._about)
-        self.log.mirror_stopped(reason)
+        if self.source.owned():  # else it is the host's new owner's to record
+            self.log.mirror_stopped(reason)
         self.done.set()
+
+    def _check_owned(self) -> None:
+        """Raises LeaseLost unless this process may still write the log: asked before each write,
+        as a controller woken from a stall learns here, before its next beat, that it may not."""
+        if not self.source.owned():
+            raise LeaseLost(f"{self.source.connection.name}: no longer this process's host")
 
     async def _read(self) -> None:
         source = self.source
@@ -331,12 +375,15 @@ class LogMirror:
                 payload = await stdout.readexactly(length) if length else b""
                 self.error, self._progressed = None, True
                 if kind == b"D":
+                    self._check_owned()
                     self.log.append(payload)
                 elif kind == b"R":
+                    self._check_owned()
                     self.log.mark_restart(payload.decode())
                 elif kind == b"E":
                     end = json.loads(payload)
                     mirror_sha256 = await asyncio.to_thread(self.log.segment_sha256)
+                    self._check_owned()
                     self.log.finish(host_size=end["size"], host_sha256=end["sha256"], mirror_sha256=mirror_sha256)
                     return
 
@@ -359,6 +406,7 @@ class Mirrors:
         self.store = store
         self.retry_max = retry_max  # for the mirrors started from now on; the tests shorten these
         self.give_up_after = give_up_after
+        self.drains = asyncio.Semaphore(DRAINS_AT_ONCE)
         self._running: dict[int, tuple[LogMirror | LogMerger, asyncio.Task[None]]] = {}
         # Told of every log's growth and end (size): the announcer of live logs to other replicas.
         self.on_append: Callable[[int, int], None] | None = None
@@ -370,9 +418,15 @@ class Mirrors:
             assert isinstance(running, LogMirror), f"attempt {attempt_id} has a merged log"
             return running
         log_file = self.store.get(attempt_id)
+        if log_file.path.exists():
+            # Another controller may have mirrored it since this one last held it (its host went
+            # there and came back): resume from the shared file as it is, not from what is in memory.
+            log_file.written_elsewhere(log_file.path.stat().st_size)
         if log_file.meta.stopped:  # given up by an earlier run of the dashboard: tried again
             log_file.mirror_stopped(None)
-        mirror = LogMirror(log_file, source, retry_max=self.retry_max, give_up_after=self.give_up_after)
+        mirror = LogMirror(
+            log_file, source, retry_max=self.retry_max, give_up_after=self.give_up_after, drains=self.drains
+        )
         self._run(attempt_id, mirror)
         return mirror
 
@@ -391,6 +445,13 @@ class Mirrors:
         if (running := self._running.get(attempt_id)) is not None:
             running[1].cancel()
             await asyncio.gather(running[1], return_exceptions=True)
+
+    async def let_go(self, hosts: Collection[str]) -> None:
+        """Stops the mirrors of the logs on `hosts`, whose leases this process lost (an ended
+        attempt's included, which no follower stands for): their new owner mirrors them now."""
+        for attempt_id, writer in self.running():
+            if isinstance(writer, LogMirror) and writer.source.connection.name in hosts:
+                await self.stop(attempt_id)
 
     def get(self, attempt_id: int) -> LogMirror | LogMerger | None:
         running = self._running.get(attempt_id)

@@ -7,6 +7,9 @@ the bytes are read once per process from storage every replica reads anyway (the
 search and downloads read the same files), and a viewer's byte offsets (its Last-Event-ID) mean
 the same on every replica. Announcements are coalesced per attempt to one per ANNOUNCE_EVERY
 seconds; a lost notification only delays lines until the next one, since the size is absolute.
+While the database is away (restarted, failed over) nothing travels: the announcer keeps what it
+could not send and sends it once connected again, and the listener, connected again, takes in what
+the logs its viewers watch grew meanwhile, since what was announced in between never reached it.
 docs/deploy.md#replicas says why NOTIFY rather than NATS JetStream, and what it costs.
 """
 
@@ -15,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 
 import psycopg
 from sqlalchemy.engine import make_url
 
+from app.backoff import Backoff
 from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
 
@@ -26,7 +31,8 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "launchdeck_log"
 ANNOUNCE_EVERY = 0.05  # seconds: the most a viewer on another replica waits beyond the mirror
-RETRY = 1.0
+RETRY = 1.0  # the longest wait before connecting again; the first is RETRY_MIN
+RETRY_MIN = 0.1
 
 
 def libpq_url(url: str) -> str:
@@ -59,21 +65,34 @@ class LogAnnouncer:
         self._wake.set()
 
     async def _announce_forever(self) -> None:
+        backoff = Backoff(RETRY_MIN, RETRY)
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as connection:
+                    backoff.reset()
                     while True:
                         await self._wake.wait()
                         self._wake.clear()
-                        due, self._sizes = self._sizes, {}
-                        for attempt_id, size in due.items():
-                            await connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{attempt_id} {size}"))
+                        await self._announce(connection)
                         await asyncio.sleep(ANNOUNCE_EVERY)
             except asyncio.CancelledError:
                 raise
             except (psycopg.Error, OSError) as exc:
                 log.warning("live logs: cannot announce to other replicas (%s); retrying", exc)
-                await asyncio.sleep(RETRY)
+                await asyncio.sleep(backoff.next())
+
+    async def _announce(self, connection: psycopg.AsyncConnection[object]) -> None:
+        """Sends what is due; what it could not send (the connection found dead, as after the
+        database restarted while it idled) stays due, for the next connection: the last growth of a
+        log, or its end, would otherwise reach the other replicas' viewers never."""
+        due, self._sizes = self._sizes, {}
+        try:
+            for attempt_id, size in due.items():
+                await connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{attempt_id} {size}"))
+        except BaseException:
+            self._sizes = due | self._sizes  # a newer size, appended meanwhile, wins
+            self._wake.set()
+            raise
 
 
 class LogListener:
@@ -95,22 +114,56 @@ class LogListener:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _listen_forever(self) -> None:
+        backoff = Backoff(RETRY_MIN, RETRY)
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as connection:
                     await connection.execute(f"LISTEN {CHANNEL}")
+                    backoff.reset()
+                    await self._catch_up()
                     async for notice in connection.notifies():
-                        self._take(notice.payload)
+                        self._notified(notice.payload)
             except asyncio.CancelledError:
                 raise
             except (psycopg.Error, OSError) as exc:
                 log.warning("live logs: not listening to other replicas (%s); retrying", exc)
-                await asyncio.sleep(RETRY)
+                await asyncio.sleep(backoff.next())
+            except Exception:  # a defect: logged, and listening goes on, or every viewer here stalls
+                log.exception("live logs: listening to other replicas failed; listening again")
+                await asyncio.sleep(backoff.next())
 
-    def _take(self, payload: str) -> None:
-        with contextlib.suppress(ValueError):
+    async def _catch_up(self) -> None:
+        """Once listening (again): what was announced while this process was not (the database
+        restarting) never comes, so each log held here (a live viewer's) takes in its shared file
+        now; a log that grew or ended meanwhile would otherwise wait for its next announcement,
+        which may never come."""
+        for attempt_id in await asyncio.to_thread(self._mirrored_ids):
+            if self.store.is_open(attempt_id):
+                self._take(attempt_id, 0)
+
+    def _mirrored_ids(self) -> list[int]:
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.store.directory) as entries:
+            return [int(name) for entry in entries if (name := entry.name.removesuffix(".log")).isdigit()]
+        return []
+
+    def _notified(self, payload: str) -> None:
+        try:
             attempt_id, size = (int(part) for part in payload.split())
-            if self.own is not None and self.own.get(attempt_id) is not None:
-                return  # mirrored here: its viewers had the bytes as they were written
-            if (log_file := self.store.held(attempt_id)) is not None:
+        except ValueError:
+            return
+        try:
+            self._take(attempt_id, size)
+        except Exception:  # one log's trouble (a file half-written) costs that notification only
+            log.exception("live logs: attempt %d's new bytes not taken in", attempt_id)
+
+    def _take(self, attempt_id: int, size: int) -> None:
+        """Brings the held log up to the shared file as it is now, at least `size`: a notification
+        read late, once the mirror has written more and the log's end, would otherwise end its
+        viewers at the notified size, short of the last lines."""
+        if self.own is not None and self.own.get(attempt_id) is not None:
+            return  # mirrored here: its viewers had the bytes as they were written
+        if (log_file := self.store.held(attempt_id)) is not None:
+            with contextlib.suppress(OSError):
+                size = max(size, log_file.path.stat().st_size)
+            with contextlib.suppress(ValueError):  # metadata unreadable: read again at the next one
                 log_file.written_elsewhere(size)

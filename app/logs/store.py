@@ -15,6 +15,12 @@ raises `DiskFull`; the caller sends the same bytes again later. The metadata is 
 temporary file and renamed over the old one, and changes in memory only once that worked.
 The sha256 that verification compares is always read back from the file, never kept while
 appending, so a mirror that differs from the host's file on disk cannot be reported as a match.
+
+Replicas share the data dir, one mirror writing each log. An append writes at the end this LogFile
+counted, and only if the file still ends there: one that another process has written past (this
+process stalled past its lease, and the host's new owner mirrors it now) is refused with LeaseLost,
+so no byte lands twice; a writer stalled between that check and its write can only write the
+host's same bytes over themselves.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 
 from app.clock import utcnow
 from app.disk import DataDir, is_disk_full
+from app.leases import LeaseLost
 from app.logs.stages import StageScan
 
 INDEX_SPACING = 64 * 1024
@@ -133,15 +140,25 @@ class LogFile:
     # Writing (the mirror)
 
     def append(self, data: bytes) -> None:
-        """Adds `data` to the log and its index, entirely or (raising) not at all."""
+        """Adds `data` to the log and its index, entirely or (raising) not at all; LeaseLost where
+        another process has written the file past what this one counted."""
         if not data:
             return
         start, state = self.size, (self.newlines, self._next_checkpoint, self._ends_with_newline)
         index_size = self.index_path.stat().st_size if self.index_path.exists() else 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "ab") as f:  # buffered: a short write is retried, or raises
-                f.write(data)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o666)
+            try:
+                if (on_disk := os.fstat(fd).st_size) != start:
+                    raise LeaseLost(
+                        f"{self.path}: {on_disk} bytes on disk, {start} written here: another process writes it"
+                    )
+                written = 0
+                while written < len(data):  # at the counted end, not O_APPEND: see the module's docstring
+                    written += os.pwrite(fd, data[written:], start + written)
+            finally:
+                os.close(fd)
             self._index(start, data)
             self._flush_index()
         except OSError as exc:
@@ -174,6 +191,9 @@ class LogFile:
             meta = Meta(**json.loads(self.meta_path.read_text()))
             self.meta.segments.extend(meta.segments[len(self.meta.segments) :])  # in place, as mark_restart
             if meta.complete and not self.meta.complete and self.size >= size:
+                if (whole := self.path.stat().st_size) > self.size:  # the end was written after `size` was sent
+                    self.written_elsewhere(whole)
+                    return
                 self.meta.complete, self.meta.verification = True, meta.verification
                 for watcher in list(self.watchers):
                     watcher(self.size, b"")

@@ -1,6 +1,7 @@
 """The mirror file and its sparse line index: every way of reaching a line agrees with a plain
 split of the bytes, however the bytes arrived, after a crash that left the index behind, and
-after an append that a full disk refused half-way."""
+after an append that a full disk refused half-way; an append that another process's mirror got
+ahead of writes nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import DiskFull
+from app.leases import LeaseLost
 from app.logs.store import INDEX_SPACING, LogFile
 from tests.support.filesystem import fill, small_filesystem
 
@@ -86,6 +88,25 @@ def test_a_log_that_does_not_exist_reads_as_empty(tmp_path: Path) -> None:
     log = LogFile(tmp_path, 3)
     assert (log.size, log.total_lines, log.read(0, 10), log.lines(1, 10).lines) == (0, 0, b"", [])
     assert log.line_at(0) == (1, 0) and log.last_lines(5).lines == []
+
+
+def test_an_append_to_a_log_another_process_has_written_past_writes_nothing(tmp_path: Path) -> None:
+    """A controller woken from a stall past its lease, whose host's new owner mirrors the log now:
+    what it still holds of the host's bytes must not land a second time."""
+    first, more = random_log(3, 200_000), random_log(5, 300_000)
+    stalled = LogFile(tmp_path, 1)
+    stalled.append(first)
+    new_owner = LogFile(tmp_path, 1)
+    new_owner.append(more)
+    before = (stalled.path.read_bytes(), stalled.index_path.read_bytes())
+    with pytest.raises(LeaseLost, match=f"{len(first) + len(more)} bytes on disk, {len(first)} written here"):
+        stalled.append(more)
+    assert (stalled.path.read_bytes(), stalled.index_path.read_bytes()) == before
+    assert (stalled.size, stalled.total_lines) == (len(first), len(expected_lines(first)))
+    new_owner.append(b"the last line\n")  # the owner goes on where it was
+    reopened = LogFile(tmp_path, 1)
+    assert reopened.path.read_bytes() == first + more + b"the last line\n"
+    assert reopened.checkpoints == new_owner.checkpoints and reopened.total_lines == new_owner.total_lines
 
 
 def test_an_append_the_disk_has_no_room_for_leaves_the_log_as_it_was_and_is_sent_again(tmp_path: Path) -> None:

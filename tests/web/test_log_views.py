@@ -122,7 +122,7 @@ def test_live_batches_head_each_stage_once_however_the_stream_resumes(tmp_path: 
         for start, end in zip(starts, ends, strict=True):
             part = lines[start:end]
             offset = part[-1].offset + part[-1].length + 1
-            sent.append(batch_event(log, Batch(part[0].offset, offset, part)).decode())
+            sent.append(batch_event(log, Batch(part[0].offset, offset, part, log)).decode())
         return "".join(sent)
 
     for shown in (stream(), stream(3), stream(1, 2, 8, 9, 12)):

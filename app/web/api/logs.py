@@ -58,7 +58,6 @@ async def log_events(
     runtime: RuntimeDep,
     _user: ApiViewer,
     _attempt: AttemptDep,
-    log_file: LogDep,
     offset: Int64 = 0,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
@@ -70,7 +69,7 @@ async def log_events(
     def batch_event(batch: Batch) -> bytes:
         """Made once per batch and sent to every viewer."""
         if "api-event" not in batch.cache:
-            text = log_file.read(batch.start, batch.end - batch.start).decode(errors="surrogateescape")
+            text = batch.log.read(batch.start, batch.end - batch.start).decode(errors="surrogateescape")
             batch.cache["api-event"] = _json_event("log", {"offset": batch.start, "text": text}, batch.end).encode()
         encoded: bytes = batch.cache["api-event"]
         return encoded
