@@ -107,6 +107,10 @@ def reason_of(exc: BaseException) -> str:
     return text or type(cause).__name__
 
 
+class _DecidedMeanwhile(Exception):
+    """The diagnosis a write read was rewritten before the write (app.casebook.rediagnose)."""
+
+
 class AttemptRecord:
     """Writes one attempt's status, stages and signature."""
 
@@ -194,7 +198,17 @@ class AttemptRecord:
         """Applies what the log showed (`change`: stages, size) and its diagnosis (`diagnosis`, from
         the one stored), as the team's rules decide it, and files the attempt under the signature of
         its failure, if it has one. The rules run before the write's transaction, off the event
-        loop; a rule that ran out of time is set aside in the same write."""
+        loop; a rule that ran out of time is set aside in the same write. Where the rules' pass wrote
+        the diagnosis meanwhile (a rule taught while this decided), it is decided again with the
+        rules as they are now, rather than written over with the ones read before."""
+        while not await self._progress_once(change, diagnosis):
+            pass
+
+    async def _progress_once(
+        self, change: Callable[[Attempt], None], diagnosis: Callable[[StoredDiagnosis], StoredDiagnosis]
+    ) -> bool:
+        """One read, decision and write of `progress`; False, writing nothing, where the stored
+        diagnosis was rewritten after it was read."""
         async with self.sessions.read() as session:
             stored = await session.scalar(select(Attempt.diagnosis).where(Attempt.id == self.attempt_id))
             rules = await active_rules(session)
@@ -202,12 +216,18 @@ class AttemptRecord:
         decided = await asyncio.to_thread(decide_live, diagnosis(earlier), earlier, rules)
 
         async def write(attempt: Attempt, session: AsyncSession) -> None:
+            if attempt.diagnosis != stored:
+                raise _DecidedMeanwhile
             change(attempt)
             attempt.diagnosis = decided.diagnosis.to_json()
             await set_aside(session, decided.stalled)
             await assign_signature(session, attempt)
 
-        await self._write(write, lock=self.signatures)
+        try:
+            await self._write(write, lock=self.signatures)
+        except _DecidedMeanwhile:
+            return False
+        return True
 
     async def _write(
         self, change: Callable[[Attempt, AsyncSession], Awaitable[None]], *, lock: asyncio.Lock | None = None

@@ -5,6 +5,7 @@ rules file `launchdeck diagnose --rules` reads."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,12 +16,15 @@ from sqlalchemy import select
 
 from app import audit, db
 from app.casebook import team_rules
-from app.casebook.rediagnose import Rediagnosis, decide
+from app.casebook.rediagnose import Rediagnosis, decide, decide_live
 from app.casebook.signatures import assign_signature
 from app.db.models import Attempt, Host, Preset, PresetRevision, Signature
 from app.diagnose.rules import parse_rules
 from app.diagnose.stored import BuiltIn, StoredDiagnosis
 from app.errors import InvalidInput, NotFound
+from app.launch import record as record_module
+from app.launch.record import AttemptRecord, Changes, Pace, Tracking
+from app.logs.mirror import Mirrors
 from app.logs.store import LogStore
 from tests.support.waiting import until
 
@@ -259,3 +263,42 @@ async def test_a_rule_that_merges_two_signatures_files_both_causes_under_the_fir
         ]  # fmt: skip
         counts = dict((await session.execute(select(Signature.fingerprint, Signature.count))).all())
     assert counts == {"0123456789abcdef": 2, "fedcba9876543210": 0}
+
+
+async def test_a_rule_taught_while_the_follower_decides_is_not_written_over_by_its_older_decision(
+    sessions: db.Sessions, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follower reads the rules, then decides in a thread; a rule taught meanwhile, and written
+    by the rules' pass, stays: the follower decides again rather than write what it read before."""
+    attempt_id = await add_attempt(sessions, STORED)
+    logs = LogStore(tmp_path / "logs")
+    signatures = asyncio.Lock()
+    record = AttemptRecord(
+        sessions, attempt_id, mirrors=Mirrors(logs), tracking=Tracking(), changes=Changes(), pace=Pace(),
+        signatures=signatures,
+    )  # fmt: skip
+    deciding, taught = threading.Event(), threading.Event()
+
+    def decide_after_the_rule(*args: Any) -> Any:
+        if not deciding.is_set():  # the first decision, with the rules read before the rule existed
+            deciding.set()
+            taught.wait(10)
+        return decide_live(*args)
+
+    monkeypatch.setattr(record_module, "decide_live", decide_after_the_rule)
+    progress = asyncio.create_task(
+        record.progress(lambda attempt: None, lambda earlier: StoredDiagnosis.from_json(STORED))
+    )
+    await until(deciding.is_set, "the follower deciding")
+    async with sessions.write() as session:
+        await team_rules.create_rule(
+            session, {"match": "Not enough memory", "class": "oom", "title": "KV pool", "merge": []}, actor="ana"
+        )
+    assert await Rediagnosis(sessions, logs, signatures).run_on([attempt_id], every_rule=True) == 1
+    taught.set()
+    await progress
+    async with sessions.read() as session:
+        attempt = await session.get(Attempt, attempt_id)
+        assert attempt is not None
+        decided = (attempt.diagnosis["class"], (attempt.diagnosis.get("rule") or {}).get("title"))
+        assert decided == ("oom", "KV pool"), "the follower wrote over the rule with what it decided before"
