@@ -3,8 +3,9 @@
 `running` opens the database engine and the services over it, pushing each one's close onto an
 exit stack as soon as it exists, so a start that fails closes what had started and a shutdown ends
 every task in bounded time. Roles start subsets: every role opens the services (a web role
-launches and stops through them), and only a controller runs the background work that must run
-once per installation (following attempts, GPU sampling, benchmarks, sweeps, re-diagnosis)."""
+launches and stops through them, asking the controller that owns a host for the work there, app.host_calls), and
+only a controller talks to hosts and runs the background work that must run once per installation
+(following attempts, GPU sampling, benchmarks, sweeps)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 
+from sqlalchemy.exc import IntegrityError
+
 from app import credentials, db, resources
 from app.accounts import setup
 from app.accounts.limits import LoginLimiter
@@ -28,6 +31,8 @@ from app.config import Network, Settings
 from app.db import Sessions
 from app.disk import DataDir
 from app.gpu.monitor import GpuMonitor
+from app.host_calls import HostCalls
+from app.host_views import HostViews
 from app.launch.attempts import AttemptService
 from app.launch.notifications import Notifier
 from app.launch.record import Pace
@@ -140,19 +145,33 @@ def lease_keeper(settings: Settings, sessions: db.Sessions, specs: list[HostSpec
     return LeaseKeeper(sessions, hosts, pins=settings.resolved_controller_pins(), lease_seconds=settings.lease_seconds)
 
 
-def owner_of_hosts(gpus: GpuMonitor, attempts: AttemptService) -> Callable[[Beat], None]:
-    """What a controller does as leases come and go: a host taken is watched and its attempts
-    followed; a host lost is let go of (another controller does both now)."""
+def owner_of_hosts(
+    ssh: SSHManager, gpus: GpuMonitor, attempts: AttemptService, benchmarks: Benchmarks, sweeps: Sweeps
+) -> Callable[[Beat], None]:
+    """What a controller does as leases come and go: a host taken is connected to and watched, its
+    attempts followed, the benchmarks it left running marked interrupted (its sweeps are claimed by
+    `Sweeps`); a host lost is let go of, its connection closed last (another controller does it all now).
+
+    Beats' changes are applied one after another, in order: a host given up at one beat and taken
+    back at the next (hosts spreading again) is connected and followed once the letting go is
+    over, not started while it is under way and then closed by it."""
     pending: set[asyncio.Task[None]] = set()
+    in_order = asyncio.Lock()  # FIFO: each beat's changes wait for the earlier beats'
 
     def changed(beat: Beat) -> None:
         async def apply() -> None:
-            if beat.lost:
-                await gpus.unwatch(beat.lost)
-                await attempts.let_go(beat.lost)
-            if beat.gained:
-                gpus.watch(list(beat.gained))
-                await attempts.follow_hosts(list(beat.gained))
+            async with in_order:
+                if lost := beat.lost:
+                    await sweeps.let_go(lost)
+                    await benchmarks.let_go(lost)
+                    await gpus.unwatch(lost)
+                    await attempts.let_go(lost)
+                    await ssh.stop(lost)
+                if gained := list(beat.gained):
+                    ssh.start(gained)
+                    gpus.watch(gained)
+                    await attempts.follow_hosts(gained)
+                    await benchmarks.follow_hosts(gained)
 
         if beat.lost or beat.gained:
             log.info("leases: taken %s, given up %s", sorted(beat.gained) or "none", beat.lost or "none")
@@ -161,6 +180,23 @@ def owner_of_hosts(gpus: GpuMonitor, attempts: AttemptService) -> Callable[[Beat
             task.add_done_callback(pending.discard)
 
     return changed
+
+
+async def _register(sessions: db.Sessions, specs: list[HostSpec], setup_link: SetupLink | None) -> None:
+    """The hosts file's hosts and the built-in workloads, in the database. Replicas starting
+    together may insert the same rows at once: the one that loses reads the winner's and goes on."""
+    for attempt in range(2):
+        try:
+            async with sessions.write() as session:
+                await register_hosts(session, specs)
+            async with sessions.write.begin() as session:
+                await ensure_built_in(session)
+                if setup_link is not None:  # printed: good on every replica from now on
+                    await setup.offer(session, setup_link)
+            return
+        except IntegrityError:
+            if attempt:
+                raise
 
 
 @asynccontextmanager
@@ -181,12 +217,7 @@ async def running(
         # services using others first.
         async with closing_within(CLOSE_SECONDS) as services:
             sessions = db.Sessions.of(engine)
-            async with sessions.write() as session:
-                await register_hosts(session, specs)
-            async with sessions.write.begin() as session:
-                await ensure_built_in(session)
-                if setup_link is not None:  # printed: good on every replica from now on
-                    await setup.offer(session, setup_link)
+            await _register(sessions, specs, setup_link)
             options = SSHOptions(
                 known_hosts=settings.known_hosts.expanduser(),
                 ssh_config=settings.ssh_config,
@@ -195,8 +226,14 @@ async def running(
             )
             ssh = SSHManager(specs, options)
             services.push_async_callback(ssh.close)
-            ssh.start()
+            shared = db.shared(settings.resolved_database_url())
             leases = lease_keeper(settings, sessions, specs) if controller else None
+            # Only the owner of a host talks to it: every host here on SQLite, those whose lease
+            # this controller takes otherwise (owner_of_hosts), none in a web process.
+            if controller and leases is None:
+                ssh.start()
+            calls = HostCalls(sessions, leases, controller=controller)
+            services.push_async_callback(calls.close)
             # Each Slurm cluster's poller: it polls while a follower or the GPU view here wants it.
             slurm = SlurmPollers(ssh, every=settings.slurm_poll_seconds)
             services.push_async_callback(slurm.close)
@@ -212,6 +249,7 @@ async def running(
                 webhook_url=webhook,
                 notify_urls=settings.resolved_notify_urls(),
                 destinations=settings.webhook_destinations(),
+                ownership=leases,
             )
             services.push_async_callback(notifier.close)
             attempts = AttemptService(
@@ -224,6 +262,7 @@ async def running(
                 ownership=leases,
                 controller=controller,
                 slurm=slurm,
+                calls=calls,
             )
             services.push_async_callback(attempts.close)
             benchmarks = Benchmarks(
@@ -232,6 +271,7 @@ async def running(
                 settings.data_dir / "benchmarks",
                 timeout=settings.bench_timeout_seconds,
                 memory_mib=settings.bench_memory_mib,
+                calls=calls,
             )
             services.push_async_callback(benchmarks.close)
             sweeps = Sweeps(sessions, attempts, benchmarks)
@@ -248,8 +288,12 @@ async def running(
                 metrics.attempt_became(attempt_id, status)
 
             attempts.on_status = status_changed
-            if db.shared(settings.resolved_database_url()):
-                # Replicas may share this database: live logs are announced and listened for across them.
+            if shared:
+                # Replicas may share this database: what the owners of hosts see of them is shown
+                # everywhere, and live logs are announced and listened for across them.
+                views = HostViews(sessions, ssh, gpus, leases, owner=leases.owner if leases else "")
+                services.push_async_callback(views.close)
+                views.start()
                 if controller:
                     announcer = LogAnnouncer(settings.resolved_database_url(), mirrors)
                     services.push_async_callback(announcer.close)
@@ -258,16 +302,19 @@ async def running(
                     listener = LogListener(settings.resolved_database_url(), logs, own=mirrors)
                     services.push_async_callback(listener.close)
                     listener.start()
+            rediagnosis.start()  # a pass a person asks for runs where they asked; an ended attempt's, on its controller
             if controller:
-                gpus.start([name for name in (spec.name for spec in specs) if leases is None or leases.owns(name)])
+                owned = [spec.name for spec in specs if leases is None or leases.owns(spec.name)]
+                gpus.start(owned)
                 await attempts.start()
+                await benchmarks.follow_hosts(owned)
                 if leases is not None:
                     services.push_async_callback(leases.close)
-                    leases.on_change = owner_of_hosts(gpus, attempts)
+                    leases.on_change = owner_of_hosts(ssh, gpus, attempts, benchmarks, sweeps)
                     leases.start()
-                await benchmarks.start()
+                    calls.start()
                 await sweeps.start()
-                rediagnosis.start()
+                notifier.start()
             versions = frontend_versions()
             yield Runtime(
                 settings=settings,

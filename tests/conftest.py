@@ -29,6 +29,7 @@ from tests.support.hosts import wait_until_free
 from tests.support.postgres import POSTGRES_ADMIN_URL, postgres_available
 from tests.support.servers import OpenSSHServer
 from tests.support.strict import STRICT, require
+from tests.support.webhooks import Hook, webhook
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -123,6 +124,13 @@ async def slurm_login(slurm_site: SlurmSite, connect: Callable[..., HostConnecti
     login = connect(slurm_site.login_spec())
     await login.run(["mkdir", "-p", slurm_site.output_dir])
     return login
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    """A webhook on loopback that records each post (tests.support.webhooks)."""
+    with webhook() as receiver:
+        yield receiver
 
 
 @pytest.fixture(scope="session")

@@ -27,11 +27,13 @@ LAYERS: dict[str, int] = {
     "audit": 3,
     "ssh": 3,
     "leases": 3,  # which controller owns which host (PostgreSQL leases, fencing)
+    "host_calls": 4,  # the work on a host, asked of the controller that owns it
     "accounts": 4,
     "logs": 4,
     "slurm": 4,
     "presets": 4,
     "gpu": 5,  # reads GPUs wherever they are: NVML over SSH, nvidia-smi, Slurm partitions
+    "host_views": 6,  # each host as its owner sees it, for the other processes
     "casebook": 5,
     "launch": 6,
     "perf": 7,

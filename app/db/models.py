@@ -374,6 +374,56 @@ class HostLease(Base):
     expires_at: Mapped[datetime]
 
 
+class HostView(Base):
+    """What the controller that owns a host last saw of it (app.host_views): the connection's
+    state and the GPU readings, for the processes that do not talk to the host themselves."""
+
+    __tablename__ = "host_view"
+
+    host: Mapped[str] = mapped_column(String(128), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(16))  # the SSH connection's: connecting | online | offline
+    since: Mapped[datetime]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    gpus: Mapped[dict[str, Any]] = mapped_column(default=dict)  # app.gpu.monitor.HostGpus as stored
+    updated_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class HostCall(Base):
+    """Work on a host asked by a process that does not own it (app.host_calls), answered in the
+    row by the controller that does: claimed by one at a time, taken over from one that lost the host."""
+
+    __tablename__ = "host_call"
+    __table_args__ = (Index("ix_host_call_waiting", "claimed_by", "deadline"),)
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True, autoincrement=True)
+    host: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    asked_at: Mapped[datetime]
+    deadline: Mapped[datetime]  # not claimed after it: whoever asked has stopped waiting
+    claimed_by: Mapped[str | None] = mapped_column(String(128))
+    answered_at: Mapped[datetime | None]
+    answer: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"type": ..., "message": ..., "host": ...}
+
+
+class Notification(Base):
+    """A status change people are told of (app.launch.notifications), written in the transaction
+    that writes the status, and sent by the controller that owns the attempt's host: a failover
+    neither loses it nor sends it under a second key."""
+
+    __tablename__ = "notification"
+    __table_args__ = (Index("ix_notification_done_at", "done_at", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInt, primary_key=True, autoincrement=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempt.id", ondelete="CASCADE"))
+    status: Mapped[AttemptStatus] = mapped_column(StateType(AttemptStatus))
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    delivered: Mapped[list[Any]] = mapped_column(default=list)  # the destinations done with it, by key
+    done_at: Mapped[datetime | None]  # every destination told, or given up on
+
+
 class ServingSample(Base):
     """A ready server's own figures at one scrape of its /metrics (app.launch.serving)."""
 

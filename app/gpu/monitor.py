@@ -155,7 +155,7 @@ class GpuMonitor:
                     self.local = HostGpus(LOCAL_NAME, state="ok", source="nvml")
                 self.local.snapshot = snapshot
                 self._remember(self.local, snapshot)
-                self._publish()
+                self.bump()
         finally:
             if process.returncode is None:
                 process.kill()
@@ -176,7 +176,8 @@ class GpuMonitor:
                 await asyncio.wait_for(self._changed.wait(), timeout)
         return self.version
 
-    def _publish(self) -> None:
+    def bump(self) -> None:
+        """Wakes the views waiting in `changed`: the readings moved."""
         self.version += 1
         self._changed.set()
         self._changed = asyncio.Event()
@@ -184,7 +185,7 @@ class GpuMonitor:
     def _set(self, host: HostGpus, state: str, message: str = "") -> None:
         if (host.state, host.message) != (state, message):
             host.state, host.message, host.since = state, message, utcnow()
-            self._publish()
+            self.bump()
 
     def _show(self, name: str) -> None:
         """What the views show of a host, from what the probe and the exporter last gave."""
@@ -201,7 +202,7 @@ class GpuMonitor:
                 self._due.append((name, snapshot))
         self._set(status, state, message)
         if fresh:
-            self._publish()  # new readings, even when the state stayed the same
+            self.bump()  # new readings, even when the state stayed the same
 
     def _probe_failed(self, name: str, why: str, *, state: str = "degraded") -> None:
         self._feeds[name].probe_trouble, self._feeds[name].probe_trouble_state = why, state
@@ -286,7 +287,7 @@ class GpuMonitor:
                 log.info("%s: the jobs' GPUs not read: %s", host.name, exc, extra={"host": host.name})
             status.partitions, status.source = partitions, "sinfo"
             self._set(status, "ok" if partitions else "no-gpus", "" if partitions else "sinfo lists no partition")
-            self._publish()
+            self.bump()
 
     async def _stream(self, host: HostConnection, *, nvml: bool) -> None:
         """Reads the probe until it ends; raises when it stops answering."""

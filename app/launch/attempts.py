@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -34,12 +34,13 @@ from app.db.history import load_attempt
 from app.db.models import Attempt, Host, PresetRevision
 from app.diagnose.figures import Need
 from app.errors import HostError, InvalidInput, NotFound
+from app.host_calls import HostCalls
 from app.launch import guards, remote, shapes, slurm_lifecycle
 from app.launch.adopt import AdoptedFollower, adopt_server
 from app.launch.follower import Follower, GpuReadings, NoGpuReadings
 from app.launch.group import GroupFollower
 from app.launch.owners import owners_by_host, started_by_launchdeck
-from app.launch.preflight import OwnersOf, Preflight
+from app.launch.preflight import OwnersOf, Preflight, run_preflight
 from app.launch.record import AttemptRecord, Changes, Pace, Tracking, reason_of
 from app.launch.serving import ServingMetrics
 from app.launch.slurm_follower import SlurmFollower
@@ -57,6 +58,19 @@ log = logging.getLogger(__name__)
 RESUME_MIRRORS_DAYS = 7
 # The stage of a launch a web process recorded for the controller that owns its host to claim and start.
 HANDED_OVER = "waiting for its controller"
+# Seconds an asker waits for the owner of a host to do a piece of work there (app.host_calls), and
+# how long a stop stays to be carried out (by a controller that takes the host over meanwhile).
+HOST_WAIT = 30.0
+PREFLIGHT_WAIT = 60.0
+STOP_KEEP = 120.0
+
+
+def signal_target(pgid: int | None, pid: int | None, start_time: int | None) -> tuple[int, int | None] | None:
+    """Where a stop's signals go: an adopted server's own pid while it has its start time (its
+    group is someone else's); a launched server's process group; None before either is known."""
+    if pid is not None and pgid != pid:
+        return pid, start_time
+    return None if pgid is None else (pgid, None)
 
 
 @dataclass(frozen=True)
@@ -84,12 +98,22 @@ class AttemptService:
         ownership: Ownership | None = None,
         controller: bool = True,
         slurm: SlurmPollers | None = None,
+        calls: HostCalls | None = None,
     ):
         self.sessions = sessions
         # Which hosts this process follows and launches on (app.leases); a web process, none: its
         # launches wait for the controller that owns their host.
         self.ownership = ownership or SoleOwner()
         self.controller = controller
+        # The work on a host that only its owner does (its SSH): here, or asked of the owner.
+        self.calls = calls or HostCalls(sessions, self.ownership, controller=controller)
+        for kind, handler in (
+            ("preflight", self._preflight_here),
+            ("signal", self._signal_here),
+            ("stop-process", self._stop_process_here),
+            ("adopt", self._adopt_here),
+        ):
+            self.calls.handle(kind, handler)
         self.ssh = ssh
         self.slurm = slurm or SlurmPollers(ssh)  # each Slurm cluster's poller (app.slurm.poller)
         self.mirrors = mirrors
@@ -124,8 +148,22 @@ class AttemptService:
         since = utcnow() - timedelta(days=RESUME_MIRRORS_DAYS)
         on_hosts = Attempt.host_id.in_(select(Host.id).where(Host.name.in_(hosts)))
         async with self.sessions.read() as session:
-            unfinished = select(Attempt.id).where(Attempt.status.in_(ACTIVE_STATUSES), on_hosts)
-            ids = (await session.scalars(unfinished.where(Attempt.stage != HANDED_OVER))).all()
+            unfinished = (
+                await session.execute(
+                    select(
+                        Attempt.id,
+                        Attempt.stage,
+                        Attempt.stop_requested_at,
+                        Attempt.job_id,
+                        Attempt.pgid,
+                        Attempt.pid,
+                        Attempt.pid_start_time,
+                        Host.name,
+                    )
+                    .join(Host, Attempt.host_id == Host.id)
+                    .where(Attempt.status.in_(ACTIVE_STATUSES), Host.name.in_(hosts))
+                )
+            ).all()
             query = (
                 select(Attempt)
                 .options(selectinload(Attempt.host), selectinload(Attempt.revision))
@@ -149,8 +187,15 @@ class AttemptService:
                     )
                 )
             ).all()
-        for attempt_id in ids:
-            self._follow(attempt_id)
+        for row in unfinished:
+            if row.stage != HANDED_OVER:  # a launch handed over is claimed (_claim), then followed
+                self._follow(row.id)
+            # Asked to stop before this process followed it: the SIGKILL after the grace period was
+            # the asker's to send, which died or let the host go meanwhile. (Slurm ends a cancelled
+            # job's steps itself.)
+            target = signal_target(row.pgid, row.pid, row.pid_start_time)
+            if row.stop_requested_at is not None and row.job_id is None and target is not None:
+                self._in_background(self._kill_after_grace(self.ssh.get(row.name), *target))
         for attempt in finished:
             if attempt.host.name in self.ssh and not self.mirrors.store.is_complete(attempt.id):
                 self.mirror(attempt)
@@ -166,8 +211,9 @@ class AttemptService:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for attempt_id in gone:
+        for attempt_id in gone:  # a multi-node attempt's merger too
             await self.mirrors.stop(attempt_id)
+        await self.mirrors.let_go(hosts)
 
     async def _claim_forever(self) -> None:
         """Launches handed over by web processes, on hosts this process owns, each claimed once."""
@@ -209,6 +255,7 @@ class AttemptService:
             pid=attempt.pid,
             start_time=attempt.pid_start_time,
             end_file=f"{attempt.remote_dir}/{slurm_batch.ENDED_NAME}" if attempt.job_id is not None else None,
+            owned=lambda: self.ownership.owns(attempt.host.name),
         )
         mirror = self.mirrors.start(attempt.id, source)
         if attempt.status in FINISHED_STATUSES:
@@ -267,9 +314,11 @@ class AttemptService:
                 sweep=sweep,
             )
             attempt.gpu_snapshot = {"at_launch": self.gpus.snapshot_of(shape.hosts[0])}
-            here = self.controller and self.ownership.owns(shape.hosts[0])
+            here = self.calls.here(shape.hosts[0])
             if not here:  # the controller that owns the host claims it (_claim)
                 attempt.stage = HANDED_OVER
+            elif (fence := self.ownership.fence(shape.hosts[0])) is not None:
+                await fence.check(session)  # a controller whose lease moved on launches nothing (a sweep's point)
             session.add(attempt)
             await session.flush()
             await shape.add_rows(session, attempt, vetted.host_ids, self.gpus)
@@ -305,7 +354,7 @@ class AttemptService:
             raise NotFound(f"unknown host {missing[0]!r}")
         if past is not None and not confirm_failed_before:
             raise guards.refuse_failed_before(past)
-        preflight = await shape.preflight(self.ssh, self._owners_on)
+        preflight = await shape.preflight(self._check_host)
         if preflight.blocked and not override_reason.strip():
             raise guards.refuse_blocked(preflight)
         return Vetted(shape, preflight, past, host_ids)
@@ -328,7 +377,22 @@ class AttemptService:
         take at once to be of use, for the predicted capacity."""
         where = shapes.Where(host=host, hosts=hosts, label=label, gpus=gpus, port=port, dist_port=dist_port)
         shape = await self._shape(preset, None, where, permission, asked="check")
-        return await shape.preflight(self.ssh, self._owners_on, need)
+        return await shape.preflight(self._check_host, need)
+
+    async def _check_host(self, host: str, **checks: Any) -> Preflight:
+        """One host's preflight (run_preflight's keywords), run by the controller that owns it."""
+        if isinstance(need := checks.get("need"), Need):
+            checks["need"] = asdict(need)
+        answer = await self.calls.on_host(host, "preflight", {"host": host, **checks}, wait=PREFLIGHT_WAIT)
+        return Preflight.from_json(answer)
+
+    async def _preflight_here(self, payload: dict[str, Any]) -> dict[str, Any]:
+        checks = dict(payload)
+        host, need = checks.pop("host"), checks.pop("need", None)
+        found = await run_preflight(
+            self.ssh.get(host), owners=self._owners_on(host), need=Need(**need) if need else None, **checks
+        )
+        return asdict(found)
 
     async def _shape(
         self,
@@ -356,9 +420,16 @@ class AttemptService:
     ) -> Attempt:
         """Records the SGLang server listening on the host's port, started outside launchdeck, as an
         attempt (app.launch.adopt) and follows it from then on."""
-        attempt = await adopt_server(self, host=host, port=port, actor=actor, permission=permission)
+        if permission is not None:
+            permission.check(host, self.ssh.get(host).spec.labels)
+        answer = await self.calls.on_host(host, "adopt", {"host": host, "port": port, "actor": actor}, wait=HOST_WAIT)
+        async with self.sessions.read() as session:
+            return await load_attempt(session, answer["attempt"])
+
+    async def _adopt_here(self, payload: dict[str, Any]) -> dict[str, Any]:
+        attempt = await adopt_server(self, host=payload["host"], port=payload["port"], actor=payload["actor"])
         self._follow(attempt.id)
-        return attempt
+        return {"attempt": attempt.id}
 
     async def stop(self, attempt_id: int, *, actor: str, permission: guards.LaunchPermission | None = None) -> Attempt:
         """SIGTERM to the server's process group, SIGKILL after the grace period (on Slurm, the
@@ -379,21 +450,13 @@ class AttemptService:
             attempt.stop_requested_at = attempt.stop_requested_at or utcnow()
             audit.record(session, actor=actor, action="stop", target=f"attempt {attempt.id}")
         self.changes.changed(attempt_id)
-        if part_ids:  # a multi-node attempt: each node's part is stopped
+        if part_ids:  # a multi-node attempt: each node's part is stopped by its host's controller
             await self.stop_parts(part_ids, "")
-            if attempt.status.active:
+            if attempt.status.active and self.calls.here(attempt.host.name):
                 self._follow(attempt.id)
-            return attempt
-        connection = self.ssh.get(attempt.host.name)
-        if attempt.job_id is not None:
-            self._in_background(slurm_lifecycle.cancel(connection, attempt.job_id, grace=self.stop_grace))
-        elif attempt.pid is not None and attempt.pgid != attempt.pid:  # adopted: its group is someone else's
-            await self._stop_group(connection, attempt.pid, attempt.pid_start_time)
         else:
-            assert attempt.pgid is not None
-            await self._stop_group(connection, attempt.pgid)
-        if attempt.status.active:
-            self._follow(attempt.id)
+            call = {"attempt": attempt.id}
+            await self.calls.on_host(attempt.host.name, "signal", call, wait=HOST_WAIT, keep=STOP_KEEP)
         return attempt
 
     async def stop_parts(self, part_ids: Sequence[int], reason: str) -> None:
@@ -403,30 +466,47 @@ class AttemptService:
         whose processes are gone already (it ended by itself, its follower has yet to see it) is
         left to end as its host says, not taken for stopped."""
         async with self.sessions.read() as session:
-            query = select(Attempt).options(selectinload(Attempt.host)).where(Attempt.id.in_(part_ids))
-            groups = [(p.id, p.host.name, p.pgid, p.status) for p in (await session.scalars(query)).all()]
+            query = select(Attempt.id, Host.name).join(Host, Attempt.host_id == Host.id).where(Attempt.id.in_(part_ids))
+            parts = (await session.execute(query)).all()
+        if not reason:
+            async with self.sessions.write.begin() as session:
+                await session.execute(
+                    update(Attempt)
+                    .where(Attempt.id.in_(part_ids), Attempt.stop_requested_at.is_(None))
+                    .values(stop_requested_at=utcnow())
+                )
+            for part_id, _ in parts:
+                self.changes.changed(part_id)
+        calls = [(host, {"attempt": part_id, "reason": reason}) for part_id, host in parts]
+        await asyncio.gather(
+            *(self.calls.on_host(host, "signal", call, wait=HOST_WAIT, keep=STOP_KEEP) for host, call in calls)
+        )
+
+    async def _signal_here(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """SIGTERM to one attempt's (or part's) process group, SIGKILL after the grace period, on a
+        host this controller owns; with a `reason`, only a part still running, and audited."""
+        async with self.sessions.read() as session:
+            attempt = await load_attempt(session, payload["attempt"])
+        connection, reason = self.ssh.get(attempt.host.name), payload.get("reason", "")
         if reason:
-            groups = [
-                (part_id, host, pgid, status)
-                for part_id, host, pgid, status in groups
-                if pgid is None or await self._group_alive(self.ssh.get(host), pgid)
-            ]
-        async with self.sessions.write.begin() as session:
-            for part_id, host, _, _ in groups:
-                part = await session.get(Attempt, part_id)
+            if attempt.pgid is not None and not await self._group_alive(connection, attempt.pgid):
+                return {"signalled": False}
+            async with self.sessions.write.begin() as session:
+                part = await session.get(Attempt, attempt.id)
                 assert part is not None
                 part.stop_requested_at = part.stop_requested_at or utcnow()
-                if reason:
-                    audit.record(
-                        session, actor="launchdeck", action="stop", target=f"attempt {part.part_of_id}",
-                        detail={"node": part.node_rank, "host": host, "reason": reason},
-                    )  # fmt: skip
-        for part_id, host, pgid, status in groups:
-            self.changes.changed(part_id)
-            if pgid is not None:
-                await self._stop_group(self.ssh.get(host), pgid)
-            if status.active:
-                self._follow(part_id)
+                audit.record(
+                    session, actor="launchdeck", action="stop", target=f"attempt {part.part_of_id}",
+                    detail={"node": part.node_rank, "host": connection.name, "reason": reason},
+                )  # fmt: skip
+            self.changes.changed(attempt.id)
+        if attempt.job_id is not None:
+            self._in_background(slurm_lifecycle.cancel(connection, attempt.job_id, grace=self.stop_grace))
+        elif (target := signal_target(attempt.pgid, attempt.pid, attempt.pid_start_time)) is not None:
+            await self._stop_group(connection, *target)
+        if attempt.status.active:
+            self._follow(attempt.id)
+        return {"signalled": True}
 
     async def stop_process(
         self, *, host: str, pid: int, actor: str, permission: guards.LaunchPermission | None = None
@@ -438,16 +518,22 @@ class AttemptService:
         connection = self.ssh.get(host)
         if permission is not None:
             permission.check(connection.name, connection.spec.labels)
+        await self.calls.on_host(host, "stop-process", {"host": host, "pid": pid, "actor": actor}, wait=HOST_WAIT)
+
+    async def _stop_process_here(self, payload: dict[str, Any]) -> dict[str, Any]:
+        host, pid, actor = payload["host"], payload["pid"], payload["actor"]
+        connection = self.ssh.get(host)
         found = await connection.run(["sh", "-c", remote.PROCESS_ORIGIN, "sh", str(pid)], check=False)
         cwd, _, pgid = found.stdout.decode(errors="replace").strip().rpartition(" ")
         if found.exit_status != 0 or not started_by_launchdeck(cwd) or not pgid.isdigit():
             raise InvalidInput(f"pid {pid} on {host} was not started by launchdeck (or has exited); not stopping it")
         if (owner := (await self._owners_on(connection.name)({int(pgid)})).get(int(pgid))) is not None:
-            await self.stop(owner, actor=actor, permission=permission)
-            return
+            await self.stop(owner, actor=actor)
+            return {"attempt": owner}
         async with self.sessions.write.begin() as session:
             audit.record(session, actor=actor, action="stop-process", target=f"{host} pid {pid}", detail={"cwd": cwd})
         await self._stop_group(connection, int(pgid))
+        return {}
 
     def _owners_on(self, host: str) -> OwnersOf:
         """Which of the host's attempts had the given process groups, read in a session of its own."""
@@ -472,11 +558,17 @@ class AttemptService:
         self._in_background(self._kill_after_grace(connection, pgid, start_time))
 
     async def _kill_after_grace(self, connection: HostConnection, pgid: int, start_time: int | None = None) -> None:
-        for _ in range(int(self.stop_grace * 10)):
-            if not await self._group_alive(connection, pgid, start_time):
-                return
-            await asyncio.sleep(0.1)
-        await self._signal(connection, "KILL", pgid, start_time)
+        """SIGKILL once the grace period is up, unless the group ended first. A connection closed
+        meanwhile (the host's lease moved, the dashboard stops) is logged, not raised: whoever
+        follows the attempt next sends it (`follow_hosts`)."""
+        try:
+            for _ in range(int(self.stop_grace * 10)):
+                if not await self._group_alive(connection, pgid, start_time):
+                    return
+                await asyncio.sleep(0.1)
+            await self._signal(connection, "KILL", pgid, start_time)
+        except HostError as exc:
+            log.warning("process group %d: no SIGKILL after the grace period: %s", pgid, exc)
 
     @classmethod
     async def _group_alive(cls, connection: HostConnection, pgid: int, start_time: int | None = None) -> bool:
@@ -537,8 +629,7 @@ class AttemptService:
                 if part_ids:
                     if launching:
                         launching = False
-                        for part_id in part_ids:
-                            self._follow(part_id, launching=True)
+                        await self._start_parts(part_ids)
                     await GroupFollower(self, record).run()
                 else:
                     if launching:
@@ -567,6 +658,22 @@ class AttemptService:
                 )
                 self.tracking.interrupted(attempt_id, reason_of(exc))
                 await asyncio.sleep(delay)
+
+    async def _start_parts(self, part_ids: Sequence[int]) -> None:
+        """Each part is started by its host's controller: here, or handed over to it (`_claim`)."""
+        async with self.sessions.read() as session:
+            query = select(Attempt.id, Host.name).join(Host, Attempt.host_id == Host.id).where(Attempt.id.in_(part_ids))
+            parts = (await session.execute(query)).all()
+        if elsewhere := [part_id for part_id, host in parts if not self.calls.here(host)]:
+            async with self.sessions.write.begin() as session:
+                await session.execute(
+                    update(Attempt)
+                    .where(Attempt.id.in_(elsewhere), Attempt.stage == AttemptStatus.PENDING.value)
+                    .values(stage=HANDED_OVER)
+                )
+        for part_id, host in parts:
+            if self.calls.here(host):
+                self._follow(part_id, launching=True)
 
     async def _start(self, record: AttemptRecord, attempt: Attempt) -> bool:
         """Upload and start (the launch ran the preflight). False when the attempt ended here."""

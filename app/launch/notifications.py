@@ -3,39 +3,57 @@
 URLs (a setting: PagerDuty, email, Teams, Discord and the rest of Apprise's services).
 
 A webhook's message is Slack's incoming-webhook JSON, `{"text": ...}`, which Mattermost reads as it
-is; an Apprise service gets the same lines as a title and a plain-text body. Each message is
-delivered by a background task that reads what it says in a session of its own, closed before it
-sends, and sends with a short timeout and a few tries; Apprise, which blocks, in a thread. A
-destination that is down or slow costs a log line, nothing else: the follower that saw the change
-never waits on it. One destination hears at most a few messages a minute, so a sweep whose every
-point fails does not page anyone fifty times.
+is; an Apprise service gets the same lines as a title and a plain-text body.
+
+Each change to tell of is a `notification` row, written in the transaction that writes the status
+(`queue`), so that no crash loses it. The controller that owns the attempt's host sends it (on
+SQLite, the one process), each destination in a background task that reads what it says in a
+session of its own, closed before it sends, with a short timeout and a few tries; Apprise, which
+blocks, in a thread. Each destination done with it (told, or given up on) is recorded in the row
+under the host's fence, so a controller that takes the host over tells only those not done yet, and
+a webhook gets the same `Idempotency-Key` header on every try, from whichever controller: a receiver
+that keeps the keys it has seen hears each change exactly once, across failovers. A destination
+that is down or slow costs a log line, nothing else: the follower that saw the change never waits
+on it. One destination hears at most a few messages a minute, so a sweep whose every point fails
+does not page anyone fifty times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
 from urllib.parse import urlsplit
 
 import apprise
 import httpx
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.backoff import Backoff
+from app.clock import utcnow
 from app.config import Destinations, pinned, redacted_url
 from app.db import Sessions
 from app.db.history import load_attempt
-from app.db.models import Attempt
+from app.db.models import Attempt, Host, Notification
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import InvalidInput
+from app.leases import Fence, LeaseLost, Ownership, SoleOwner
 from app.states import AttemptStatus
 
 log = logging.getLogger(__name__)
 
 NOTIFIED_STATUSES = frozenset({AttemptStatus.READY, AttemptStatus.FAILED, AttemptStatus.UNHEALTHY})
+LOOK_EVERY = 1.0  # seconds between a sender's looks for changes written by other processes
+STALE = timedelta(hours=1)  # a change older than this when first looked at is not sent: news that late misleads
+KEEP = timedelta(days=7)  # sent rows are kept this long, for whoever looks into a message
 MAX_ROOT_ERROR = 500  # characters of the root error a message quotes; the link leads to the rest
 # Apprise's services that post over HTTP to the host their URL names, as a webhook does: they go
 # where webhooks may. The others talk to their own service's API, whose host the URL does not choose
@@ -147,8 +165,31 @@ class RateLimit:
         return True
 
 
+def queue(session: AsyncSession, attempt_id: int, status: AttemptStatus) -> None:
+    """Adds the change to tell people of to the transaction that writes it."""
+    session.add(Notification(attempt_id=attempt_id, status=status))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A notification row not done yet, and the host whose owner sends it."""
+
+    id: int
+    attempt_id: int
+    status: AttemptStatus
+    at: datetime
+    delivered: frozenset[str]
+    host: str
+
+    @property
+    def key(self) -> str:
+        """The same on every try of every destination, from any controller."""
+        return f"launchdeck-notification-{self.id}"
+
+
 class Notifier:
-    """Owned by the app's lifespan; `status_changed` is the attempt service's hook."""
+    """Owned by the app's lifespan; `status_changed` is the attempt service's hook, `start` a
+    controller's: it sends the changes on the hosts it owns."""
 
     def __init__(
         self,
@@ -159,6 +200,7 @@ class Notifier:
         notify_urls: Sequence[str] = (),
         delivery: Delivery | None = None,
         destinations: Destinations | None = None,
+        ownership: Ownership | None = None,
     ):
         self.sessions = sessions
         self.destinations = destinations or Destinations()
@@ -167,42 +209,146 @@ class Notifier:
         # Apprise URLs (checked by the settings), each with how the log names it
         self.services = [(_service_label(place, url), url) for place, url in enumerate(notify_urls, 1)]
         self.delivery = delivery or Delivery()  # read at every use: tests shorten it on a running dashboard
+        self.ownership = ownership or SoleOwner()
         self.rate_limit = RateLimit()
+        self._wake = asyncio.Event()
+        self._sending: set[int] = set()  # rows being sent here
         self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.Task[None] | None = None
 
     def status_changed(self, attempt_id: int, status: AttemptStatus) -> None:
-        """Returns at once: the message goes out in the background."""
-        if status not in NOTIFIED_STATUSES:
-            return
-        task = asyncio.create_task(self._notify(attempt_id, status), name=f"notify-{attempt_id}-{status}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """Returns at once: a change written here is sent without waiting for the next look."""
+        if status in NOTIFIED_STATUSES:
+            self._wake.set()
+
+    def start(self) -> None:
+        self._loop = asyncio.create_task(self._send_forever(), name="notifications")
 
     async def close(self) -> None:
-        tasks = list(self._tasks)
+        """Whatever is cut short stays in its row, for the next owner of the host."""
+        tasks = [*self._tasks, *([self._loop] if self._loop else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _notify(self, attempt_id: int, status: AttemptStatus) -> None:
+    async def _send_forever(self) -> None:
+        pruned = 0.0
+        while True:
+            try:
+                await self.send_waiting()
+                if time.monotonic() - pruned > 600:
+                    pruned = time.monotonic()
+                    async with self.sessions.write.begin() as session:
+                        await session.execute(delete(Notification).where(Notification.done_at < utcnow() - KEEP))
+            except Exception as exc:  # the database away: the changes wait in their rows
+                log.warning("notifications: %s", exc)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), LOOK_EVERY)
+
+    async def send_waiting(self) -> None:
+        """Starts sending each change not done yet whose attempt's host this process owns."""
+        async with self.sessions.read() as session:
+            rows = await session.execute(
+                select(
+                    Notification.id,
+                    Notification.attempt_id,
+                    Notification.status,
+                    Notification.at,
+                    Notification.delivered,
+                    Host.name,
+                )
+                .join(Attempt, Attempt.id == Notification.attempt_id)
+                .join(Host, Host.id == Attempt.host_id)
+                .where(Notification.done_at.is_(None))
+                .order_by(Notification.id)
+                .limit(500)
+            )
+            waiting = [Waiting(r[0], r[1], r[2], r[3], frozenset(r[4]), r[5]) for r in rows]
+        for row in waiting:
+            if row.id in self._sending or not self.ownership.owns(row.host):
+                continue
+            try:
+                fence = self.ownership.fence(row.host)
+            except LeaseLost:
+                continue
+            self._sending.add(row.id)
+            task = asyncio.create_task(self._send(row, fence), name=f"notify-{row.attempt_id}-{row.status}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, row: Waiting, fence: Fence | None) -> None:
         try:
+            if utcnow() - row.at > STALE:
+                log.warning(
+                    "attempt %d: nobody told it was %s: that was more than %d minutes ago",
+                    row.attempt_id, row.status, STALE / timedelta(minutes=1),
+                    extra={"attempt_id": row.attempt_id, "host": row.host},
+                )  # fmt: skip
+                await self._record(row, fence, done=True)
+                return
             async with self.sessions.read() as session:
-                attempt = await load_attempt(session, attempt_id)
-                notice = Notice.of(attempt, status, public_url=self.public_url)
+                attempt = await load_attempt(session, row.attempt_id)
+                notice = Notice.of(attempt, row.status, public_url=self.public_url)
                 preset_webhook = attempt.revision.preset.webhook_url
             webhooks = [
                 url
                 for url in dict.fromkeys((self.webhook_url, preset_webhook))
-                if url and self._within_limit(url, f"webhook {redacted_url(url)}", notice)
+                if url and _key(url) not in row.delivered
             ]
-            services = [(label, url) for label, url in self.services if self._within_limit(url, label, notice)]
-            await asyncio.gather(
-                self._post_webhooks(webhooks, notice), *(self._tell(label, url, notice) for label, url in services)
+            services = [(label, url) for label, url in self.services if _key(url) not in row.delivered]
+
+            async def told(url: str, label: str, send: Callable[[], Awaitable[None]]) -> None:
+                if self._within_limit(url, label, notice):
+                    await send()
+                await self._record(row, fence, _key(url))
+
+            outcomes = await asyncio.gather(
+                *(
+                    told(url, f"webhook {redacted_url(url)}", partial(self._post, url, notice, row.key))
+                    for url in webhooks
+                ),
+                *(told(url, label, partial(self._tell, label, url, notice)) for label, url in services),
+                return_exceptions=True,  # each destination ends before the row may be looked at again
             )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            await self._record(row, fence, done=True)
         except asyncio.CancelledError:
             raise
+        except LeaseLost:  # the host's new owner tells those not done yet
+            log.info(
+                "attempt %d: its host changed hands while telling of %s; the new owner tells the rest",
+                row.attempt_id, row.status, extra={"attempt_id": row.attempt_id, "host": row.host},
+            )  # fmt: skip
         except Exception:  # a notification never takes anything down with it
-            log.exception("attempt %d: could not notify of %s", attempt_id, status, extra={"attempt_id": attempt_id})
+            log.exception(
+                "attempt %d: could not notify of %s", row.attempt_id, row.status, extra={"attempt_id": row.attempt_id}
+            )
+        finally:
+            self._sending.discard(row.id)
+
+    async def _record(self, row: Waiting, fence: Fence | None, key: str | None = None, *, done: bool = False) -> None:
+        """Records a destination done with the change, or the change done, if the host is still this process's."""
+        self._check_owned(row.host)
+        async with self.sessions.write.begin() as session:
+            if fence is not None:
+                await fence.check(session)
+            notification = await session.get(Notification, row.id, with_for_update=True)
+            if notification is None:  # its attempt was deleted
+                return
+            if key is not None and key not in notification.delivered:
+                notification.delivered = [*notification.delivered, key]
+            if done:
+                notification.done_at = utcnow()
+
+    def _check_owned(self, host: str) -> None:
+        """Raises LeaseLost unless the host is still this process's: asked before each try too, as a
+        controller woken from a stall past its lease finds its post timed out meanwhile, and must
+        not post again what the host's new owner tells."""
+        if not self.ownership.owns(host):
+            raise LeaseLost(f"{host}: no longer this process's")
 
     def _within_limit(self, url: str, label: str, notice: Notice) -> bool:
         if self.rate_limit.allows(url, self.delivery):
@@ -214,14 +360,7 @@ class Notifier:
         )  # fmt: skip
         return False
 
-    async def _post_webhooks(self, urls: list[str], notice: Notice) -> None:
-        if not urls:
-            return
-        message = slack_message(notice)
-        async with httpx.AsyncClient(timeout=self.delivery.timeout, follow_redirects=False) as client:
-            await asyncio.gather(*(self._post(client, url, message, notice) for url in urls))
-
-    async def _post(self, client: httpx.AsyncClient, url: str, message: dict[str, str], notice: Notice) -> None:
+    async def _post(self, url: str, notice: Notice, key: str) -> None:
         """Tries again after a network error, a 429 or a 5xx; another 4xx is final (the webhook
         refuses the message, or is gone)."""
         try:
@@ -236,21 +375,24 @@ class Notifier:
             )
             return
         target, headers, extensions = pinned(url, address)
+        message, headers = slack_message(notice), {**headers, "Idempotency-Key": key}
         delivery = self.delivery
         backoff = Backoff(delivery.backoff)
-        for tries in range(1, delivery.tries + 1):
-            try:
-                response = await client.post(target, json=message, headers=headers, extensions=extensions)
-            except httpx.HTTPError as exc:
-                problem = type(exc).__name__  # its text may quote the URL
-            else:
-                if response.is_success:
-                    return
-                problem = f"HTTP {response.status_code}"
-                if response.status_code < 500 and response.status_code != 429:
-                    break
-            if tries < delivery.tries:
-                await asyncio.sleep(backoff.next())
+        async with httpx.AsyncClient(timeout=delivery.timeout, follow_redirects=False) as client:
+            for tries in range(1, delivery.tries + 1):
+                self._check_owned(notice.host)
+                try:
+                    response = await client.post(target, json=message, headers=headers, extensions=extensions)
+                except httpx.HTTPError as exc:
+                    problem = type(exc).__name__  # its text may quote the URL
+                else:
+                    if response.is_success:
+                        return
+                    problem = f"HTTP {response.status_code}"
+                    if response.status_code < 500 and response.status_code != 429:
+                        break
+                if tries < delivery.tries:
+                    await asyncio.sleep(backoff.next())
         log.warning(
             "attempt %d: webhook %s was not told it is %s after %d tries (%s)",
             notice.attempt_id, redacted_url(url), notice.status, tries, problem,
@@ -281,6 +423,7 @@ class Notifier:
         delivery = self.delivery
         backoff = Backoff(delivery.backoff)
         for tries in range(1, delivery.tries + 1):
+            self._check_owned(notice.host)
             try:
                 async with asyncio.timeout(2 * delivery.timeout):
                     sent = await asyncio.to_thread(
@@ -305,6 +448,11 @@ class Notifier:
             notice.attempt_id, label, notice.status, tries, problem,
             extra={"attempt_id": notice.attempt_id, "host": notice.host},
         )  # fmt: skip
+
+
+def _key(url: str) -> str:
+    """How a notification row names a destination done with it: never the URL, which may hold a secret."""
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
 def _service(url: str, timeout: float) -> apprise.NotifyBase | None:

@@ -62,12 +62,22 @@ class Preflight:
     def failures(self) -> list[str]:
         return [f"{check.name}: {check.message}" for check in self.checks if not check.ok and check.blocking]
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Preflight:
+        """From `asdict` of one: how a preflight run by the host's controller comes back."""
+        checks = [Check(**check) for check in data["checks"]]
+        return cls(checks, data["effective_args"], data["sglang_version"])
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "blocked": self.blocked,
             "sglang_version": self.sglang_version,
             "checks": [asdict(check) for check in self.checks],
         }
+
+
+# A host's preflight, wherever it runs (app.launch.attempts): the host's name and run_preflight's keywords.
+HostCheck = Callable[..., Awaitable[Preflight]]
 
 
 def tp_size(args: list[str]) -> int:

@@ -31,6 +31,7 @@ from app.db import Sessions
 from app.db.models import Attempt
 from app.diagnose.stored import StoredDiagnosis
 from app.errors import DiskFull
+from app.launch.notifications import NOTIFIED_STATUSES, queue
 from app.leases import Fence
 from app.logs.mirror import Mirrors
 from app.states import FINISHED_STATUSES, AttemptStatus
@@ -160,7 +161,7 @@ class AttemptRecord:
         what came with it (`change`, applied in the same transaction)."""
         at = utcnow().isoformat()
 
-        async def write(attempt: Attempt, _session: AsyncSession) -> None:
+        async def write(attempt: Attempt, session: AsyncSession) -> None:
             attempt.stage = stage
             attempt.stages = [*attempt.stages, {"stage": stage, "at": at}]
             if status is not None:
@@ -169,6 +170,8 @@ class AttemptRecord:
                 setattr(attempt, key, value)
             if change is not None:
                 change(attempt)
+            if status in NOTIFIED_STATUSES and self.part_of is None:  # sent once this commits, whoever dies
+                queue(session, self.attempt_id, status)
 
         await self._write(write)
         if status is not None:

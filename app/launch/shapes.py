@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +19,7 @@ from app.errors import InvalidInput
 from app.launch import nodes, remote, slurm_lifecycle
 from app.launch.follower import GpuReadings
 from app.launch.guards import LaunchPermission
-from app.launch.preflight import Check, OwnersOf, Preflight, run_preflight
+from app.launch.preflight import Check, HostCheck, Preflight
 from app.presets.revisions import command_argv
 from app.ssh import SSHManager
 from app.ssh.hosts import SlurmSettings
@@ -45,19 +44,16 @@ class Shape:
             for host in self.hosts:
                 permission.check(host, ssh.get(host).spec.labels)
 
-    async def preflight(
-        self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf], need: Need | None = None
-    ) -> Preflight:
+    async def preflight(self, check_host: HostCheck, need: Need | None = None) -> Preflight:
         revision = self.revision
-        return await run_preflight(
-            ssh.get(self.hosts[0]),
+        return await check_host(
+            self.hosts[0],
             gpus=self.gpus,
             port=self.port,
             python=revision.python,
             model_path=revision.model_path,
             args=list(revision.args),
             env=dict(revision.env),
-            owners=owners_on(self.hosts[0]),
             need=need,
         )
 
@@ -75,9 +71,7 @@ class SlurmJob(Shape):
 
     cluster: SlurmSettings = field(kw_only=True)
 
-    async def preflight(
-        self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf], need: Need | None = None
-    ) -> Preflight:
+    async def preflight(self, check_host: HostCheck, need: Need | None = None) -> Preflight:
         count = slurm_lifecycle.gpus_per_node(self.cluster, self.gpus)
         gpus = f"{count} GPU{'s' if count != 1 else ''}"
         said = f"Slurm places the job: {gpus} per node on partition {self.cluster.partition or '(the default)'}"
@@ -97,23 +91,20 @@ class Nodes(Shape):
     dist_port: int = field(kw_only=True)
     node_argvs: list[list[str]] = field(kw_only=True)
 
-    async def preflight(
-        self, ssh: SSHManager, owners_on: Callable[[str], OwnersOf], need: Need | None = None
-    ) -> Preflight:
+    async def preflight(self, check_host: HostCheck, need: Need | None = None) -> Preflight:
         """Every node's preflight at once, and all of them as one: each check's message names its node."""
         nnodes, revision = len(self.hosts), self.revision
         prefix = len(command_argv(revision)) - len(revision.args)  # the launcher, model path and port
         checked = await asyncio.gather(
             *(
-                run_preflight(
-                    ssh.get(host),
+                check_host(
+                    host,
                     gpus=self.gpus,
                     port=self.port,
                     python=revision.python,
                     model_path=revision.model_path,
                     args=self.node_argvs[rank][prefix:],
                     env=dict(revision.env),
-                    owners=owners_on(host),
                     nnodes=nnodes,
                     node_rank=rank,
                     dist_port=self.dist_port if rank == 0 else None,

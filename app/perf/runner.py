@@ -31,10 +31,13 @@ from app import audit
 from app.clock import utcnow
 from app.db import Sessions
 from app.db.history import load_attempt
-from app.db.models import Attempt, Benchmark, PresetRevision
+from app.db.models import Attempt, Benchmark, Host, PresetRevision
 from app.errors import Conflict, HostError, NotFound
+from app.host_calls import HostCalls
+from app.launch.attempts import HOST_WAIT
 from app.launch.guards import LaunchPermission
 from app.launch.nodes import option_value
+from app.leases import LeaseLost
 from app.perf.summary import parse_summary
 from app.perf.workloads import DEFAULT_WORKLOAD, get_workload, settings_of
 from app.ssh.manager import SSHManager
@@ -89,27 +92,54 @@ def accept_rate(figures: dict[str, Any], attempt: Attempt) -> float | None:
 class Benchmarks:
     """Owned by the app's lifespan: one background task per running benchmark."""
 
-    def __init__(self, sessions: Sessions, ssh: SSHManager, directory: Path, *, timeout: float, memory_mib: int):
+    def __init__(
+        self,
+        sessions: Sessions,
+        ssh: SSHManager,
+        directory: Path,
+        *,
+        timeout: float,
+        memory_mib: int,
+        calls: HostCalls | None = None,
+    ):
         self.sessions = sessions
         self.ssh = ssh
         self.directory = directory
         self.timeout = timeout
         self.memory_mib = memory_mib
+        # A benchmark runs from the controller that owns its server's host (app.host_calls).
+        self.calls = calls or HostCalls(sessions)
+        self.calls.handle("benchmark", self._run_here)
+        self.calls.handle("benchmark-stop", self._stop_here)
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._host_of: dict[int, str] = {}
 
     def output_path(self, benchmark_id: int) -> Path:
         return self.directory / f"{benchmark_id}.log"
 
-    async def start(self) -> None:
-        """Marks the benchmarks a previous run left running as failed: their processes ended with
-        that run's connections."""
+    async def follow_hosts(self, hosts: list[str]) -> None:
+        """Marks the benchmarks left running on `hosts` as failed, as this controller takes them
+        (at start, or from another): their processes ended with the connections that ran them."""
         self.directory.mkdir(parents=True, exist_ok=True)
+        on_hosts = select(Attempt.id).join(Host, Attempt.host_id == Host.id).where(Host.name.in_(hosts))
         async with self.sessions.write.begin() as session:
             await session.execute(
                 update(Benchmark)
-                .where(Benchmark.status == BenchmarkStatus.RUNNING)
+                .where(
+                    Benchmark.status == BenchmarkStatus.RUNNING,
+                    Benchmark.attempt_id.in_(on_hosts),
+                    Benchmark.id.not_in(list(self._tasks)),
+                )
                 .values(status=BenchmarkStatus.FAILED, error=INTERRUPTED, ended_at=utcnow())
             )
+
+    async def let_go(self, hosts: list[str]) -> None:
+        """Ends the runs on `hosts`, whose lease this controller lost, without a word: the new
+        owner marks them as interrupted."""
+        tasks = [task for benchmark_id, task in self._tasks.items() if self._host_of.get(benchmark_id) in hosts]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
@@ -163,9 +193,26 @@ class Benchmarks:
                 detail={"benchmark": benchmark.id, "workload": chosen.name},
             )
             host = attempt.host.name
-        self._tasks[benchmark.id] = asyncio.create_task(self._run(benchmark.id, attempt_id, host, argv))
-        self._tasks[benchmark.id].add_done_callback(lambda _: self._tasks.pop(benchmark.id, None))
+        await self.calls.on_host(host, "benchmark", {"benchmark": benchmark.id}, wait=HOST_WAIT)
         return benchmark
+
+    async def _run_here(self, payload: dict[str, Any]) -> dict[str, Any]:
+        benchmark_id = payload["benchmark"]
+        async with self.sessions.read() as session:
+            benchmark = await session.get(Benchmark, benchmark_id)
+            assert benchmark is not None
+            attempt = await load_attempt(session, benchmark.attempt_id)
+        host = attempt.host.name
+        self._host_of[benchmark_id] = host
+        task = asyncio.create_task(self._run(benchmark_id, attempt.id, host, list(benchmark.argv)))
+        self._tasks[benchmark_id] = task
+
+        def ended(_: object) -> None:
+            self._tasks.pop(benchmark_id, None)
+            self._host_of.pop(benchmark_id, None)
+
+        task.add_done_callback(ended)
+        return {}
 
     async def wait(self, benchmark_id: int) -> Benchmark:
         """The benchmark once it has ended."""
@@ -183,19 +230,27 @@ class Benchmarks:
     async def stop(self, benchmark_id: int, *, actor: str, permission: LaunchPermission | None = None) -> Benchmark:
         """Ends a running benchmark; `permission` must cover its attempt's host, as for launching there."""
         benchmark = await self.get(benchmark_id)
+        async with self.sessions.read() as session:
+            attempt = await load_attempt(session, benchmark.attempt_id)
         if permission is not None:
-            async with self.sessions.read() as session:
-                attempt = await load_attempt(session, benchmark.attempt_id)
             permission.check(attempt.host.name, self.ssh.get(attempt.host.name).spec.labels)
-        task = self._tasks.get(benchmark_id)
-        if benchmark.status != BenchmarkStatus.RUNNING or task is None:
+        if benchmark.status != BenchmarkStatus.RUNNING:
             raise Conflict(f"benchmark {benchmark_id} is {benchmark.status}: there is nothing to stop")
+        call = {"benchmark": benchmark_id, "actor": actor}
+        await self.calls.on_host(attempt.host.name, "benchmark-stop", call, wait=HOST_WAIT)
+        return await self.get(benchmark_id)
+
+    async def _stop_here(self, payload: dict[str, Any]) -> dict[str, Any]:
+        benchmark_id, actor = payload["benchmark"], payload["actor"]
+        task = self._tasks.get(benchmark_id)
+        if task is None:
+            raise Conflict(f"benchmark {benchmark_id} is not running any more: there is nothing to stop")
         task.cancel()
         await asyncio.wait({task})
         async with self.sessions.write.begin() as session:
             await self._finish(session, benchmark_id, BenchmarkStatus.FAILED, error=f"stopped by {actor}")
             audit.record(session, actor=actor, action="benchmark-stop", target=f"benchmark {benchmark_id}")
-        return await self.get(benchmark_id)
+        return {}
 
     def read_output(self, benchmark_id: int, offset: int, limit: int = 1 << 20) -> bytes:
         try:
@@ -217,6 +272,7 @@ class Benchmarks:
             return b""
 
     async def _run(self, benchmark_id: int, attempt_id: int, host: str, argv: list[str]) -> None:
+        fence = self.calls.ownership.fence(host)
         tail: deque[bytes] = deque()
         tail_size = written = 0
         status: int | None = None
@@ -245,17 +301,22 @@ class Benchmarks:
         figures: dict[str, Any] = dict(parse_summary(text))
         if not error and (status != 0 or not figures):
             error = _failure(status, text, self.timeout)
-        async with self.sessions.write.begin() as session:
-            attempt = await session.get(Attempt, attempt_id)
-            if figures and attempt is not None and (rate := accept_rate(figures, attempt)) is not None:
-                figures["accept_rate"] = rate
-            await self._finish(
-                session,
-                benchmark_id,
-                BenchmarkStatus.FAILED if error else BenchmarkStatus.DONE,
-                error=error,
-                figures=figures,
-            )
+        try:
+            async with self.sessions.write.begin() as session:
+                if fence is not None:
+                    await fence.check(session)
+                attempt = await session.get(Attempt, attempt_id)
+                if figures and attempt is not None and (rate := accept_rate(figures, attempt)) is not None:
+                    figures["accept_rate"] = rate
+                await self._finish(
+                    session,
+                    benchmark_id,
+                    BenchmarkStatus.FAILED if error else BenchmarkStatus.DONE,
+                    error=error,
+                    figures=figures,
+                )
+        except LeaseLost as exc:  # the host's new owner marked it interrupted
+            log.info("benchmark %d: not written: %s", benchmark_id, exc)
 
     @staticmethod
     async def _finish(

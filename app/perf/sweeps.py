@@ -50,6 +50,7 @@ from app.launch.attempts import AttemptService
 from app.launch.follower import INTERRUPTED_LAUNCH
 from app.launch.guards import LaunchPermission, launch_permission
 from app.launch.preflight import tp_size
+from app.leases import LeaseLost
 from app.perf import plan
 from app.perf.runner import INTERRUPTED, Benchmarks
 from app.perf.workloads import DEFAULT_WORKLOAD, get_workload
@@ -71,6 +72,7 @@ MAX_GPU = 64  # GPU indices a host may have
 MAX_POINT_TEXT = 4096  # bytes of one argument's name and value
 DEFAULT_MAX_POINTS = 50
 POLL = 2.0  # seconds between looks at an attempt when no change wakes the sweep first
+CLAIM_EVERY = 1.0  # seconds between a controller's looks for running sweeps on its hosts
 
 
 @dataclass
@@ -152,17 +154,41 @@ class Sweeps:
         self.attempts = attempts
         self.benchmarks = benchmarks
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._host_of: dict[int, str] = {}
         self._wake: dict[int, asyncio.Event] = {}
+        self._claims: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Resumes every sweep a previous run left running."""
+        """Runs every running sweep whose host this controller owns: those a previous run left
+        running at once, those of a host taken over or created elsewhere as they come."""
+        await self.claim()
+        self._claims = asyncio.create_task(self._claim_forever(), name="sweep-claims")
+
+    async def _claim_forever(self) -> None:
+        while True:
+            await asyncio.sleep(CLAIM_EVERY)
+            try:
+                await self.claim()
+            except Exception as exc:  # the database away: claimed on a later round
+                log.warning("sweeps: %s", exc)
+
+    async def claim(self) -> None:
         async with self.sessions.read() as session:
-            ids = (await session.scalars(select(Sweep.id).where(Sweep.status == SweepStatus.RUNNING))).all()
-        for sweep_id in ids:
-            self._run(sweep_id)
+            query = select(Sweep.id, Sweep.host).where(Sweep.status == SweepStatus.RUNNING)
+            running = (await session.execute(query)).all()
+        for sweep_id, host in running:
+            if self.attempts.calls.here(host):
+                self._run(sweep_id, host)
+
+    async def let_go(self, hosts: list[str]) -> None:
+        """Stops driving the sweeps on `hosts`, whose lease this controller lost: their new owner does."""
+        tasks = [task for sweep_id, task in self._tasks.items() if self._host_of.get(sweep_id) in hosts]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
-        tasks = list(self._tasks.values())
+        tasks = [*self._tasks.values(), *([self._claims] if self._claims else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -208,7 +234,8 @@ class Sweeps:
                 session, actor=actor, action="sweep-start", target=f"sweep {sweep.id}",
                 detail={"preset": preset.name, "revision": base.number, "mode": mode, "host": connection.name},
             )  # fmt: skip
-        self._run(sweep.id)
+        if self.attempts.calls.here(sweep.host):  # else its host's controller claims it
+            self._run(sweep.id, sweep.host)
         return sweep
 
     async def stop(self, sweep_id: int, *, actor: str, permission: LaunchPermission | None = None) -> None:
@@ -247,29 +274,47 @@ class Sweeps:
                 raise Conflict(f"{preset.name}'s latest revision has these arguments already")
             return preset.name, saved.number
 
-    def _run(self, sweep_id: int) -> None:
+    def _run(self, sweep_id: int, host: str) -> None:
         if sweep_id in self._tasks:
             return
         self._wake[sweep_id] = asyncio.Event()
-        task = asyncio.create_task(self._follow(sweep_id), name=f"sweep-{sweep_id}")
+        self._host_of[sweep_id] = host
+        task = asyncio.create_task(self._follow(sweep_id, host), name=f"sweep-{sweep_id}")
         self._tasks[sweep_id] = task
-        task.add_done_callback(lambda _: (self._tasks.pop(sweep_id, None), self._wake.pop(sweep_id, None)))
 
-    async def _follow(self, sweep_id: int) -> None:
+        def ended(_: object) -> None:
+            self._tasks.pop(sweep_id, None)
+            self._wake.pop(sweep_id, None)
+            self._host_of.pop(sweep_id, None)
+
+        task.add_done_callback(ended)
+
+    async def _follow(self, sweep_id: int, host: str) -> None:
         """Runs points until the space, the budget or a stop ends the sweep. An error of the
-        dashboard's own (the database, a host it cannot reach) ends the sweep as failed with it."""
+        dashboard's own (the database, a host it cannot reach) ends the sweep as failed with it.
+        A controller whose lease on the host moved on writes nothing: the new owner goes on, and
+        its next point is launched once (the launch is fenced)."""
+        fence = self.attempts.ownership.fence(host)
         try:
             outcome, error = await self._points(sweep_id)
         except asyncio.CancelledError:
             raise
+        except LeaseLost as exc:
+            log.info("sweep %d: no longer driven here: %s", sweep_id, exc)
+            return
         except (LaunchdeckError, OSError) as exc:
             outcome, error = SweepStatus.FAILED, str(exc)
         except Exception as exc:
             log.exception("sweep %s", sweep_id)
             outcome, error = SweepStatus.FAILED, f"{type(exc).__name__}: {exc}"
-        async with self.sessions.write.begin() as session:
-            sweep = await _load(session, sweep_id)
-            sweep.status, sweep.error, sweep.ended_at = outcome, error, utcnow()
+        try:
+            async with self.sessions.write.begin() as session:
+                if fence is not None:
+                    await fence.check(session)
+                sweep = await _load(session, sweep_id)
+                sweep.status, sweep.error, sweep.ended_at = outcome, error, utcnow()
+        except LeaseLost as exc:
+            log.info("sweep %d: its end not written here: %s", sweep_id, exc)
 
     async def _points(self, sweep_id: int) -> tuple[SweepStatus, str]:
         while True:

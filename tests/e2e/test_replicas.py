@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import subprocess
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -27,7 +27,7 @@ from tests.support.faults import (
     follow_events,
     process_alive,
 )
-from tests.support.postgres import POSTGRES_ADMIN_URL, postgres_available
+from tests.support.haproxy import HAPROXY, start_haproxy
 from tests.support.servers import free_port
 from tests.support.strict import require
 
@@ -37,34 +37,7 @@ TIME_SCALE = 0.05
 LEASE = 3.0  # seconds: a dead controller's hosts are taken within this and a beat
 
 
-@pytest.fixture
-def database(tmp_path: Path) -> Iterator[str]:
-    require(postgres_available(), f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL}")
-    name = f"launchdeck_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[dict[str, HostProcess]]:
-    hosts = {name: HostProcess.create(tmp_path / "cluster", name, TIME_SCALE) for name in ("fa-b200", "fa-rtx")}
-    try:
-        for host in hosts.values():
-            host.spawn()
-        for host in hosts.values():
-            host.wait_listening()
-        yield hosts
-    finally:
-        for host in hosts.values():
-            host.stop()
-
-
-def replica(tmp_path: Path, database: str, role: str, name: str) -> Dashboard:
+def replica(tmp_path: Path, database: str, role: str, name: str, **settings: str) -> Dashboard:
     """`launchdeck serve --role ROLE`; the replicas share the data dir (the mirrored logs) and the database."""
     url = database.replace("postgresql://", "postgresql+psycopg://")
     server = Dashboard.create(
@@ -73,6 +46,7 @@ def replica(tmp_path: Path, database: str, role: str, name: str) -> Dashboard:
         output=tmp_path / f"{name}.out",
         database_url=url,
         lease_seconds=str(LEASE),
+        **settings,
     )
     server.argv = ["serve", "--role", role]
     return server
@@ -87,6 +61,12 @@ def owners(database: str) -> dict[str, tuple[str, int]]:
 
 def pid_of(owner: str) -> int:
     return int(owner.split(":")[1])
+
+
+def owner_and_other(database: str, controllers: list[Dashboard], host: str) -> tuple[Dashboard, Dashboard]:
+    """The controller that holds the host's lease now, and the other one."""
+    owner = next(server for server in controllers if server.pid == pid_of(owners(database)[host][0]))
+    return owner, next(server for server in controllers if server is not owner)
 
 
 async def taken_over(database: str, host: str, survivor: Dashboard) -> None:
@@ -108,10 +88,10 @@ async def until(check: object, timeout: float, what: str) -> None:
     raise AssertionError(what)
 
 
-async def start_replicas(tmp_path: Path, database: str) -> tuple[list[Dashboard], Dashboard]:
+async def start_replicas(tmp_path: Path, database: str, **settings: str) -> tuple[list[Dashboard], Dashboard]:
     """Two controllers and a web process, started one by one; back once the controllers share the hosts."""
-    controllers = [replica(tmp_path, database, "controller", f"controller-{n}") for n in (1, 2)]
-    web = replica(tmp_path, database, "web", "web")
+    controllers = [replica(tmp_path, database, "controller", f"controller-{n}", **settings) for n in (1, 2)]
+    web = replica(tmp_path, database, "web", "web", **settings)
     try:
         for server in (*controllers, web):
             server.start()
@@ -126,6 +106,19 @@ async def start_replicas(tmp_path: Path, database: str) -> tuple[list[Dashboard]
             server.stop()
         raise
     return controllers, web
+
+
+@contextlib.asynccontextmanager
+async def replicas_running(
+    tmp_path: Path, database: str, **settings: str
+) -> AsyncIterator[tuple[list[Dashboard], Dashboard]]:
+    """`start_replicas`, each stopped when the block ends."""
+    controllers, web = await start_replicas(tmp_path, database, **settings)
+    try:
+        yield controllers, web
+    finally:
+        for server in (*controllers, web):
+            server.stop()
 
 
 async def launch_through_web(api: httpx.AsyncClient) -> int:
@@ -147,85 +140,101 @@ async def launch_through_web(api: httpx.AsyncClient) -> int:
 async def test_a_controller_killed_while_serving_has_its_host_and_attempt_taken_by_the_other(
     tmp_path: Path, database: str, cluster: dict[str, HostProcess]
 ) -> None:
-    controllers, web = await start_replicas(tmp_path, database)
-    by_pid = {server.pid: server for server in controllers}
-    try:
-        async with httpx.AsyncClient(base_url=web.url, headers=AUTH, timeout=30) as api:
-            attempt_id = await launch_through_web(api)
+    async with (
+        replicas_running(tmp_path, database) as (controllers, web),
+        httpx.AsyncClient(base_url=web.url, headers=AUTH, timeout=30) as api,
+    ):
+        attempt_id = await launch_through_web(api)
 
-            async def status(wanted: str) -> bool:
-                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == wanted)
+        async def status(wanted: str) -> bool:
+            return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == wanted)
 
-            # A viewer of the live log on the web process, which mirrors nothing itself.
-            received = bytearray()
-            viewer = asyncio.create_task(follow_events(api, attempt_id, received))
-            owner, token = owners(database)["fa-b200"]
-            victim = by_pid[pid_of(owner)]
-            survivor = next(server for server in controllers if server is not victim)
-            killed = time.monotonic()
-            victim.kill()
+        # A viewer of the live log on the web process, which mirrors nothing itself.
+        received = bytearray()
+        viewer = asyncio.create_task(follow_events(api, attempt_id, received))
+        token = owners(database)["fa-b200"][1]
+        victim, survivor = owner_and_other(database, controllers, "fa-b200")
+        killed = time.monotonic()
+        victim.kill()
 
-            await taken_over(database, "fa-b200", survivor)
-            took = time.monotonic() - killed
-            assert took <= LEASE + LEASE / 3 + 2, took
-            assert owners(database)["fa-b200"][1] == token + 1  # a new fencing token
-            shown = {row["host"]: row for row in (await api.get("/api/leases")).json()}
-            assert pid_of(shown["fa-b200"]["owner"]) == survivor.pid and shown["fa-b200"]["token"] == token + 1
-            assert shown["fa-b200"]["held"] is True and set(shown) == {"fa-b200", "fa-rtx"}
-            attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
-            assert_status_is_true(cluster["fa-b200"], attempt)
-            server_pid = attempt["pid"]
+        await taken_over(database, "fa-b200", survivor)
+        took = time.monotonic() - killed
+        assert took <= LEASE + LEASE / 3 + 2, took
+        assert owners(database)["fa-b200"][1] == token + 1  # a new fencing token
+        shown = {row["host"]: row for row in (await api.get("/api/leases")).json()}
+        assert pid_of(shown["fa-b200"]["owner"]) == survivor.pid and shown["fa-b200"]["token"] == token + 1
+        assert shown["fa-b200"]["held"] is True and set(shown) == {"fa-b200", "fa-rtx"}
+        attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+        assert_status_is_true(cluster["fa-b200"], attempt)
+        server_pid = attempt["pid"]
 
-            # Stopped through the web process, followed to its end by the controller that owns it now.
-            assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
-            await until(lambda: status("stopped"), 30, "the stop was not followed to its end")
-            assert not process_alive(server_pid)
-            launches = list((cluster["fa-b200"].home / ".launchdeck" / "attempts").iterdir())
-            assert len(launches) == 1, launches  # started once, by one controller
-            attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
-            assert_status_is_true(cluster["fa-b200"], attempt)
-            # The viewer got the whole log, each byte once, across the controller's death.
-            await asyncio.wait_for(viewer, 30)
-            assert bytes(received) == (cluster["fa-b200"].home / attempt["remote_dir"] / "server.log").read_bytes()
-    finally:
-        for server in (*controllers, web):
-            server.stop()
+        # Stopped through the web process, followed to its end by the controller that owns it now.
+        assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+        await until(lambda: status("stopped"), 30, "the stop was not followed to its end")
+        assert not process_alive(server_pid)
+        launches = list((cluster["fa-b200"].home / ".launchdeck" / "attempts").iterdir())
+        assert len(launches) == 1, launches  # started once, by one controller
+        attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+        assert_status_is_true(cluster["fa-b200"], attempt)
+        # The viewer got the whole log, each byte once, across the controller's death.
+        await asyncio.wait_for(viewer, 30)
+        assert bytes(received) == (cluster["fa-b200"].home / attempt["remote_dir"] / "server.log").read_bytes()
 
 
 async def test_a_controller_frozen_past_its_lease_wakes_to_find_its_host_taken_and_writes_nothing(
     tmp_path: Path, database: str, cluster: dict[str, HostProcess]
 ) -> None:
-    controllers, web = await start_replicas(tmp_path, database)
-    by_pid = {server.pid: server for server in controllers}
-    try:
-        async with httpx.AsyncClient(base_url=web.url, headers=AUTH, timeout=30) as api:
-            attempt_id = await launch_through_web(api)
-            owner, token = owners(database)["fa-b200"]
-            frozen = by_pid[pid_of(owner)]
-            survivor = next(server for server in controllers if server is not frozen)
-            frozen.send(signal.SIGSTOP)
+    async with (
+        replicas_running(tmp_path, database) as (controllers, web),
+        httpx.AsyncClient(base_url=web.url, headers=AUTH, timeout=30) as api,
+    ):
+        attempt_id = await launch_through_web(api)
+        attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+        server_log = cluster["fa-b200"].home / attempt["remote_dir"] / "server.log"
+        token = owners(database)["fa-b200"][1]
+        frozen, survivor = owner_and_other(database, controllers, "fa-b200")
+        frozen.send(signal.SIGSTOP)
+        # The log grows while it is frozen, a piece at a time as a server writes it: its SSH reader
+        # has many whole pieces in its socket when it wakes, the survivor mirrors them too.
+        for n in range(0, 2000, 20):
+            with server_log.open("ab") as log:
+                log.write(b"".join(f"[frozen check] line {m} of 2000 {'.' * 70}\n".encode() for m in range(n, n + 20)))
+            await asyncio.sleep(0.02)
 
-            await taken_over(database, "fa-b200", survivor)
-            frozen.send(signal.SIGCONT)
+        await taken_over(database, "fa-b200", survivor)
+        frozen.send(signal.SIGCONT)
 
-            # Woken, it learns at its next beat (or its next write, refused) that the host is not its own.
-            async def let_go() -> bool:
-                return "fa-b200" in frozen.tail(400) and "given up ['fa-b200']" in frozen.tail(400)
+        # Woken, it learns at its next beat (or its next write, refused) that the host is not its own.
+        async def let_go() -> bool:
+            return "fa-b200" in frozen.tail(400) and "given up ['fa-b200']" in frozen.tail(400)
 
-            await until(let_go, 4 * LEASE, f"the woken controller did not let go:\n{frozen.tail()}")
-            holder, fencing = owners(database)["fa-b200"]
-            assert pid_of(holder) == survivor.pid and fencing == token + 1  # the frozen one took nothing back
-            attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
-            assert_status_is_true(cluster["fa-b200"], attempt)
-            assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
+        await until(let_go, 4 * LEASE, f"the woken controller did not let go:\n{frozen.tail()}")
+        # The frozen one took nothing back under its old token: the host is the survivor's, or (the
+        # hosts spreading again a beat later) the woken one's under a token taken anew.
+        holder, fencing = owners(database)["fa-b200"]
+        assert (pid_of(holder), fencing) in {(survivor.pid, token + 1), (frozen.pid, token + 2)}
+        attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
+        assert_status_is_true(cluster["fa-b200"], attempt)
+        assert (await api.post(f"/api/attempts/{attempt_id}/stop")).status_code == 202
 
-            async def stopped() -> bool:
-                return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "stopped")
+        async def stopped() -> bool:
+            return bool((await api.get(f"/api/attempts/{attempt_id}")).json()["status"] == "stopped")
 
-            await until(stopped, 30, "the survivor did not follow the stop to its end")
-    finally:
-        for server in (*controllers, web):
-            server.stop()
+        try:
+            await until(stopped, 30, "the host's owner did not follow the stop to its end")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nwoken:\n{frozen.tail()}\nsurvivor:\n{survivor.tail()}") from None
+
+        # The shared mirror holds the host's log once: the woken controller appended nothing to it.
+        meta = tmp_path / "data" / "logs" / f"{attempt_id}.json"
+
+        async def complete() -> bool:
+            return meta.exists() and bool(json.loads(meta.read_text())["complete"])
+
+        await until(complete, 30, "the survivor did not complete the log")
+        mirrored, written = (tmp_path / "data" / "logs" / f"{attempt_id}.log").read_bytes(), server_log.read_bytes()
+        assert mirrored == written, f"{len(mirrored)} bytes mirrored of the host's {len(written)}"
+        assert json.loads(meta.read_text())["verification"]["match"] is True
 
 
 def test_a_role_of_several_processes_on_sqlite_is_refused_with_a_sentence(tmp_path: Path) -> None:
@@ -239,44 +248,21 @@ def test_a_role_of_several_processes_on_sqlite_is_refused_with_a_sentence(tmp_pa
         assert not (tmp_path / "launchdeck.db").exists()  # nothing started
 
 
-HAPROXY = """\
-global
-    maxconn 2000
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 1h
-    timeout server 1h
-    timeout tunnel 1h
-    retries 2
-    option redispatch
-frontend dashboard
-    bind 127.0.0.1:{port}
-    default_backend web
-backend web
-    balance roundrobin
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server inter 300ms fall 2 rise 2
-{servers}
-"""
+VIEWERS = 100  # of one live log, behind the load balancer, half of them on the web process killed
 
 
 def load_balancer(tmp_path: Path, webs: list[Dashboard]) -> tuple[subprocess.Popen[bytes], str]:
     """Debian's haproxy in front of the web processes, round robin, each checked at /readyz."""
     port = free_port()
-    servers = "\n".join(f"    server web{n} 127.0.0.1:{web.port} check" for n, web in enumerate(webs, 1))
-    config = tmp_path / "haproxy.cfg"
-    config.write_text(HAPROXY.format(port=port, servers=servers))
-    with (tmp_path / "haproxy.out").open("wb") as output:
-        process = subprocess.Popen(["/usr/sbin/haproxy", "-db", "-f", str(config)], stdout=output, stderr=output)
+    backends, output = [web.port for web in webs], tmp_path / "haproxy.out"
+    process = start_haproxy(tmp_path, port, backends, output=output, checks="inter 300ms fall 2 rise 2")
     return process, f"http://127.0.0.1:{port}"
 
 
 async def test_viewers_behind_a_load_balancer_lose_no_byte_when_a_web_process_dies(
     tmp_path: Path, database: str, cluster: dict[str, HostProcess]
 ) -> None:
-    require(Path("/usr/sbin/haproxy").exists(), "haproxy is not installed (apt-get install haproxy)")
+    require(HAPROXY.exists(), "haproxy is not installed (apt-get install haproxy)")
     controller = replica(tmp_path, database, "controller", "controller")
     webs = [replica(tmp_path, database, "web", f"web-{n}") for n in (1, 2)]
     balancer = None
@@ -284,7 +270,9 @@ async def test_viewers_behind_a_load_balancer_lose_no_byte_when_a_web_process_di
         for server in (controller, *webs):
             server.start()
         balancer, url = load_balancer(tmp_path, webs)
-        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=30) as api:
+        # A connection per viewer, and one more for the requests made beside them.
+        pool = httpx.Limits(max_connections=VIEWERS + 10)
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=30, limits=pool) as api:
 
             async def balanced() -> bool:
                 with contextlib.suppress(httpx.HTTPError):
@@ -295,7 +283,7 @@ async def test_viewers_behind_a_load_balancer_lose_no_byte_when_a_web_process_di
             attempt_id = await launch_through_web(api)
             attempt = (await api.get(f"/api/attempts/{attempt_id}")).json()
             server_log = cluster["fa-b200"].home / attempt["remote_dir"] / "server.log"
-            viewers = [bytearray() for _ in range(40)]
+            viewers = [bytearray() for _ in range(VIEWERS)]
             streams = [asyncio.create_task(follow_events(api, attempt_id, received)) for received in viewers]
 
             async def write_lines(count: int) -> None:  # the server's log grows while the viewers watch

@@ -5,14 +5,11 @@ nothing, and that none hears more than its share."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +17,24 @@ import pytest
 from fastapi import FastAPI
 from httpx import ASGITransport, AsyncClient
 from pydantic import ValidationError
+from sqlalchemy import func, select
 
+from app.clock import utcnow
 from app.config import Destinations, Settings
+from app.db.models import Notification
 from app.demo.presets import seed_demo_presets
 from app.errors import InvalidInput
-from app.launch.notifications import Delivery, Notice, RateLimit, apprise_message, slack_message
+from app.launch.notifications import (
+    LOOK_EVERY,
+    Delivery,
+    Notice,
+    RateLimit,
+    apprise_message,
+    queue,
+    slack_message,
+)
 from app.launch.record import Pace
+from app.leases import SoleOwner
 from app.ssh import HostSpec
 from app.states import AttemptStatus, Role
 from app.web.app import create_app
@@ -33,65 +42,13 @@ from tests.support.accounts import person
 from tests.support.dashboard import AUTH, make_settings
 from tests.support.hosts import end_every_attempt
 from tests.support.launching import REPLAY, launch, wait_for
+from tests.support.waiting import until
 from tests.support.web import log_in
+from tests.support.webhooks import SECRET, Hook
 
 # Apprise's email plugin, loaded with the others at its first URL, imports PGPy, which imports
 # imghdr, deprecated in Python 3.11 and 3.12 (Apprise puts a stand-in in its place on 3.13).
 PUBLIC_URL = "https://launchdeck.example"
-SECRET = "T0000/B0000/not-a-real-token"  # the part of a webhook URL that must stay out of logs
-
-
-@dataclass
-class Hook:
-    """A loopback HTTP server that takes webhook posts: /ok answers 200, /down 503, /hang once released."""
-
-    port: int
-    received: list[tuple[str, dict[str, Any]]]
-    release: threading.Event
-    arrived: list[tuple[str, float]]  # when each post came, by time.monotonic()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}/{SECRET}"
-
-    def posts(self, path: str) -> list[dict[str, Any]]:
-        return [body for where, body in self.received if where == f"{path}/{SECRET}"]
-
-    def gaps(self, path: str) -> list[float]:
-        """Seconds between one post to `path` and the next."""
-        times = [when for where, when in self.arrived if where == f"{path}/{SECRET}"]
-        return [later - earlier for earlier, later in itertools.pairwise(times)]
-
-
-@pytest.fixture
-def hook() -> Iterator[Hook]:
-    found: list[tuple[str, dict[str, Any]]] = []
-    arrived: list[tuple[str, float]] = []
-    release = threading.Event()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            assert self.headers["Content-Type"] == "application/json"
-            arrived.append((self.path, time.monotonic()))
-            found.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
-            if self.path.startswith("/hang"):
-                release.wait(10)
-            self.send_response(503 if self.path.startswith("/down") else 200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Hook(server.server_address[1], found, release, arrived)
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
 
 
 def test_message_says_which_attempt_what_happened_and_where_to_look() -> None:
@@ -156,7 +113,7 @@ async def test_webhooks_hear_ready_failed_and_unhealthy_and_a_dead_one_delays_no
             await host.run(["touch", f"{ready['remote_dir']}/sim-fault"])  # the simulator's zombie switch
             await wait_for(api, served, {"unhealthy"})
             for _ in range(50):
-                if len(hook.posts("/ok")) == 3 and len(caplog.records) == 1:
+                if len(hook.posts("/ok")) == 3 and len(_logged(caplog)) == 1:
                     break
                 await asyncio.sleep(0.1)
             # Both messages to the hanging webhook are out and unanswered, neither waiting for the other.
@@ -182,11 +139,74 @@ async def test_webhooks_hear_ready_failed_and_unhealthy_and_a_dead_one_delays_no
     unhealthy = next(text for text in team if f"#{served} is unhealthy" in text)
     assert "\nhealth check failed\n" in unhealthy
     assert hook.posts("/down") == [{"text": failure}] * 3
+    # One key a change, the same on each try and to each webhook: the team's three changes, three keys.
+    [down_key] = set(hook.keys_of("/down"))
+    assert down_key in hook.keys_of("/ok") and len(set(hook.keys_of("/ok"))) == 3
     assert [post["text"] for post in hook.posts("/hang")] == [ready_text, unhealthy]  # answered once released
-    logged = [record.getMessage() for record in caplog.records]
+    logged = _logged(caplog)
     webhook = f"http://127.0.0.1:{hook.port}/…"
     assert logged == [f"attempt {failing}: webhook {webhook} was not told it is failed after 3 tries (HTTP 503)"]
     assert SECRET not in caplog.text
+
+
+async def test_a_change_waits_in_its_row_until_a_sender_runs_and_one_an_hour_old_is_not_sent(
+    notifying_app: FastAPI, hook: Hook, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As if the dashboard died between writing a status and telling of it: the change waits in its
+    row and is told once a sender runs again; one that waited more than an hour is logged instead."""
+    runtime = notifying_app.state.runtime
+
+    def told() -> list[str]:
+        return [post["text"].split(" · ")[0] for post in hook.posts("/ok")]
+
+    async with AsyncClient(transport=ASGITransport(app=notifying_app), base_url="http://t", headers=AUTH) as api:
+        served = await launch(api, "llama31-8b", "rtxpro-01", [0])
+        await wait_for(api, served, {"ready"})
+        await _notified(notifying_app)
+        await runtime.notifier.close()
+        async with runtime.sessions.write.begin() as session:
+            queue(session, served, AttemptStatus.UNHEALTHY)
+            session.add(Notification(attempt_id=served, status=AttemptStatus.FAILED, at=utcnow() - timedelta(hours=2)))
+        await asyncio.sleep(2 * LOOK_EVERY)
+        assert [post["text"].split(" · ")[0] for post in hook.posts("/ok")] == [
+            f"launchdeck: attempt #{served} is ready"
+        ]
+        with caplog.at_level(logging.WARNING, logger="app.launch.notifications"):
+            runtime.notifier.start()
+            await _notified(notifying_app)
+    assert told() == [f"launchdeck: attempt #{served} is ready", f"launchdeck: attempt #{served} is unhealthy"]
+    assert _logged(caplog) == [f"attempt {served}: nobody told it was failed: that was more than 60 minutes ago"]
+
+
+class Lapsing(SoleOwner):
+    """Owns every host until told its lease lapsed."""
+
+    owned = True
+
+    def owns(self, host: str) -> bool:
+        return self.owned
+
+
+async def test_a_post_that_timed_out_is_not_tried_again_once_the_host_is_no_longer_this_process_s(
+    notifying_app: FastAPI, hook: Hook
+) -> None:
+    """As a controller woken from a stall past its lease finds its post timed out: the host's new
+    owner tells the change (under the same key), so this one must not post it again."""
+    runtime = notifying_app.state.runtime
+    runtime.notifier.ownership = lapsing = Lapsing()
+    runtime.notifier.webhook_url = hook.url("/hang")
+    runtime.notifier.delivery = Delivery(timeout=0.5, tries=3, backoff=0.05)
+    async with AsyncClient(transport=ASGITransport(app=notifying_app), base_url="http://t", headers=AUTH) as api:
+        served = await launch(api, "llama31-8b", "rtxpro-01", [0])
+        await wait_for(api, served, {"ready"})
+        await until(lambda: hook.posts("/hang"), "the change posted once")
+        lapsing.owned = False
+        await asyncio.sleep(2)  # past the post's timeout and the waits before two more tries
+        assert len(hook.posts("/hang")) == 1
+        async with runtime.sessions.read() as session:
+            waiting = await session.scalar(select(func.count()).where(Notification.done_at.is_(None)))
+        assert waiting == 1  # the host's new owner's to tell
+        hook.release.set()
 
 
 async def test_preset_editor_keeps_a_webhook_and_the_audit_names_only_its_host(app_client: AsyncClient) -> None:
@@ -278,12 +298,12 @@ async def test_a_webhook_whose_name_resolves_inside_is_never_posted_to(
                 failing = await launch(api, "qwen36-27b-mtp-strategy-unset", "rtxpro-01", [1], override_reason=REPLAY)
                 await wait_for(api, failing, {"failed"})
                 for _ in range(50):
-                    if caplog.records:
+                    if _logged(caplog):
                         break
                     await asyncio.sleep(0.1)
             await end_every_attempt(api, runtime.ssh, runtime.ssh.get)
     assert hook.received == []
-    assert [record.getMessage() for record in caplog.records] == [
+    assert _logged(caplog) == [
         f"attempt {failing}: webhook http://localhost:{hook.port}/… refused: localhost is 127.0.0.1, an internal "
         "address; webhooks go to public addresses unless LAUNCHDECK_WEBHOOK_ALLOWED names the address, its network "
         "or the host"
@@ -360,10 +380,12 @@ async def _failed_attempt(app: FastAPI) -> dict[str, Any]:
         return await wait_for(api, failing, {"failed"})
 
 
-async def _notified() -> None:
+async def _notified(app: FastAPI) -> None:
+    """Until every change written is done with: each destination told or given up on."""
     for _ in range(100):
-        if not any(task.get_name().startswith("notify-") for task in asyncio.all_tasks()):
-            return
+        async with app.state.runtime.sessions.read() as session:
+            if not await session.scalar(select(func.count()).where(Notification.done_at.is_(None))):
+                return
         await asyncio.sleep(0.1)
     raise AssertionError("notifications still going out after 10 s")
 
@@ -377,7 +399,7 @@ async def test_apprise_services_hear_what_the_webhook_hears_and_one_that_is_down
 ) -> None:
     with caplog.at_level(logging.WARNING):
         failed = await _failed_attempt(apprise_app)
-        await _notified()
+        await _notified(apprise_app)
     failing = failed["id"]
 
     [told] = hook.posts("/ok")
@@ -408,9 +430,12 @@ async def test_no_destination_hears_more_than_its_share_webhook_or_apprise(
     """Two messages a minute each (the fixture's limit): the failure, then one of three repeats."""
     with caplog.at_level(logging.WARNING):
         failing = (await _failed_attempt(apprise_app))["id"]
-        for _ in range(3):
-            apprise_app.state.runtime.notifier.status_changed(failing, AttemptStatus.FAILED)
-        await _notified()
+        runtime = apprise_app.state.runtime
+        async with runtime.sessions.write.begin() as session:
+            for _ in range(3):
+                queue(session, failing, AttemptStatus.FAILED)
+        runtime.notifier.status_changed(failing, AttemptStatus.FAILED)
+        await _notified(apprise_app)
 
     assert len(hook.posts("/ok")) == 2 and len(hook.posts("/hook")) == 2
     assert len(hook.posts("/down")) == 2 * 3  # two messages, each tried three times

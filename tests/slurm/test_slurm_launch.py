@@ -203,7 +203,9 @@ async def test_many_queued_attempts_each_show_their_place_and_cost_one_squeue_a_
             async def placed() -> dict[int, dict[str, Any]] | None:
                 shown = {attempt_id: (await attempt_of(api, attempt_id))["scheduler"] for attempt_id in attempt_ids}
                 places = sorted(scheduler.get("position", 0) for scheduler in shown.values())
-                return shown if places == list(range(1, 11)) else None
+                # A job just queued has no reason until the scheduler's next pass looks at it.
+                reasons = all(scheduler.get("reason") for scheduler in shown.values())
+                return shown if places == list(range(1, 11)) and reasons else None
 
             shown = await until(placed, "each attempt to show its place in the queue", timeout=60)
             assert {scheduler["state"] for scheduler in shown.values()} == {"PENDING"}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import shutil
 import signal
 import socket
@@ -19,8 +21,36 @@ from app.ssh.hostkeys import generate_key_file
 from tests.support.strict import require
 
 
+def _own_ports() -> range:
+    """This test process's share of the ports above the kernel's ephemeral range: a port handed out
+    here is one no outgoing connection takes as its own before the server binds it, and no other
+    pytest worker hands out."""
+    try:
+        high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return range(0)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker) if worker.isdigit() else 0
+    share = (65535 - high) // max(count, 1)
+    return range(high + 1 + index * share, high + 1 + (index + 1) * share) if share >= 100 else range(0)
+
+
+_OWN_PORTS = _own_ports()
+_next_port = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A loopback port free now, for a server a test starts in a moment."""
+    for _ in range(len(_OWN_PORTS)):
+        port = _OWN_PORTS[next(_next_port) % len(_OWN_PORTS)]
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # in use, or lingering after a test's server
+                continue
+            return port
+    with socket.socket() as sock:  # no range of its own here: the kernel's choice
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 

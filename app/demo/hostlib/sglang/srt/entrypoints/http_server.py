@@ -33,7 +33,7 @@ from urllib.request import Request, urlopen
 
 import sglang
 from sglang.srt.configs.model_config import ModelConfig
-from sglang.srt.managers.scheduler import CONTROL_FD_ENV
+from sglang.srt.managers.scheduler import CONTROL_FD_ENV, DEAF_FAULT, FAULT_ENV
 from sglang.srt.observability.metrics_collector import MetricsCollector
 from sglang.srt.utils import configure_logger, kill_process_tree, pause, time_scale
 
@@ -570,7 +570,8 @@ def launch_server(record: Any) -> None:
     """Starts the server from the parsed record; releases that resolve late resolve here."""
     configure_logger(record.log_level)
     signal.signal(signal.SIGQUIT, sigquit_handler)
-    signal.signal(signal.SIGTERM, sigterm_handler)
+    # LAUNCHDECK_SIM_FAULT=deaf-to-sigterm: ignored here and in the schedulers, which inherit it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if os.environ.get(FAULT_ENV) == DEAF_FAULT else sigterm_handler)
     if hasattr(record, "resolve_once"):
         record.resolve_once()
     record.check_server_args()

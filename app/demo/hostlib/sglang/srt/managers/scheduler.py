@@ -42,6 +42,7 @@ CONTROL_FD_ENV = "SGLANG_SIM_CONTROL_FD"
 FAULT_ENV = "LAUNCHDECK_SIM_FAULT"
 FAULT_FILE = "sim-fault"
 STALE_MODEL_FAULT = "stale-model"
+DEAF_FAULT = "deaf-to-sigterm"  # a server stuck in its shutdown: only SIGKILL ends it
 KILL_WAIT_SECONDS = 2.0
 CATCH_UP_SECONDS = 0.05  # how late a forward may start after the one before, kept on the GPU's pace
 NCCL_TIMEOUT_SECONDS = 600
