@@ -17,10 +17,14 @@ Two client models, both reported:
   throughput; its latency is mostly queueing (about clients / throughput), whatever a request costs.
 
 The same run is made on PostgreSQL when one is reachable (LAUNCHDECK_BENCH_POSTGRES, default
-postgresql://postgres@127.0.0.1:5432/postgres), in a database created for it and dropped after.
+postgresql://postgres@127.0.0.1:5432/postgres), in a database created for it and dropped after, and
+again (`api_load_replicas`, judged by the same goal) with the work split across processes as
+docs/deploy.md#replicas runs it: `serve --role controller` owning the hosts and REPLICA_WEBS
+`serve --role web` behind Debian's haproxy (round robin), which the load generator and the live
+viewers reach instead of one process. It needs /usr/sbin/haproxy, and is skipped without it.
 `python -m bench api_load` runs this benchmark alone; `python -m bench --smoke api_load` runs it
 tiny, to show the harness works; `python -m bench.bench_api_load --guard` is CI's loose guard: 20,000
-attempts, failing only when a page's p99 passes 1 s (ten times the goal) on either backend.
+attempts, failing only when a page's p99 passes 1 s (ten times the goal) on any of the three.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +48,8 @@ import psycopg
 from app import db
 from app.ssh import load_hosts_file
 from bench import history
+from tests.support.haproxy import HAPROXY, start_haproxy
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token-0123456789abcdef0123456789"
@@ -53,6 +58,8 @@ PACE_MS = 1000
 LIVE_ATTEMPTS, LIVE_LINES_PER_S = 5, 20
 GOAL_MS = 100.0
 GUARD_MS = 1000.0  # CI's guard at GUARD's size: ten times the goal, so only a collapse fails it
+REPLICA_WEBS = 2
+HAPROXY_CHECKS = "inter 1s fall 3 rise 2"  # each web process's /readyz
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,7 @@ class Load:
     # The judged model runs longer: at one request a second per client, 20 s gave 166 requests a
     # route, and their p99 was the second slowest of them, a figure that moved by 60 ms run to run.
     paced_seconds: float
+    live_attempts: int = LIVE_ATTEMPTS  # launched, their logs growing and each streamed to a viewer
 
     def seconds(self, model: str) -> float:
         return self.paced_seconds if model == "paced" else self.closed_seconds
@@ -70,7 +78,7 @@ class Load:
 
 FULL = Load(history.Size(), clients=50, closed_seconds=20.0, paced_seconds=60.0)
 GUARD = Load(history.Size(attempts=20_000, signatures=200, audit_events=20_000), 50, 10.0, 20.0)
-SMOKE = Load(history.Size(attempts=1_000, signatures=20, audit_events=1_000), 5, 2.0, 2.0)
+SMOKE = Load(history.Size(attempts=1_000, signatures=20, audit_events=1_000), 5, 2.0, 2.0, live_attempts=1)
 POSTGRES = os.environ.get("LAUNCHDECK_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 CLUSTER = """
@@ -126,17 +134,23 @@ def run(smoke: bool = False, load: Load = FULL) -> dict[str, dict[str, Any]]:
         try:
             assert cluster.stdout
             home = Path(cluster.stdout.readline().decode().strip())
-            backends = [("sqlite", f"sqlite:///{root / 'sqlite' / 'launchdeck.db'}", "api_load")]
-            backends += [("postgresql", url, "api_load_postgresql") for url in _postgres_database()]
-            for backend, url, name in backends:
-                size = load.size
-                _say(f"{backend}: seeding {size.attempts:,} attempts, {size.signatures:,} signatures, "
-                     f"{size.audit_events:,} events")  # fmt: skip
-                try:
-                    results[name] = _measure(root / backend, url, home, env, backend, load)
-                finally:
-                    if backend == "postgresql":
-                        _drop_postgres(url)
+            # (name, backend, web processes behind haproxy: 0 for one `serve` doing everything)
+            backends = [("api_load", "sqlite", 0), ("api_load_postgresql", "postgresql", 0)]
+            backends += [("api_load_replicas", "postgresql", REPLICA_WEBS)]
+            for name, backend, webs in backends:
+                if webs and not HAPROXY.exists():
+                    _say(f"{HAPROXY} not installed (apt-get install haproxy): {name} skipped")
+                    continue
+                urls = [f"sqlite:///{root / name / 'launchdeck.db'}"] if backend == "sqlite" else _postgres_database()
+                for url in urls:  # none when PostgreSQL is not reachable
+                    size = load.size
+                    _say(f"{name}: seeding {size.attempts:,} attempts, {size.signatures:,} signatures, "
+                         f"{size.audit_events:,} events")  # fmt: skip
+                    try:
+                        results[name] = _measure(root / name, url, home, env, backend, load, webs)
+                    finally:
+                        if backend == "postgresql":
+                            _drop_postgres(url)
         finally:
             assert cluster.stdin
             cluster.stdin.close()
@@ -155,7 +169,7 @@ def _postgres_database() -> list[str]:
             name = f"launchdeck_bench_{uuid.uuid4().hex[:8]}"
             admin.execute(f'CREATE DATABASE "{name}"')
     except psycopg.OperationalError:
-        _say(f"PostgreSQL not reachable at {POSTGRES}: api_load_postgresql skipped")
+        _say(f"PostgreSQL not reachable at {POSTGRES}: api_load_postgresql and api_load_replicas skipped")
         return []
     return [POSTGRES.rsplit("/", 1)[0] + f"/{name}"]
 
@@ -165,31 +179,22 @@ def _drop_postgres(url: str) -> None:
         admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
 
 
-def _measure(root: Path, url: str, home: Path, env: dict[str, str], backend: str, load: Load) -> dict[str, Any]:
+def _measure(
+    root: Path, url: str, home: Path, env: dict[str, str], backend: str, load: Load, webs: int
+) -> dict[str, Any]:
     root.mkdir()
     began = time.monotonic()
     db.upgrade(url)
     sample_ids = history.seed(url, load.size).sample_ids
+    history.settle_logs(url, root / "data" / "logs")
     _say(f"  seeded in {time.monotonic() - began:.1f} s")
-    spec = load_hosts_file(root.parent / "cluster" / "hosts.toml")[0]
-    port = _free_port()
-    launchdeck = Path(sys.executable).with_name("launchdeck")
-    command = [str(launchdeck), "serve"] if launchdeck.exists() else [sys.executable, "-m", "app.cli", "serve"]
-    settings = {
-        "DATA_DIR": root / "data", "DATABASE_URL": url, "HOSTS_FILE": root.parent / "cluster" / "hosts.toml",
-        "TOKEN": TOKEN, "PORT": port, "KNOWN_HOSTS": spec.known_hosts, "SSH_CONFIG": root / "no-ssh-config",
-        "STOP_GRACE_SECONDS": 2, "COOKIE_SECURE": "false",
-    }  # fmt: skip
-    with open(root / "dashboard.log", "wb") as output:
-        dashboard = subprocess.Popen(
-            command, env={**env, **{f"LAUNCHDECK_{k}": str(v) for k, v in settings.items()}}, cwd=ROOT,
-            stdout=output, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    dashboard = _Dashboard.start(root, url, env, webs)
     writer = None
+    port = dashboard.port
     api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     try:
-        live = _launch(api)
-        _say(f"  dashboard pid {dashboard.pid}; attempts {live} streaming")
+        live = _launch(api, load.live_attempts)
+        _say(f"  {dashboard.describe()}; attempts {live} streaming")
         logs = [str(home / api.get(f"/api/attempts/{i}").json()["remote_dir"] / "server.log") for i in live]
         writing = load.closed_seconds + load.paced_seconds + 30
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(LIVE_LINES_PER_S), str(writing), *logs], cwd=ROOT)
@@ -197,25 +202,91 @@ def _measure(root: Path, url: str, home: Path, env: dict[str, str], backend: str
             "port": port, "token": TOKEN, "cookie": _login(port), "clients": load.clients,
             "pace_ms": PACE_MS, "routes": _routes(sample_ids + live), "live": live,
         }  # fmt: skip
-        figures = {}
+        figures, cpu = {}, {}
         for model in ("closed", "paced"):
             _say(f"  {model}: {load.clients} clients for {load.seconds(model):.0f} s")
+            before = _cpu_now(dashboard.pids())
             figures[model] = _drive(config | {"model": model, "seconds": load.seconds(model)}, env)
+            cpu[model] = _cpu_used(before, _cpu_now(dashboard.pids()))
+            _say(f"    cores busy: {cpu[model]}")
             for route, row in figures[model]["routes"].items():
                 _say(f"    {route:16} p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  "
                      f"{row['requests']:6} requests  {row['errors']} errors {row['error_sample']}")  # fmt: skip
         _stop(port, live)
-        return _result(figures, backend, load) | _server_errors(root / "dashboard.log")
+        return _result(figures, dashboard.label(backend), load) | {"cpu": cpu} | _server_errors(dashboard.logs)
     except Exception:
-        sys.stderr.write((root / "dashboard.log").read_text()[-3000:])
+        for log in dashboard.logs:
+            sys.stderr.write(f"--- {log.name}\n{log.read_text()[-3000:]}")
         raise
     finally:
         api.close()
         if writer is not None:
             writer.kill()
             writer.wait()
-        dashboard.terminate()
-        dashboard.wait(30)
+        dashboard.stop()
+
+
+@dataclass
+class _Dashboard:
+    """One `launchdeck serve` doing everything, or a controller and `webs` web processes behind
+    haproxy; `port` is where clients go."""
+
+    port: int
+    processes: list[subprocess.Popen[bytes]]
+    logs: list[Path]
+    webs: int
+
+    @classmethod
+    def start(cls, root: Path, url: str, env: dict[str, str], webs: int) -> _Dashboard:
+        spec = load_hosts_file(root.parent / "cluster" / "hosts.toml")[0]
+        launchdeck = Path(sys.executable).with_name("launchdeck")
+        command = [str(launchdeck), "serve"] if launchdeck.exists() else [sys.executable, "-m", "app.cli", "serve"]
+        roles = [("dashboard", [])] if not webs else [("controller", ["--role", "controller"])]
+        roles += [(f"web-{n}", ["--role", "web"]) for n in range(1, webs + 1)]
+        dashboard = cls(0, [], [], webs)
+        ports = []
+        for name, role in roles:
+            ports.append(free_port())
+            settings = {
+                "DATA_DIR": root / "data", "DATABASE_URL": url, "HOSTS_FILE": root.parent / "cluster" / "hosts.toml",
+                "TOKEN": TOKEN, "PORT": ports[-1], "KNOWN_HOSTS": spec.known_hosts,
+                "SSH_CONFIG": root / "no-ssh-config", "STOP_GRACE_SECONDS": 2, "COOKIE_SECURE": "false",
+            }  # fmt: skip
+            dashboard.logs.append(root / f"{name}.log")
+            with open(dashboard.logs[-1], "wb") as output:
+                dashboard.processes.append(subprocess.Popen(
+                    command + role, env={**env, **{f"LAUNCHDECK_{k}": str(v) for k, v in settings.items()}},
+                    cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+                ))  # fmt: skip
+        dashboard.port = ports[0]
+        if webs:
+            dashboard.port = free_port()
+            dashboard.logs.append(root / "haproxy.log")
+            dashboard.processes.append(
+                start_haproxy(root, dashboard.port, ports[1:], output=dashboard.logs[-1], checks=HAPROXY_CHECKS)
+            )
+        return dashboard
+
+    def pids(self) -> list[int]:
+        """The dashboard's own processes (haproxy left out)."""
+        return [process.pid for process in self.processes[: 1 + self.webs]]
+
+    def describe(self) -> str:
+        pids = [process.pid for process in self.processes]
+        if not self.webs:
+            return f"dashboard pid {pids[0]}"
+        return f"controller pid {pids[0]}, web pids {pids[1:-1]}, haproxy pid {pids[-1]} on port {self.port}"
+
+    def label(self, backend: str) -> str:
+        if not self.webs:
+            return backend
+        return f"{backend}, {self.webs} web processes behind haproxy and a controller"
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):  # haproxy first, the controller last
+            process.terminate()
+        for process in self.processes:
+            process.wait(30)
 
 
 def _result(figures: dict[str, Any], backend: str, load: Load) -> dict[str, Any]:
@@ -244,6 +315,30 @@ def _result(figures: dict[str, Any], backend: str, load: Load) -> dict[str, Any]
     }
 
 
+def _cpu_now(pids: list[int]) -> tuple[float, float, float]:
+    """CPU seconds since boot: the machine's cores busy, the dashboard's processes, and when."""
+    ticks = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    ours = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            ours += int(fields[11]) + int(fields[12])
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - ticks[3] - ticks[4]) / tick, ours / tick, time.monotonic()
+
+
+def _cpu_used(before: tuple[float, float, float], after: tuple[float, float, float]) -> dict[str, Any]:
+    """What the machine's cores did while the load ran: all of them, and the dashboard's processes;
+    the rest is the load generator, the hosts, PostgreSQL and whatever else ran on the machine."""
+    elapsed = after[2] - before[2]
+    return {
+        "cores": os.cpu_count(),
+        "busy_cores": round((after[0] - before[0]) / elapsed, 2),
+        "dashboard_cores": round((after[1] - before[1]) / elapsed, 2),
+        "loadavg_1min": float(Path("/proc/loadavg").read_text().split()[0]),
+    }
+
+
 def _stop(port: int, live: list[int]) -> None:
     """Stops the live attempts and waits for them, so the next backend finds their GPUs free.
     A new client: the load may have left the old one's keep-alive connection closed."""
@@ -259,16 +354,16 @@ def _stop(port: int, live: list[int]) -> None:
                 time.sleep(0.5)
 
 
-def _server_errors(log: Path) -> dict[str, Any]:
-    """What the dashboard logged going wrong during the run: tracebacks and their last lines."""
-    lines = log.read_text(errors="replace").splitlines()
+def _server_errors(logs: list[Path]) -> dict[str, Any]:
+    """What the dashboard's processes logged going wrong during the run: tracebacks and their last lines."""
+    lines = [line for log in logs for line in log.read_text(errors="replace").splitlines()]
     causes = sorted({line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)})
     return {"server_tracebacks": sum("Traceback (most recent call last)" in line for line in lines),
             "server_database_locked": sum("database is locked" in line for line in lines),
             "server_error_causes": causes[:5]}  # fmt: skip
 
 
-def _launch(api: httpx.Client) -> list[int]:
+def _launch(api: httpx.Client, count: int) -> list[int]:
     deadline = time.monotonic() + 120
     while True:
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError):
@@ -279,7 +374,7 @@ def _launch(api: httpx.Client) -> list[int]:
         time.sleep(0.5)
     api.post("/api/presets", json={"name": "bench-live", "model_path": MODEL}).raise_for_status()
     launched = []
-    for gpu in range(LIVE_ATTEMPTS):
+    for gpu in range(count):
         for retry in range(3):
             # A step of the launch can time out on a machine this busy. The retry is the same
             # configuration, so it confirms what the dashboard's "failed before" guard asks about.
@@ -329,18 +424,13 @@ def _drive(config: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     return figures
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def guard() -> int:
-    """CI's loose guard: api_load at GUARD's size on SQLite and PostgreSQL, failing only when a
-    page's p99 passes GUARD_MS (ten times the goal) or a request failed, so noise does not fail CI."""
+    """CI's loose guard: api_load at GUARD's size on SQLite, PostgreSQL and the replicas on it, failing
+    only when a page's p99 passes GUARD_MS (ten times the goal) or a request failed, so noise does not
+    fail CI."""
     results = run(load=GUARD)
-    problems = [f"{name} did not run" for name in ("api_load", "api_load_postgresql") if name not in results]
+    names = ("api_load", "api_load_postgresql", "api_load_replicas")
+    problems = [f"{name} did not run" for name in names if name not in results]
     for name, result in results.items():
         slow = {route: row["p99_ms"] for route, row in result["paced"].items() if row["p99_ms"] > GUARD_MS}
         errors = sum(row["errors"] for row in result["paced"].values())

@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 
 from app.ssh import load_hosts_file
+from tests.support.servers import free_port
 
 GPUS = 8
 TOKEN = "bench-token-0123456789abcdef0123456789"
@@ -210,7 +211,7 @@ def _start_sim_hosts(folder: Path, hosts: int, per_process: int, env: dict[str, 
 def _measure_dashboard(
     root: Path, hosts_file: Path, hosts: int, sim_pids: list[int], env: dict[str, str], sizes: Sizes
 ) -> dict[str, Any]:
-    port = _free_port()
+    port = free_port()
     known = load_hosts_file(hosts_file)[0].known_hosts or ""
     with open(root / "dashboard.log", "wb") as output:
         dashboard = subprocess.Popen(
@@ -365,14 +366,6 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return math.nan
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":

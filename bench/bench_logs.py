@@ -30,7 +30,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from app.logs.mirror import READER, Mirrors, MirrorSource
 from app.logs.store import LogFile, LogStore
 from app.ssh import HostConnection, HostSpec, SSHOptions, load_hosts_file
 from app.web.app import create_app
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-token-0123456789abcdef0123456789"
@@ -248,7 +248,7 @@ def _readers(log_path: str) -> int:
 
 
 def _live(root: Path, spec: HostSpec, home: Path, env: dict[str, str], sizes: Sizes) -> dict[str, dict[str, Any]]:
-    port = _free_port()
+    port = free_port()
     launchdeck = Path(sys.executable).with_name("launchdeck")
     command = [str(launchdeck), "serve"] if launchdeck.exists() else [sys.executable, "-m", "app.cli", "serve"]
     settings = {
@@ -444,12 +444,6 @@ async def _tail_latency(spec: HostSpec, home: Path, name: str, seconds: float) -
         tail.terminate()
         await tail.wait()
     return latencies, received, written
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # b, c, d: a 1 GB log

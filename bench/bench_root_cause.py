@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ from typing import Any
 
 import httpx
 from playwright.async_api import Page, async_playwright
+
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -71,7 +72,7 @@ document.addEventListener("htmx:sseOpen", () => note("connected"));
 
 def run(smoke: bool = False) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-root-cause-") as tmp:
-        root, port = Path(tmp), _free_port()
+        root, port = Path(tmp), free_port()
         demo = _start_demo(root, port)
         try:
             home = root / "data" / "demo" / "hosts" / HOST / "home"
@@ -122,12 +123,6 @@ def _say(message: str) -> None:
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class HostLog:
@@ -208,7 +203,7 @@ async def _wait_online(api: httpx.AsyncClient) -> None:
 async def _one_run(api: httpx.AsyncClient, page: Page, home: Path, number: int) -> dict[str, float]:
     """One attempt: its page opened while it starts, a failure appended while it loads, then its ready line."""
     # The failures the bench appends are its own, not the configuration's: launch it again regardless.
-    body = {"preset": PRESET, "host": HOST, "gpus": [number % 4], "port": _free_port(), "confirm_failed_before": True}
+    body = {"preset": PRESET, "host": HOST, "gpus": [number % 4], "port": free_port(), "confirm_failed_before": True}
     launched = await api.post("/api/attempts", json=body)
     launched.raise_for_status()
     attempt = launched.json()

@@ -12,14 +12,17 @@ import json
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, Table, create_engine, insert
+from sqlalchemy import Connection, Table, create_engine, insert, select
 
 from app import db
 from app.db.models import Attempt, AuditEvent, Benchmark, Host, Preset, PresetRevision, Signature, User
+from app.launch.attempts import RESUME_MIRRORS_DAYS
 from app.launch.guards import configuration_key
+from app.logs.store import LogStore
 
 HOSTS = (("bench-01", 8), ("bench-02", 4))
 RETIRED_HOSTS = 8
@@ -205,3 +208,20 @@ def _audit(n: int, now: datetime, size: Size) -> dict[str, Any]:
         "target": f"attempt {1 + n % size.attempts}",
         "detail": json.dumps({"gpus": [n % 8]}), "remote_addr": "127.0.0.1",
     }  # fmt: skip
+
+
+def settle_logs(url: str, logs: Path) -> None:
+    """Records the logs of the seeded attempts that a start would resume as mirrored to their end,
+    as a dashboard that followed them has them. Unsettled, a start resumes the mirrors of a week of
+    ended attempts, the recovery after a lost data dir, not the steady state whose pages are timed."""
+    since = datetime.now(UTC) - timedelta(days=RESUME_MIRRORS_DAYS)
+    engine = create_engine(db.sync_url(url))
+    try:
+        with engine.connect() as connection:
+            recent = connection.scalars(select(Attempt.id).where(Attempt.ended_at >= since)).all()
+    finally:
+        engine.dispose()
+    store = LogStore(logs)
+    for attempt_id in recent:
+        store.get(attempt_id).finish(host_size=0, host_sha256=None, mirror_sha256=None)
+        store.forget(attempt_id)
