@@ -43,6 +43,10 @@ STABLE_AFTER = 30.0
 # default 5 s interval a silently dead host is offline within 15 s, well inside the 30 s promised.
 KEEPALIVE_COUNT_MAX = 2
 CLOSE_TIMEOUT = 2.0
+# How long a channel given up on (its caller cancelled, or its command timed out) still counts
+# against its connection's sessions while the host keeps it: sshd ends a session only once its
+# command has ended, whatever the client closed.
+ABANDONED_HOLD = 60.0
 
 # Runs "$@" in its own process group with stdin from /dev/null, and terminates that group once
 # the channel's stdin closes, which happens when the stream is left or the connection is lost
@@ -203,11 +207,12 @@ class HostConnection:
             process = await self._open(pooled, pooled.conn.create_process(command, input=input, encoding=None))
             try:
                 completed = await process.wait(check=False, timeout=timeout)
-            except asyncssh.TimeoutError:
-                raise CommandTimedOut(self.name, f"`{_short(command)}` did not finish within {timeout} s") from None
-            finally:
-                # On timeout or cancellation too: a channel left open would count against MaxSessions.
-                process.close()
+            except BaseException as exc:  # timed out or cancelled: the command may run on
+                self._hold_until_closed(pooled, _done(process))
+                if isinstance(exc, asyncssh.TimeoutError):
+                    raise CommandTimedOut(self.name, f"`{_short(command)}` did not finish within {timeout} s") from None
+                raise
+            process.close()
         result = RunResult(
             exit_status=completed.exit_status if completed.exit_status is not None else -1,
             stdout=_as_bytes(completed.stdout),
@@ -322,17 +327,22 @@ class HostConnection:
 
         asyncssh forgets a channel whose open was cancelled before the host confirmed it, while the
         host keeps it open: each such channel would hold one of the connection's MaxSessions until
-        the connection ends. The background close holds a slot of its own until the host has closed
-        the channel too (or CLOSE_TIMEOUT), so the pool never counts that session as free."""
+        the connection ends."""
         open_task = asyncio.ensure_future(opening)
         try:
             return await asyncio.shield(open_task)
         except asyncio.CancelledError:
-            pooled.in_use += 1
-            closing = asyncio.create_task(self._close_when_open(pooled, open_task), name=f"ssh-close:{self.name}")
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
+            self._hold_until_closed(pooled, open_task)
             raise
+
+    def _hold_until_closed(self, pooled: _Pooled, channel: asyncio.Future[Channel]) -> None:
+        """Closes a channel given up on (once open) in the background, holding a slot of its own on
+        `pooled` until the host has closed it too (or ABANDONED_HOLD): the pool never counts as
+        free a session the host still keeps, as sshd does while the channel's command runs."""
+        pooled.in_use += 1
+        closing = asyncio.create_task(self._close_when_open(pooled, channel), name=f"ssh-close:{self.name}")
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
 
     async def _close_when_open(self, pooled: _Pooled, open_task: asyncio.Future[Channel]) -> None:
         def close(opened: asyncio.Future[Channel]) -> None:
@@ -347,7 +357,7 @@ class HostConnection:
         open_task.add_done_callback(close)  # however late the host confirms
         try:
             with contextlib.suppress(Exception):  # refused, lost, or no answer: nothing to wait for
-                async with asyncio.timeout(CLOSE_TIMEOUT):
+                async with asyncio.timeout(ABANDONED_HOLD):
                     await (await asyncio.shield(open_task)).wait_closed()
         finally:
             await self._release_slot(pooled)
@@ -465,6 +475,13 @@ def _describe(exc: BaseException, host: str | None = None, port: int | None = No
     if isinstance(exc, asyncssh.Error):
         return exc.reason or type(exc).__name__
     return str(exc) or type(exc).__name__
+
+
+def _done(channel: Channel) -> asyncio.Future[Channel]:
+    """An open channel as a finished open, for `_hold_until_closed`."""
+    opened: asyncio.Future[Channel] = asyncio.get_running_loop().create_future()
+    opened.set_result(channel)
+    return opened
 
 
 def _as_bytes(value: bytes | str | None) -> bytes:
