@@ -48,8 +48,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.backoff import Backoff
 from app.db import Sessions
-from app.db.models import Controller, HostLease
+from app.db.models import Attempt, Controller, Host, HostLease
 from app.errors import LaunchdeckError
+from app.states import ACTIVE_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -207,8 +208,9 @@ class LeaseKeeper(Ownership):
 
         A free host is taken by a controller that holds no more than any other live controller
         that may own it, or by any that may own it once it has stayed free for a beat; a held
-        host is given back where another controller that may own it holds two fewer. Hosts so
-        spread evenly, and pins (which controllers may own which host) leave none unowned."""
+        host is given back (one where nothing runs first) where another controller that may own it
+        holds two fewer. Hosts so spread evenly, and pins (which controllers may own which host)
+        leave none unowned."""
         started = time.monotonic()
         # Leases that lapsed by this clock (the process stalled) are not renewed, even where the
         # database has not expired them yet: `owns` has stopped their work, so they are let go of.
@@ -288,8 +290,8 @@ class LeaseKeeper(Ownership):
                 if (token := taken.scalar()) is not None:
                     gained[host] = token
                     counts[self.owner] += 1
-            surplus = []
-            for host in sorted(kept, key=self._order, reverse=True):
+            surplus: list[str] = []
+            for host in await self._give_back_order(session, kept):
                 rivals = others(host)
                 if (
                     rivals
@@ -309,6 +311,19 @@ class LeaseKeeper(Ownership):
         self.held = {host: token for host, token in kept.items() if host not in surplus} | gained
         self._renewed_at = started
         return Beat(gained, lost)
+
+    async def _give_back_order(self, session: AsyncSession, kept: Collection[str]) -> list[str]:
+        """The hosts this controller would give back first: those where nothing runs, so that a
+        spreading moves no follower, mirror or live log that need not move; then its own order."""
+        busy = set(
+            await session.scalars(
+                select(Host.name)
+                .join(Attempt, Attempt.host_id == Host.id)
+                .where(Host.name.in_(kept), Attempt.status.in_(ACTIVE_STATUSES))
+                .distinct()
+            )
+        )
+        return sorted(sorted(kept, key=self._order, reverse=True), key=busy.__contains__)
 
     def _lose(self, hosts: list[str]) -> list[str]:
         for host in hosts:

@@ -15,8 +15,9 @@ from sqlalchemy.exc import DBAPIError
 
 from app import db
 from app.db import Sessions
-from app.db.models import Attempt, Controller, HostLease
+from app.db.models import Attempt, Controller, Host, HostLease, Preset, PresetRevision
 from app.leases import LeaseKeeper, LeaseLost, lease_table
+from app.states import AttemptStatus
 from tests.support.postgres import POSTGRES_ADMIN_URL, postgres_available
 from tests.support.strict import require
 
@@ -69,6 +70,22 @@ async def test_two_controllers_split_the_hosts_and_every_host_has_one_owner(sess
     # The hosts that changed hands carry a new token: the first owner's is no longer current.
     moved = set(second.held)
     assert all(second.held[host] == 2 for host in moved)
+
+
+async def test_hosts_spread_to_a_new_controller_are_the_idle_ones(sessions: Sessions) -> None:
+    """A controller that joins (or comes back after a failover) is given hosts where nothing runs:
+    a server's follower, mirror and live log stay where they are."""
+    first = keeper(sessions, "first")
+    await first.beat()
+    busy = sorted(sorted(HOSTS, key=first._order, reverse=True)[:3])  # those its own order gives back first
+    async with sessions.write.begin() as session:
+        revision = PresetRevision(preset=Preset(name="served"), number=1, model_path="m")
+        for host in busy:
+            session.add(Attempt(host=Host(name=host), revision=revision, status=AttemptStatus.READY))
+        session.add(Host(name=sorted(set(HOSTS) - set(busy))[0]))  # known, but nothing runs on it
+    second = keeper(sessions, "second")
+    await settle(second, first)
+    assert sorted(first.held) == busy and sorted(second.held) == sorted(set(HOSTS) - set(busy))
 
 
 async def test_a_dead_controller_s_hosts_are_taken_within_the_lease_time(sessions: Sessions) -> None:
