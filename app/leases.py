@@ -15,7 +15,8 @@ token and has not expired; the check takes a share lock on the lease row, so a t
 the write to commit, and a write never lands after a takeover. A writer that stalls inside its
 transaction (SIGSTOP, a long pause) would hold that lock, and so its host, for as long as it stalls:
 the check also tells the server to end the transaction, and the session, once it has sat idle for
-`lease_seconds`, so the write is rolled back and the takeover goes on. A beat takes a host only if
+`lease_seconds`, so the write is rolled back and the takeover goes on (a beat's own transaction,
+which locks the rows it renews, is ended so too). A beat takes a host only if
 no write holds its row, trying again at the next beat, so that one stalled writer never stalls
 another controller's beat, and with it the renewal of that controller's own leases. Work outside
 the database (a log mirror appending what its SSH reader took in while it stalled) asks `owns`,
@@ -67,6 +68,14 @@ def controller_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+async def _end_if_stalled(session: AsyncSession, seconds: float) -> None:
+    """Has the server end this transaction, rolled back, once it has sat idle for `seconds`: a
+    process stalled inside it (SIGSTOP, a long pause) would otherwise hold the lease rows it locked,
+    and so their hosts, for as long as it stalls."""
+    idle_ms = str(max(1, round(seconds * 1000)))
+    await session.execute(text("SELECT set_config('idle_in_transaction_session_timeout', :ms, true)"), {"ms": idle_ms})
+
+
 @dataclass(frozen=True)
 class Fence:
     """A lease as it was when a piece of work on the host began."""
@@ -82,10 +91,7 @@ class Fence:
         The share lock it takes holds off a takeover until the write commits; should the writer
         stall before it does, the server ends its transaction after `lease_seconds` idle (rolling
         the write back), so a stalled controller keeps its host no longer than a dead one."""
-        idle_ms = str(max(1, round(self.lease_seconds * 1000)))
-        await session.execute(
-            text("SELECT set_config('idle_in_transaction_session_timeout', :ms, true)"), {"ms": idle_ms}
-        )
+        await _end_if_stalled(session, self.lease_seconds)
         query = (
             select(HostLease.host)
             .where(
@@ -174,6 +180,7 @@ class LeaseKeeper(Ownership):
         if self.held:
             try:
                 async with self.sessions.write.begin() as session:
+                    await _end_if_stalled(session, self.lease_seconds)
                     await session.execute(
                         update(HostLease)
                         .where(HostLease.owner == self.owner, HostLease.host.in_(list(self.held)))
@@ -218,6 +225,8 @@ class LeaseKeeper(Ownership):
         lease = timedelta(seconds=self.lease_seconds)
         mine = sorted((h for h in self.hosts if self.eligible(h, self.pins)), key=self._order)
         async with self.sessions.write.begin() as session:
+            # Its renewals lock its lease rows until it commits: a stall here must not keep them.
+            await _end_if_stalled(session, self.lease_seconds)
             await session.execute(
                 insert(Controller)
                 .values(id=self.owner, pins=sorted(self.pins), started_at=func.now(), heartbeat_at=func.now())
@@ -225,10 +234,13 @@ class LeaseKeeper(Ownership):
                     index_elements=["id"], set_={"heartbeat_at": func.now(), "pins": sorted(self.pins)}
                 )
             )
-            if mine:
+            # Only the rows missing: an insert that meets a row another beat is renewing waits for
+            # that beat to commit, and a controller stalled inside its beat would stall this one.
+            listed = set(await session.scalars(select(HostLease.host).where(HostLease.host.in_(mine))))
+            if missing := [host for host in mine if host not in listed]:
                 await session.execute(
                     insert(HostLease)
-                    .values([{"host": host, "owner": "", "token": 0, "expires_at": func.now()} for host in mine])
+                    .values([{"host": host, "owner": "", "token": 0, "expires_at": func.now()} for host in missing])
                     .on_conflict_do_nothing(index_elements=["host"])
                 )
             live = {

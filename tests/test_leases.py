@@ -188,6 +188,34 @@ async def test_a_controller_stalled_inside_a_fenced_write_holds_its_host_no_long
         assert await check.scalar(select(Controller.pins).where(Controller.id == "stalled")) == []
 
 
+async def test_a_controller_stalled_inside_its_beat_holds_its_hosts_no_longer_than_its_lease(
+    sessions: Sessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its renewal has locked its lease rows when it stalls, before its beat commits: the other
+    controller takes its hosts as a dead one's, the stalled beat rolled back by the server."""
+    stalled, other = keeper(sessions, "stalled"), keeper(sessions, "other")
+    await settle(stalled, other)
+    hosts = set(stalled.held)
+    inside, never = asyncio.Event(), asyncio.Event()
+
+    async def stall(*args: object) -> list[str]:  # a step of the beat after the renewal, in its transaction
+        inside.set()
+        await never.wait()
+        return []
+
+    monkeypatch.setattr(stalled, "_give_back_order", stall)
+    beat = asyncio.create_task(stalled.beat())
+    await asyncio.wait_for(inside.wait(), LEASE)
+    stalled_at = time.monotonic()
+    while not hosts <= set(other.held):
+        await asyncio.wait_for(other.beat(), LEASE / 3)
+        assert time.monotonic() - stalled_at < 2 * LEASE + LEASE / 3, other.held
+        await asyncio.sleep(LEASE / 6)
+    never.set()
+    with pytest.raises(DBAPIError, match="idle-in-transaction timeout"):
+        await beat  # woken: its transaction was ended for it
+
+
 async def test_a_controller_pinned_to_a_site_owns_only_its_hosts(sessions: Sessions) -> None:
     site_a, anywhere = keeper(sessions, "site-a", pins={"site-a"}), keeper(sessions, "anywhere")
     await settle(site_a, anywhere)
