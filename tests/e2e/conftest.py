@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.faults import HostProcess
+from tests.support.faults import HostProcess, hosts_running
 from tests.support.postgres import POSTGRES_ADMIN_URL, postgres_available
 from tests.support.strict import require
 
@@ -32,13 +32,5 @@ def database(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[dict[str, HostProcess]]:
-    hosts = {name: HostProcess.create(tmp_path / "cluster", name, TIME_SCALE) for name in ("fa-b200", "fa-rtx")}
-    try:
-        for host in hosts.values():
-            host.spawn()
-        for host in hosts.values():
-            host.wait_listening()
+    with hosts_running(tmp_path / "cluster", ("fa-b200", "fa-rtx"), TIME_SCALE) as hosts:
         yield hosts
-    finally:
-        for host in hosts.values():
-            host.stop()

@@ -39,6 +39,7 @@ from tests.support.faults import (
     assert_status_is_true,
     follow_events,
     form_login,
+    hosts_running,
     process_alive,
     watching,
 )
@@ -60,17 +61,8 @@ LONG_WORKLOAD = {"num_prompts": 2000, "input_len": 64, "output_len": 64, "reques
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, HostProcess]]:
-    root = tmp_path_factory.mktemp("faults") / "cluster"
-    hosts = {name: HostProcess.create(root, name, TIME_SCALE) for name in ("fa-b200", "fa-rtx")}
-    try:
-        for host in hosts.values():
-            host.spawn()
-        for host in hosts.values():
-            host.wait_listening()
+    with hosts_running(tmp_path_factory.mktemp("faults") / "cluster", ("fa-b200", "fa-rtx"), TIME_SCALE) as hosts:
         yield hosts
-    finally:
-        for host in hosts.values():
-            host.stop()
 
 
 def kill_servers(cluster: dict[str, HostProcess]) -> None:

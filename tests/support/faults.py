@@ -16,7 +16,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,6 +129,21 @@ class HostProcess(Process):
         for line in self.output.read_text(errors="replace")[seen:].splitlines():
             if line.startswith(f"simulated host {self.name}:"):
                 self.port = int(line.rsplit(":", 1)[1])
+
+
+@contextlib.contextmanager
+def hosts_running(cluster: Path, names: Sequence[str], time_scale: float) -> Iterator[dict[str, HostProcess]]:
+    """The simulated hosts `names`, each in its own process and listening; stopped on leaving."""
+    hosts = {name: HostProcess.create(cluster, name, time_scale) for name in names}
+    try:
+        for host in hosts.values():
+            host.spawn()
+        for host in hosts.values():
+            host.wait_listening()
+        yield hosts
+    finally:
+        for host in hosts.values():
+            host.stop()
 
 
 @dataclass
