@@ -213,6 +213,11 @@ class HostConnection:
                     raise CommandTimedOut(self.name, f"`{_short(command)}` did not finish within {timeout} s") from None
                 raise
             process.close()
+        if completed.exit_status is None and completed.exit_signal is None:
+            # The channel closed with its connection: that the command ended is all we know, and a
+            # caller reading its output would take a cut answer for the host's.
+            said = f"`{_short(command)}`: the connection closed before the host said how it ended"
+            raise HostUnavailable(self.name, said)
         result = RunResult(
             exit_status=completed.exit_status if completed.exit_status is not None else -1,
             stdout=_as_bytes(completed.stdout),

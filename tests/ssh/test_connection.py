@@ -207,6 +207,23 @@ async def test_reconnects_after_the_server_drops_the_connection(
     assert (await host.run(["echo", "back"])).stdout == b"back\n"
 
 
+async def test_a_command_cut_off_by_a_dropped_connection_fails_rather_than_answering_empty(
+    connect: Connect, target: HostSpec, request: pytest.FixtureRequest
+) -> None:
+    """The channel closes with the connection and no exit status: no answer, not an empty one. A
+    follower's probe read as empty output says "the server's process is gone" of a live server."""
+    host = await online(connect, target)
+    command = asyncio.create_task(host.run(["sh", "-c", "echo started; sleep 5"], check=False))
+    await asyncio.sleep(0.5)
+    if target.name == "openssh":
+        server: OpenSSHServer = request.getfixturevalue("openssh")
+        server.drop_connections()
+    else:
+        request.getfixturevalue("sim_cluster").hosts[target.name].drop_connections()
+    with pytest.raises(HostUnavailable, match="before the host said how it ended"):
+        await asyncio.wait_for(command, 5)
+
+
 async def test_host_key_mismatch_is_refused(connect: Connect, target: HostSpec, tmp_path: Path) -> None:
     impostor = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
     known_hosts = tmp_path / "mismatch_known_hosts"
