@@ -1,8 +1,8 @@
-"""Every statement behind the list pages reads an index, at 100,000 attempts, on SQLite and
-PostgreSQL. Plans at test sizes say nothing: SQLite's planner chooses differently when a column is
-all NULL, and a sort of 100 rows is as quick as an index. So the history is seeded in bulk once
-(bench/history.py, as api_load serves it), each page is requested in process, every statement it
-ran is caught, and each one is explained and run again on its own:
+"""Every statement behind the list pages (and a controller's lease beat) reads an index, at 100,000
+attempts, on SQLite and PostgreSQL. Plans at test sizes say nothing: SQLite's planner chooses
+differently when a column is all NULL, and a sort of 100 rows is as quick as an index. So the
+history is seeded in bulk once (bench/history.py, as api_load serves it), each page is requested
+in process, every statement it ran is caught, and each one is explained and run again on its own:
 - SQLite: no full scan of a table that grows with use and no temporary B-tree sort over one, both
   before ANALYZE (a database migrated and never analysed) and after the approximate ANALYZE the
   dashboard runs at start; and the virtual-machine steps the statement takes stay within a budget
@@ -31,8 +31,9 @@ from sqlalchemy.engine import Engine
 from app import db
 from app.config import Settings
 from app.db.models import Attempt
+from app.leases import LeaseKeeper
 from app.web.app import create_app
-from bench.history import History, Size, seed
+from bench.history import HOSTS, History, Size, seed
 from tests.support.dashboard import TOKEN
 from tests.support.postgres import POSTGRES_ADMIN_URL, postgres_available
 from tests.support.strict import require
@@ -85,6 +86,29 @@ async def test_every_list_statement_reads_an_index_at_100k_attempts(empty_databa
     history = seed(empty_database, Size())
     statements = await statements_behind(pages(history), empty_database, tmp_path / "dashboard")
     assert_read_from_indexes(empty_database, statements, at_least=40)
+
+
+@pytest.mark.parametrize("empty_database", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+async def test_a_controllers_beat_reads_the_attempts_from_an_index_at_100k(empty_database: str) -> None:
+    """Each beat asks which of its hosts run something (idle ones are given back first), every few
+    seconds for as long as the controller runs: leases exist on PostgreSQL only."""
+    seed(empty_database, Size())
+    caught: list[tuple[str, Any]] = []
+
+    def catch(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            caught.append((statement, parameters))
+
+    engine = db.create_engine(empty_database)
+    keeper = LeaseKeeper(db.Sessions.of(engine), {name: () for name, _ in HOSTS}, owner="plans")
+    event.listen(Engine, "before_cursor_execute", catch)
+    try:
+        await keeper.beat()  # takes the hosts
+        await keeper.beat()  # and holds them: the beat that would give some back
+    finally:
+        event.remove(Engine, "before_cursor_execute", catch)
+        await engine.dispose()
+    assert_read_from_indexes(empty_database, {"a controller's beat": caught}, at_least=1)
 
 
 @pytest.mark.timeout(300)
